@@ -34,13 +34,11 @@ def exact_log_partition(machine: BoltzmannMachine, chunk: int = 1 << 14) -> Tens
     if machine.n_layers != 2:
         raise ValueError("exact_log_partition enumerates one layer of an RBM (two layers only)")
     m = machine.to(dtype=torch.float64)
-    candidates = [(0, 1), (1, 0)]
-    candidates.sort(key=lambda pair: m.sizes[pair[0]])
-    for enum_layer, other in candidates:
-        if isinstance(m.priors[enum_layer], Bernoulli | Spin):
-            break
-    else:
+    discrete = [l for l in (0, 1) if isinstance(m.priors[l], Bernoulli | Spin)]
+    if not discrete:
         raise ValueError("exact_log_partition needs a Bernoulli or Spin layer to enumerate")
+    enum_layer = min(discrete, key=lambda l: m.sizes[l])
+    other = 1 - enum_layer
     n = m.sizes[enum_layer]
     if n > MAX_ENUMERATED_UNITS:
         raise ValueError(

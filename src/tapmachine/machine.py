@@ -72,7 +72,9 @@ class BoltzmannMachine:
     def device(self) -> torch.device:
         return self.weights[0].device
 
-    def replace(self, priors: Sequence[Prior] | None = None, weights: Sequence[Tensor] | None = None):
+    def replace(
+        self, priors: Sequence[Prior] | None = None, weights: Sequence[Tensor] | None = None
+    ):
         """A copy with new priors and/or weights."""
         return BoltzmannMachine(
             priors=self.priors if priors is None else tuple(priors),

@@ -1,0 +1,32 @@
+# tapmachine: TAP machines (Tramel et al. 2018) and UCD-LMI (Taniguchi et al. 2023) as one workflow.
+# Run `snakemake --cores N`; the papers' sizes: `--configfile workflow/config/paper.yaml`.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A --configfile replaces the embedded default rather than being merged into it, so a paper-size
+# run never inherits the reduced models of config.yaml.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/tracking.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+
+
+localrules:
+    all,
+    tracking_init,
+    data,
+    train,
+
+
+rule all:
+    input:
+        rules.data.input,
+        rules.train.input,
+    default_target: True

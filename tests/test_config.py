@@ -1,0 +1,123 @@
+"""The config schema and the checks that go with it, on good and bad configs."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tapmachine.configuration import ConfigError, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load(name):
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def default():
+    return load("config.yaml")
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "workflow/config/paper.yaml"])
+def test_shipped_configs_validate(name):
+    config = validate(load(name), SCHEMA)
+    assert config["models"], "a shipped config must declare models"
+    for model in config["models"].values():
+        assert model["tap"]["tol"] == pytest.approx(1e-8)
+
+
+def test_defaults_are_filled(default):
+    config = validate(copy.deepcopy(default), SCHEMA)
+    model = config["models"]["bmnist_h25"]
+    assert model["method"] == "tap"
+    assert model["tap"] == {"damping": 0.5, "train_iterations": 3, "tol": 1e-8, "max_iter": 500}
+    assert config["tracking"]["store"] == "results/mlflow"
+    assert config["data"]["faces"]["cbcl_archive"] is None
+
+
+def test_minimal_config_gets_every_default():
+    config = validate(
+        {
+            "models": {
+                "m": {
+                    "dataset": "mnist",
+                    "visible": {"prior": "bernoulli"},
+                    "hidden": [{"prior": "bernoulli", "units": 3}],
+                }
+            }
+        },
+        SCHEMA,
+    )
+    assert config["seed"] == 2026 and config["dtype"] == "float32"
+    assert config["models"]["m"]["epochs"] == 100
+
+
+def mutate(config, path, value):
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (
+            ["models", "bmnist_h25", "epochs"],
+            "ten",
+            "models.bmnist_h25.epochs: 'ten' is not of type 'integer'",
+        ),
+        (
+            ["models", "bmnist_h25", "hidden", 0, "units"],
+            -5,
+            "models.bmnist_h25.hidden[0].units: -5 is less than the minimum of 1",
+        ),
+        (
+            ["models", "bmnist_h25", "batch_size"],
+            0,
+            "models.bmnist_h25.batch_size: 0 is less than the minimum of 1",
+        ),
+        (
+            ["models", "bmnist_h25", "learning_rte"],
+            0.1,
+            "models.bmnist_h25: Additional properties are not allowed ('learning_rte'",
+        ),
+        (["seeds"], 1, "(top level): Additional properties are not allowed ('seeds'"),
+        (
+            ["models", "rmnist_h100", "visible", "prior"],
+            "gaussian",
+            "models.rmnist_h100.visible.prior: 'gaussian' is not one of",
+        ),
+        (["dtype"], "float16", "dtype: 'float16' is not one of"),
+        (
+            ["models", "bmnist_h25", "dataset"],
+            "cifar10",
+            "models.bmnist_h25.dataset: 'cifar10' is not a dataset",
+        ),
+        (
+            ["data", "faces", "cbcl_archive"],
+            "/no/such/faces.tar.gz",
+            "data.faces.cbcl_archive: '/no/such/faces.tar.gz' does not exist",
+        ),
+        (
+            ["data", "mnist", "path"],
+            "/no/such/dir",
+            "data.mnist.path: '/no/such/dir' does not exist",
+        ),
+        (
+            ["models", "rmnist_h100", "learning_rate"],
+            {"start": 1e-5, "end": 1e-2},
+            "models.rmnist_h100.learning_rate: end 0.01 exceeds start",
+        ),
+    ],
+)
+def test_bad_configs_name_key_and_value(default, path, value, expected):
+    config = mutate(copy.deepcopy(default), path, value)
+    with pytest.raises(ConfigError) as info:
+        validate(config, SCHEMA)
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)

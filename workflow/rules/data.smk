@@ -1,0 +1,57 @@
+# Data stage: fetch and verify the raw datasets, then write each derived form as its own target.
+
+
+rule fetch_dataset:
+    input:
+        tracking=TRACKING,
+    output:
+        npz=f"{RESULTS}/data/{{dataset}}.npz",
+    wildcard_constraints:
+        dataset="|".join(RAW_DATASETS),
+    params:
+        cache=config["data"]["cache_dir"],
+        source=fetch_source_args,
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/data/fetch_{dataset}.log",
+    benchmark:
+        "benchmarks/data/fetch_{dataset}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "tapmachine fetch --dataset {wildcards.dataset} --cache-dir {params.cache} {params.source} "
+        "--out {output.npz} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule derive_dataset:
+    input:
+        source=lambda w: dataset_file(config["data"]["derived"][w.derived]["source"]),
+        tracking=TRACKING,
+    output:
+        npz=f"{RESULTS}/data/{{derived}}.npz",
+    wildcard_constraints:
+        derived="|".join(config["data"]["derived"]) or "^$",
+    params:
+        transforms=lambda w: json.dumps(config["data"]["derived"][w.derived]["transforms"]),
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/data/derive_{derived}.log",
+    benchmark:
+        "benchmarks/data/derive_{derived}.tsv"
+    threads: 1
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    shell:
+        "tapmachine derive --source {input.source} --name {wildcards.derived} "
+        "--transforms {params.transforms:q} --out {output.npz} --tracking {input.tracking} "
+        "> {log} 2>&1"
+
+
+rule data:
+    input:
+        [dataset_file(name) for name in (*RAW_DATASETS, *config["data"]["derived"])],

@@ -1,0 +1,37 @@
+# Training stage: every model declared in the config, on any dataset of the data stage.
+# Per-epoch checkpoints live in results/models/{model}/checkpoints/ and are not outputs: Snakemake
+# removes the outputs of an interrupted job, and the checkpoints it leaves let the rerun resume.
+
+
+rule train_model:
+    input:
+        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        tracking=TRACKING,
+    output:
+        model=f"{RESULTS}/models/{{model}}/model.pt",
+        metrics=f"{RESULTS}/models/{{model}}/metrics.csv",
+    wildcard_constraints:
+        model="|".join(config["models"]) or "^$",
+    params:
+        spec=model_spec,
+        outdir=lambda w: f"{RESULTS}/models/{w.model}",
+        device=DEVICE_ARGS,
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/train/{model}.log",
+    benchmark:
+        "benchmarks/train/{model}.tsv"
+    threads: 2
+    resources:
+        mem_mb=train_mem_mb,
+        runtime=240,
+    shell:
+        "tapmachine train --model {wildcards.model} --spec {params.spec:q} --data {input.data} "
+        "--outdir {params.outdir} {params.device} --threads {threads} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule train:
+    input:
+        expand(f"{RESULTS}/models/{{model}}/model.pt", model=config["models"]),

@@ -20,9 +20,9 @@ TINY = {
         "derived": {
             "binary_mnist": {
                 "source": "mnist",
-                "transforms": [{"name": "threshold", "threshold": 0.5}],
+                "transforms": [{"name": "threshold", "level": 0.5}],
             },
-            "real_faces": {"source": "faces", "transforms": ["scale"]},
+            "real_faces": {"source": "faces", "labels": [1], "transforms": ["scale"]},
             "fashion_mnist_8bit_spin": {"source": "fashion_mnist", "transforms": ["bits8", "spin"]},
         }
     },

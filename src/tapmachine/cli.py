@@ -8,6 +8,7 @@ with ``tapmachine:`` and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ def _cmd_fetch(args) -> None:
         ds = data.fetch_fashion_mnist(args.cache_dir, local_path=args.local_path)
     else:
         ds = data.fetch_faces(cbcl_archive=args.cbcl_archive)
+    ds = dataclasses.replace(ds, name=args.dataset)
     _save_and_track(ds, args.out, args.tracking, montage)
 
 
@@ -48,6 +50,8 @@ def _cmd_derive(args) -> None:
     except json.JSONDecodeError as err:
         raise UsageError(f"--transforms is not JSON: {err}") from err
     source = data.load_dataset(args.source)
+    if args.labels:
+        source = data.select_labels(source, json.loads(args.labels))
     ds = data.derive(source, transforms, name=args.name)
     _save_and_track(ds, args.out, args.tracking, montage)
 
@@ -128,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--source", required=True)
     s.add_argument("--name", required=True)
     s.add_argument("--transforms", required=True, help="JSON list of transforms")
+    s.add_argument("--labels", default=None, help="JSON list of labels to keep (default: all)")
     s.add_argument("--out", required=True)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_derive)

@@ -23,7 +23,7 @@ from torch import Tensor
 from tapmachine import priors as priors_module
 from tapmachine import tap
 from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Prior, Spin, TruncatedGaussBernoulli, TruncatedGaussian
+from tapmachine.priors import Bernoulli, Prior, Spin
 
 __all__ = [
     "TrainingError",
@@ -37,14 +37,6 @@ __all__ = [
     "train_from_spec",
     "seeded_generator",
 ]
-
-PRIOR_TYPES = {
-    "bernoulli": Bernoulli,
-    "spin": Spin,
-    "truncated_gaussian": TruncatedGaussian,
-    "truncated_gauss_bernoulli": TruncatedGaussBernoulli,
-}
-
 
 class TrainingError(Exception):
     """Training cannot go on (divergence, inconsistent resume state, bad settings)."""
@@ -119,7 +111,7 @@ def _visible_prior(spec: dict, x: Tensor) -> Prior:
     lower, upper = float(spec.get("lower", 0.0)), float(spec.get("upper", 1.0))
     if kind == "truncated_gaussian":
         V = 1.0 / x.var(0).clamp_min(1e-2)
-        return TruncatedGaussian(V * mean, V, lower, upper)
+        return priors_module.TruncatedGaussian(V * mean, V, lower, upper)
     if kind == "truncated_gauss_bernoulli":
         nonzero = (x != 0).to(x.dtype)
         rho = nonzero.mean(0).clamp(1e-3, 1 - 1e-3)
@@ -127,7 +119,7 @@ def _visible_prior(spec: dict, x: Tensor) -> Prior:
         mu = (x * nonzero).sum(0) / count
         var = ((x - mu) ** 2 * nonzero).sum(0) / count
         V = 1.0 / var.clamp_min(1e-2)
-        return TruncatedGaussBernoulli(rho, V * mu, V, lower, upper)
+        return priors_module.TruncatedGaussBernoulli(rho, V * mu, V, lower, upper)
     raise TrainingError(f"unknown prior {kind!r}")
 
 
@@ -141,9 +133,9 @@ def _hidden_prior(spec: dict, n: int, dtype, device) -> Prior:
     if kind == "spin":
         return Spin(zeros)
     if kind == "truncated_gaussian":
-        return TruncatedGaussian(zeros, zeros + 1.0, lower, upper)
+        return priors_module.TruncatedGaussian(zeros, zeros + 1.0, lower, upper)
     if kind == "truncated_gauss_bernoulli":
-        return TruncatedGaussBernoulli(zeros + 0.5, zeros, zeros + 1.0, lower, upper)
+        return priors_module.TruncatedGaussBernoulli(zeros + 0.5, zeros, zeros + 1.0, lower, upper)
     raise TrainingError(f"unknown prior {kind!r}")
 
 

@@ -33,3 +33,8 @@ def train_mem_mb(wildcards):
     model = config["models"][wildcards.model]
     units = max(layer["units"] for layer in model["hidden"])
     return 2000 + units * 8
+
+
+def derived_labels_arg(name):
+    labels = config["data"]["derived"][name].get("labels")
+    return f"--labels '{json.dumps(labels)}'" if labels else ""

@@ -36,6 +36,7 @@ rule derive_dataset:
         derived="|".join(config["data"]["derived"]) or "^$",
     params:
         transforms=lambda w: json.dumps(config["data"]["derived"][w.derived]["transforms"]),
+        labels=lambda w: derived_labels_arg(w.derived),
     conda:
         "../../envs/tapmachine.yaml"
     log:
@@ -48,7 +49,7 @@ rule derive_dataset:
         runtime=30,
     shell:
         "tapmachine derive --source {input.source} --name {wildcards.derived} "
-        "--transforms {params.transforms:q} --out {output.npz} --tracking {input.tracking} "
+        "--transforms {params.transforms:q} {params.labels} --out {output.npz} --tracking {input.tracking} "
         "> {log} 2>&1"
 
 

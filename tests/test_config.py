@@ -33,7 +33,13 @@ def test_defaults_are_filled(default):
     config = validate(copy.deepcopy(default), SCHEMA)
     model = config["models"]["bmnist_h25"]
     assert model["method"] == "tap"
-    assert model["tap"] == {"damping": 0.5, "train_iterations": 3, "tol": 1e-8, "max_iter": 500}
+    assert model["tap"] == {
+        "damping": 0.5,
+        "train_iterations": 3,
+        "tol": 1e-8,
+        "max_iter": 500,
+        "dedup_tol": 0.01,
+    }
     assert config["tracking"]["store"] == "results/mlflow"
     assert config["data"]["faces"]["cbcl_archive"] is None
 

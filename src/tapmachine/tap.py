@@ -1,0 +1,524 @@
+"""TAP inference, TAP free energy and TAP log-likelihood of layered Boltzmann machines.
+
+First paper (Tramel et al.), Sec. V-VI and App. E. A machine has layers x_0 (visible), ...,
+x_L with unit priors P_l and couplings W_l of shape (N_l, N_{l+1}); see
+``tapmachine.machine``. The TAP free energy of a layered machine, eq. (36) with the block
+coupling matrix of eq. (125), is
+
+    -F(a, c, B, A) = sum_l sum_i { ln Z_l(B_li, A_li) - B_li a_li + A_li (a_li^2 + c_li) / 2 }
+                     + sum_l { a_l^T W_l a_{l+1} + (1/2) c_l^T (W_l * W_l) c_{l+1} },
+
+where ln Z_l(B, A) is the log-normaliser of Q(x) ~ P_l(x) exp(-A x^2 / 2 + B x) relative to P_l
+(``Prior.log_partition``; note that eq. 32 of the paper writes the tilt with the opposite signs,
+but eqs. 33-36 and Alg. 1 are consistent with the convention used here). Its stationary points
+satisfy the TAP equations (eqs. 33-35, Alg. 1)
+
+    A_l = -( (W_{l-1} * W_{l-1})^T c_{l-1} + (W_l * W_l) c_{l+1} ),
+    B_l = A_l a_l + W_{l-1}^T a_{l-1} + W_l a_{l+1},
+    a_l = f_a(B_l, A_l),  c_l = f_c(B_l, A_l).
+
+Sign convention: ``free_energy`` returns F = -(right-hand side of eq. 36), an estimate of
+-ln Z (with Z normalised so that W = 0 gives ln Z = 0, as in ``estimators.exact_log_partition``).
+The TAP log-likelihood of eq. (39) is then ln P(x) ~ data term + mean_k F_k.
+
+All functions are batched: a ``TAPState`` holds K solutions as tensors of shape (K, N_l).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tapmachine.machine import BoltzmannMachine
+
+__all__ = [
+    "TAPState",
+    "solve",
+    "clamped_state",
+    "free_energy",
+    "log_likelihood",
+    "unique",
+    "tap_gradients",
+]
+
+
+@dataclasses.dataclass
+class TAPState:
+    """K TAP solutions (or iterates) of a layered machine.
+
+    Attributes
+    ----------
+    a, c : list of Tensor, one (K, N_l) tensor per layer
+        Means and variances of the units (layer 0 is visible).
+    A, B : list of Tensor, one (K, N_l) tensor per layer
+        Quadratic and linear fields of the last update of each layer (eqs. 33-34). For a clamped
+        visible layer they are zeros and play no role.
+    iterations : Tensor of shape (K,), int64
+        Number of iterations each row performed (the iteration at which it converged, or
+        ``max_iter``).
+    converged : Tensor of shape (K,), bool
+        Whether the row met the convergence criterion of ``solve``.
+    clamped : bool
+        True if the visible layer was held fixed at data (a_0 = x, c_0 = 0, App. E); the
+        visible layer then contributes no term to the free energy.
+    """
+
+    a: list[Tensor]
+    c: list[Tensor]
+    A: list[Tensor]
+    B: list[Tensor]
+    iterations: Tensor
+    converged: Tensor
+    clamped: bool = False
+
+    @property
+    def n_rows(self) -> int:
+        return self.a[0].shape[0]
+
+    def magnetisations(self) -> Tensor:
+        """All layers' means side by side, shape (K, sum_l N_l)."""
+        return torch.cat(self.a, dim=1)
+
+    def select(self, index) -> TAPState:
+        """The rows ``index`` (a boolean mask or integer indices) as a new state."""
+
+        def take(ts):
+            return [t[index] for t in ts]
+
+        return TAPState(
+            a=take(self.a),
+            c=take(self.c),
+            A=take(self.A),
+            B=take(self.B),
+            iterations=self.iterations[index],
+            converged=self.converged[index],
+            clamped=self.clamped,
+        )
+
+    def detach(self) -> TAPState:
+        """A copy whose tensors carry no autograd history."""
+
+        def det(ts):
+            return [t.detach() for t in ts]
+
+        return dataclasses.replace(self, a=det(self.a), c=det(self.c), A=det(self.A), B=det(self.B))
+
+
+# --------------------------------------------------------------------------------------------
+# Inference (Alg. 1, App. E)
+# --------------------------------------------------------------------------------------------
+
+
+def _as_rows(t: Tensor, K: int, n: int, dtype, device) -> Tensor:
+    """A fresh (K, n) tensor in the machine's dtype from a (K, n) or (n,) input."""
+    t = torch.as_tensor(t, dtype=dtype, device=device)
+    return t.expand(K, n).clone()
+
+
+def _layer_fields(l, a, c, weights, squares):
+    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l`` (batched matmuls)."""
+    n_couplings = len(weights)
+    A = None
+    field = None
+    if l > 0:
+        A = torch.mm(c[l - 1], squares[l - 1])
+        field = torch.mm(a[l - 1], weights[l - 1])
+    if l < n_couplings:
+        if A is None:
+            A = torch.mm(c[l + 1], squares[l].T)
+            field = torch.mm(a[l + 1], weights[l].T)
+        else:
+            A.addmm_(c[l + 1], squares[l].T)
+            field.addmm_(a[l + 1], weights[l].T)
+    A.neg_()
+    # B = A * a_old + field (Onsager reaction term uses the layer's previous mean).
+    B = field.addcmul_(A, a[l])
+    return A, B
+
+
+def solve(
+    machine: BoltzmannMachine,
+    a_visible: Tensor | None = None,
+    c_visible: Tensor | None = None,
+    damping: float = 0.5,
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    clamp: Tensor | bool | None = None,
+    a_hidden: Sequence[Tensor] | None = None,
+    c_hidden: Sequence[Tensor] | None = None,
+) -> TAPState:
+    """Iterate the TAP equations from K initialisations at once (Alg. 1; App. E for L > 1).
+
+    One iteration updates all odd layers from their neighbours, then all even layers (for an
+    RBM: hidden side, then visible side, exactly Alg. 1). Each layer's update is
+
+        A_l = -sum_{neighbours m} (W_lm * W_lm) c_m,   B_l = A_l a_l^old + sum_m W_lm a_m,
+        a_l <- damping * a_l^old + (1 - damping) * f_a(B_l, A_l),
+        c_l <- damping * c_l^old + (1 - damping) * f_c(B_l, A_l),
+
+    so ``damping=0`` is the undamped iteration and the paper's experiments use 0.5. The Onsager
+    term uses the layer's own previous (damped) mean a_l^old. Initial values the caller did not
+    pass (``c_visible``, ``a_hidden``, ``c_hidden`` left at their defaults) are placeholders: the
+    first update of such a quantity is taken undamped, so that e.g. the first hidden update of
+    an RBM is exactly Alg. 1's, whatever the damping.
+
+    Convergence: after each iteration, a row's criterion is the mean, over all units of all
+    iterated layers (hidden layers only when clamped), of the squared difference between the
+    successive (damped) iterates of the means a. A row whose criterion is below ``tol`` is
+    frozen (no longer updated) and marked converged, with ``iterations`` the iteration count at
+    which that happened; the loop stops when every row has converged or after ``max_iter``
+    iterations (unconverged rows report ``iterations == max_iter``).
+
+    Parameters
+    ----------
+    machine : BoltzmannMachine
+    a_visible : Tensor of shape (K, N_0)
+        Initial visible means, one initialisation per row (eq. 37: data points).
+    c_visible : Tensor of shape (K, N_0) or (N_0,), default zeros (eq. 38)
+        Initial visible variances (ignored when clamped: c_0 = 0).
+    damping : float in [0, 1)
+        Weight of the old iterate, see above.
+    tol : float
+        Threshold on the mean squared step of the a's.
+    max_iter : int
+        Maximum number of iterations.
+    clamp : Tensor of shape (K, N_0), True or None
+        Clamped inference (App. E): the visible layer is held at the given data (or at
+        ``a_visible`` if ``True``) with c_0 = 0, and only hidden layers iterate. The resulting
+        state has ``clamped=True``.
+    a_hidden, c_hidden : sequence of Tensor, one per hidden layer, optional
+        Initial hidden means (default: the prior means f_a(0, 0)) and variances (default 0).
+        For an RBM the first hidden update only reads a_hidden through the Onsager term,
+        which vanishes when c_visible = 0.
+
+    Returns
+    -------
+    TAPState
+        Final a, c of all layers, the fields A, B of each layer's last update, per-row iteration
+        counts and the converged mask.
+    """
+    if not 0.0 <= damping < 1.0:
+        raise ValueError(f"damping must be in [0, 1), got {damping}")
+    dtype, device = machine.dtype, machine.device
+    sizes = machine.sizes
+    n_layers = len(sizes)
+    clamped = clamp is not None and clamp is not False
+    if clamped and not isinstance(clamp, bool):
+        a_visible = clamp
+    if a_visible is None:
+        raise ValueError("solve needs a_visible (or clamp=data)")
+    a_visible = torch.as_tensor(a_visible, dtype=dtype, device=device)
+    if a_visible.dim() != 2 or a_visible.shape[1] != sizes[0]:
+        raise ValueError(f"a_visible must have shape (K, {sizes[0]}), got {tuple(a_visible.shape)}")
+    K = a_visible.shape[0]
+    if isinstance(a_hidden, Tensor):
+        a_hidden = [a_hidden]
+    if isinstance(c_hidden, Tensor):
+        c_hidden = [c_hidden]
+
+    # Initial values; `given_*[l]` records whether the caller supplied them (defaults are
+    # placeholders: the first update of a defaulted quantity is not damped towards it).
+    a = [a_visible.clone()]
+    given_a, given_c = [True], [c_visible is not None]
+    if clamped or c_visible is None:
+        c = [torch.zeros(K, sizes[0], dtype=dtype, device=device)]
+    else:
+        c = [_as_rows(c_visible, K, sizes[0], dtype, device)]
+    for l in range(1, n_layers):
+        given_a.append(a_hidden is not None)
+        given_c.append(c_hidden is not None)
+        if a_hidden is not None:
+            a.append(_as_rows(a_hidden[l - 1], K, sizes[l], dtype, device))
+        else:
+            zero = torch.zeros(sizes[l], dtype=dtype, device=device)
+            a.append(_as_rows(machine.priors[l].moments(zero, zero)[0], K, sizes[l], dtype, device))
+        if c_hidden is not None:
+            c.append(_as_rows(c_hidden[l - 1], K, sizes[l], dtype, device))
+        else:
+            c.append(torch.zeros(K, sizes[l], dtype=dtype, device=device))
+
+    # Outputs: full-size buffers, filled as rows converge (and at the end).
+    out_a = [t.clone() for t in a]
+    out_c = [t.clone() for t in c]
+    out_A = [torch.zeros_like(t) for t in a]
+    out_B = [torch.zeros_like(t) for t in a]
+    iterations = torch.full((K,), max_iter, dtype=torch.long, device=device)
+    converged = torch.zeros(K, dtype=torch.bool, device=device)
+
+    with torch.no_grad():
+        weights = [W.detach() for W in machine.weights]
+        squares = [W * W for W in weights]
+        priors = machine.priors
+        order = [l for parity in (1, 0) for l in range(parity, n_layers, 2)]
+        if clamped:
+            order = [l for l in order if l != 0]
+        n_iterated = sum(sizes[l] for l in order)
+        A = [torch.zeros_like(t) for t in a]
+        B = [torch.zeros_like(t) for t in a]
+        active = torch.arange(K, device=device)  # original row of each working row
+
+        for t in range(1, max_iter + 1):
+            step = torch.zeros(a[0].shape[0], dtype=dtype, device=device)
+            for l in order:
+                A[l], B[l] = _layer_fields(l, a, c, weights, squares)
+                a_new, c_new = priors[l].moments(B[l], A[l])
+                if damping > 0.0 and (t > 1 or given_a[l]):
+                    a_new = a_new.lerp(a[l], damping)
+                if damping > 0.0 and (t > 1 or given_c[l]):
+                    c_new = c_new.lerp(c[l], damping)
+                step += (a_new - a[l]).square_().sum(1)
+                a[l], c[l] = a_new, c_new
+            done = step / n_iterated < tol
+            if t == max_iter:
+                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, slice(None))
+                converged[active] = done
+                iterations[active[done]] = t
+                break
+            if bool(done.any()):
+                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, done)
+                converged[active[done]] = True
+                iterations[active[done]] = t
+                keep = ~done
+                if not bool(keep.any()):
+                    break
+                active = active[keep]
+                a, c = [x[keep] for x in a], [x[keep] for x in c]
+                A, B = [x[keep] for x in A], [x[keep] for x in B]
+
+    return TAPState(out_a, out_c, out_A, out_B, iterations, converged, clamped=clamped)
+
+
+def _store(out_a, out_c, out_A, out_B, a, c, A, B, active, rows):
+    """Copy working rows ``rows`` back to the output buffers at their original positions."""
+    target = active[rows]
+    for outs, ins in ((out_a, a), (out_c, c), (out_A, A), (out_B, B)):
+        for o, x in zip(outs, ins, strict=True):
+            o[target] = x[rows]
+
+
+def clamped_state(machine: BoltzmannMachine, x: Tensor, **solve_kwargs) -> TAPState:
+    """TAP solutions with the visible layer clamped at the data rows ``x`` (App. E).
+
+    For an RBM the hidden units are conditionally independent given x and the clamped solution
+    is exact and closed-form: A_1 = 0, B_1 = W^T x, a_1 = f_a(W^T x, 0), c_1 = f_c(W^T x, 0).
+    For deeper machines this runs ``solve(machine, clamp=x, **solve_kwargs)``.
+    """
+    x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
+    if machine.n_layers > 2:
+        return solve(machine, clamp=x, **solve_kwargs)
+    M = x.shape[0]
+    B1 = x @ machine.W
+    A1 = torch.zeros_like(B1)
+    a1, c1 = machine.hidden.moments(B1, A1)
+    zeros = torch.zeros_like(x)
+    return TAPState(
+        a=[x, a1],
+        c=[zeros, c1],
+        A=[zeros, A1],
+        B=[zeros, B1],
+        iterations=torch.ones(M, dtype=torch.long, device=x.device),
+        converged=torch.ones(M, dtype=torch.bool, device=x.device),
+        clamped=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Free energy and log-likelihood (eqs. 36, 39; App. E)
+# --------------------------------------------------------------------------------------------
+
+
+def _site_terms(prior, a, c, B, A) -> Tensor:
+    """Per-row sum over a layer of ln Z(B, A) - B a + A (a^2 + c) / 2 (eq. 36, first lines)."""
+    return (prior.log_partition(B, A) - B * a + 0.5 * A * (a * a + c)).sum(-1)
+
+
+def _coupling_terms(W, a0, c0, a1, c1) -> Tensor:
+    """Per-row a0^T W a1 + (1/2) c0^T (W * W) c1 (eq. 36, last line)."""
+    return ((a0 @ W) * a1).sum(-1) + 0.5 * ((c0 @ (W * W)) * c1).sum(-1)
+
+
+def free_energy(machine: BoltzmannMachine, state: TAPState) -> Tensor:
+    """TAP free energy F of each row of ``state``, shape (K,).
+
+    F = -(right-hand side of eq. 36), extended to layered machines (App. E, eq. 125): a sum of
+    site terms over all free layers plus coupling terms between neighbouring layers. At a TAP
+    solution, -F approximates ln Z up to O(W^3), with Z normalised so that ln Z = 0 at W = 0.
+    For a clamped state the visible layer's site term is omitted (a delta prior at the data
+    contributes zero) and -F approximates ln sum_h exp(x^T W_0 h_1 + ...) prod P(h), the
+    clamped log-partition of eq. (121).
+
+    The expression is evaluated with the state's own A and B (it is the variational eq. 36), so
+    it is differentiable w.r.t. the machine parameters with the state held fixed.
+    """
+    neg_F = 0.0
+    for l, prior in enumerate(machine.priors):
+        if l == 0 and state.clamped:
+            continue
+        neg_F = neg_F + _site_terms(prior, state.a[l], state.c[l], state.B[l], state.A[l])
+    for l, W in enumerate(machine.weights):
+        neg_F = neg_F + _coupling_terms(W, state.a[l], state.c[l], state.a[l + 1], state.c[l + 1])
+    return -neg_F
+
+
+def log_likelihood(
+    machine: BoltzmannMachine,
+    x: Tensor,
+    states: TAPState,
+    per_unit: bool = False,
+    clamped: TAPState | None = None,
+    **solve_kwargs,
+) -> Tensor:
+    """TAP log-likelihood of each data row (eq. 39; App. E eq. 121 for deep machines), (M,).
+
+        ln P(x) ~ sum_i ln P_i(x_i) + [data term] + (1/K) sum_k F(solution k),
+
+    where F = ``free_energy`` (an estimate of -ln Z). For an RBM the data term is exact:
+    sum_j ln Z_j^h(sum_i W_ij x_i, 0). For deeper machines it is -F of the clamped TAP solution
+    (App. E), taken from ``clamped`` if given, else computed by ``clamped_state(machine, x,
+    **solve_kwargs)``. The average runs over all K rows of ``states`` (use ``states.select`` to
+    keep, e.g., only converged or unique solutions). With ``per_unit`` the result is divided by
+    the total number of units sum_l N_l (Nv + Nh for an RBM), the paper's normalisation.
+    """
+    x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
+    ll = machine.visible.log_prob(x).sum(-1)
+    if machine.n_layers == 2:
+        B = x @ machine.W
+        ll = ll + machine.hidden.log_partition(B, torch.zeros_like(B)).sum(-1)
+    else:
+        if clamped is None:
+            clamped = clamped_state(machine, x, **solve_kwargs)
+        if not clamped.clamped:
+            raise ValueError("`clamped` must come from clamped inference (solve(..., clamp=x))")
+        ll = ll - free_energy(machine, clamped)
+    ll = ll + free_energy(machine, states).mean()
+    if per_unit:
+        ll = ll / sum(machine.sizes)
+    return ll
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients (eqs. 40-42; App. E eqs. 126-129)
+# --------------------------------------------------------------------------------------------
+
+
+def _moment_gradients(machine: BoltzmannMachine, state: TAPState):
+    """Row-averaged gradient of -F(state) w.r.t. W_l and each free layer's prior parameters.
+
+    d(-F)/dW_l = <a_l a_{l+1}^T> + W_l * <c_l c_{l+1}^T>, and d(-F)/dtheta_l = <d ln Z_l(B_l, A_l)
+    / d theta_l>, with <.> the mean over rows (the state is held fixed).
+    """
+    K = state.n_rows
+    dW = []
+    for l, W in enumerate(machine.weights):
+        aa = state.a[l].T @ state.a[l + 1]
+        cc = state.c[l].T @ state.c[l + 1]
+        dW.append((aa + W * cc) / K)
+    dP = []
+    for l, prior in enumerate(machine.priors):
+        if l == 0 and state.clamped:
+            dP.append(None)
+            continue
+        g = prior.grad_log_partition(state.B[l], state.A[l])
+        dP.append({k: v.mean(0) for k, v in g.items()})
+    return dW, dP
+
+
+def tap_gradients(
+    machine: BoltzmannMachine,
+    x: Tensor,
+    states: TAPState,
+    clamped: TAPState | None = None,
+    **solve_kwargs,
+) -> dict:
+    """Ascent direction of the batch-averaged TAP log-likelihood (eqs. 40-42; App. E 126-129).
+
+    With the M data rows ``x`` and the K solutions in ``states`` held fixed,
+
+        dW_l    = <d(-F_clamped)/dW_l>_data - <a_l a_{l+1}^T + W_l * c_l c_{l+1}^T>_solutions,
+        dtheta_0 = <d ln P_0(x)/dtheta_0>_data - <d ln Z_0(B_0, A_0)/dtheta_0>_solutions,
+        dtheta_l = <d ln Z_l(B_l-bar, A_l-bar)/dtheta_l>_data - <d ln Z_l(B_l, A_l)/dtheta_l>_sol.,
+
+    For an RBM the data terms are exact (eq. 40: x f_a^h(W^T x, 0); eq. 41: d ln Z^h(W^T x, 0)).
+    For deeper machines they use clamped TAP solutions (``clamped`` or ``clamped_state``).
+    No regularisation or momentum.
+
+    Returns
+    -------
+    dict
+        {"weights": [dW_0, ...], "priors": [{name: grad} per layer]}, shapes as the parameters.
+    """
+    x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
+    if clamped is None:
+        clamped = clamped_state(machine, x, **solve_kwargs)
+    data_W, data_P = _moment_gradients(machine, clamped)
+    model_W, model_P = _moment_gradients(machine, states)
+    data_P[0] = {k: v.mean(0) for k, v in machine.visible.grad_log_prob(x).items()}
+    weights = [d - m for d, m in zip(data_W, model_W, strict=True)]
+    priors = [{k: dp[k] - mp[k] for k in dp} for dp, mp in zip(data_P, model_P, strict=True)]
+    return {"weights": weights, "priors": priors}
+
+
+# --------------------------------------------------------------------------------------------
+# Deduplication of solutions
+# --------------------------------------------------------------------------------------------
+
+
+def unique(states: TAPState, tol: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Group converged solutions whose means (all layers' a) agree within ``tol`` (max-abs).
+
+    Rule (independent of the order of the rows): the converged rows are put in a canonical
+    order -- lexicographic order of their concatenated means, with the column of largest range
+    compared first (ties to the lowest column) and the others in natural order. Walking that
+    order, each row not yet assigned becomes the representative of a new group, and every
+    unassigned row within max-abs distance ``tol`` of it joins that group (leader clustering;
+    a row joins the first representative in canonical order that is within ``tol``). Groups are
+    numbered in canonical order of their representatives. Rows that are not converged are
+    excluded. Exactly equal rows always share a group.
+
+    Returns
+    -------
+    representatives : Tensor (G,), int64
+        Row index of each group's representative.
+    inverse : Tensor (K,), int64
+        Group of each row, -1 for rows that are not converged.
+    counts : Tensor (G,), int64
+        Group sizes.
+    """
+    device = states.a[0].device
+    K = states.n_rows
+    inverse = torch.full((K,), -1, dtype=torch.long)
+    rows = torch.nonzero(states.converged.cpu(), as_tuple=True)[0]
+    if rows.numel() == 0:
+        empty = torch.zeros(0, dtype=torch.long)
+        return empty.to(device), inverse.to(device), empty.to(device)
+    X = torch.cat([t.detach().cpu() for t in states.a], dim=1)[rows].to(torch.float64)
+    Xn = X.numpy()
+    spread = Xn.max(0) - Xn.min(0)
+    lead = int(np.argmax(spread))
+    # np.lexsort sorts by the last key first.
+    keys = [Xn[:, j] for j in range(Xn.shape[1] - 1, -1, -1)] + [Xn[:, lead]]
+    perm = torch.from_numpy(np.lexsort(keys))
+    X = X[perm]
+    key = X[:, lead].contiguous()
+    group = torch.full((X.shape[0],), -1, dtype=torch.long)
+    reps, counts = [], []
+    for p in range(X.shape[0]):
+        if group[p] >= 0:
+            continue
+        # Only rows later in canonical order with lead coordinate within tol can match.
+        end = int(torch.searchsorted(key, key[p] + tol, right=True))
+        window = torch.arange(p, end)
+        window = window[group[p:end] < 0]
+        close = (X[window] - X[p]).abs().amax(1) <= tol
+        members = window[close]
+        group[members] = len(reps)
+        reps.append(p)
+        counts.append(members.numel())
+    inverse[rows[perm]] = group
+    representatives = rows[perm[torch.tensor(reps, dtype=torch.long)]]
+    counts = torch.tensor(counts, dtype=torch.long)
+    return representatives.to(device), inverse.to(device), counts.to(device)

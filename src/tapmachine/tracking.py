@@ -28,6 +28,7 @@ __all__ = [
     "experiment_id",
     "init_store",
     "start_run",
+    "attach_run",
     "ui_link",
 ]
 
@@ -214,3 +215,19 @@ def _terminate(run: Run, status: str) -> None:
             run._client.set_terminated(run.run_id, status=status)
         except Exception as err:  # noqa: BLE001
             _warn("set_terminated", err)
+
+
+def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
+    """A handle on an existing run (e.g. a model's training run) to add metrics or artifacts.
+
+    The run's status is left as it is. Without a manifest or run id the handle does nothing.
+    """
+    if manifest is None or not run_id:
+        return Run(None, None)
+    try:
+        info = json.loads(Path(manifest).read_text())
+        uri = os.environ.get(_ENV) or info["tracking_uri"]
+        return Run(_client(uri), run_id)
+    except Exception as err:  # noqa: BLE001
+        _warn("attach_run", err)
+        return Run(None, None)

@@ -470,7 +470,15 @@ def train_from_spec(
             on_epoch=log_epoch,
         )
         _save_atomic(
-            {"machine": machine_state(machine), "spec": spec, "name": name, "history": history},
+            {
+                "machine": machine_state(machine),
+                "spec": spec,
+                "name": name,
+                "history": history,
+                "mlflow_run_id": run.run_id,
+                "dataset": ds.name,
+                "substitute": ds.provenance.get("substitute"),
+            },
             outdir / "model.pt",
         )
         write_metrics_csv(history, outdir / "metrics.csv")

@@ -75,20 +75,23 @@ def test_resume_gives_identical_results(tmp_path):
     assert [h["tap_ll"] for h in hist_a] == [h["tap_ll"] for h in hist_b]
 
 
-def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path):
-    x = bars_and_stripes()
+def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path, monkeypatch):
+    x = bars_and_stripes()  # 30 rows: 3 batches of 10 per epoch
+    real_gradients = training._gradients
+    calls = []
+
+    def blow_up_in_epoch_2(*args):
+        grads = real_gradients(*args)
+        calls.append(1)
+        if len(calls) > 4:
+            grads["weights"] = [torch.full_like(w, float("nan")) for w in grads["weights"]]
+        return grads
+
+    monkeypatch.setattr(training, "_gradients", blow_up_in_epoch_2)
     g = training.seeded_generator(1, "div")
     m = training.build_machine(SPEC, x, 0.01, g)
-    training.train(m, x, settings(epochs=1), g, checkpoint_dir=tmp_path, progress=False)
-    with pytest.raises(TrainingError, match="diverged at epoch 2"):
-        training.train(
-            m,
-            x,
-            settings(epochs=2, learning_rate=1e308),
-            g,
-            checkpoint_dir=tmp_path,
-            progress=False,
-        )
+    with pytest.raises(TrainingError, match="diverged at epoch 2, batch 1: weights"):
+        training.train(m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == ["epoch_1.pt"]
 
 
@@ -132,3 +135,34 @@ def test_seeded_generators_are_reproducible_and_distinct():
     b = torch.rand(3, generator=training.seeded_generator(1, "m", "train"))
     c = torch.rand(3, generator=training.seeded_generator(1, "m", "harvest"))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_changed_settings_restart_instead_of_resuming(tmp_path):
+    x = bars_and_stripes()
+    g = training.seeded_generator(2, "stale")
+    m = training.build_machine(SPEC, x, 0.01, g)
+    training.train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
+    g = training.seeded_generator(2, "stale")
+    _, history = training.train(
+        m, x, settings(epochs=3, learning_rate=0.01), g, checkpoint_dir=tmp_path, progress=False
+    )
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert all(h["learning_rate"] == 0.01 for h in history)
+
+
+def test_more_epochs_extend_a_finished_run(tmp_path):
+    x = bars_and_stripes()
+    g = training.seeded_generator(4, "extend")
+    m = training.build_machine(SPEC, x, 0.01, g)
+    training.train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
+    g = training.seeded_generator(4, "extend")
+    m = training.build_machine(SPEC, x, 0.01, g)
+    _, history = training.train(
+        m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False
+    )
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == [
+        "epoch_1.pt",
+        "epoch_2.pt",
+        "epoch_3.pt",
+    ]

@@ -306,6 +306,27 @@ def _save_atomic(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:
+    """Identity of a training run for resuming: settings, initial machine and training data.
+
+    The number of epochs is left out when the step size is constant, so a finished run can be
+    extended; a decaying schedule depends on it, so there it counts.
+    """
+    h = hashlib.sha256()
+    fields = dataclasses.asdict(settings)
+    if not isinstance(settings.learning_rate, dict):
+        fields.pop("epochs")
+    h.update(repr(sorted(fields.items())).encode())
+    for W in machine.weights:
+        h.update(W.detach().cpu().contiguous().numpy().tobytes())
+    for prior in machine.priors:
+        h.update(type(prior).__name__.encode() + repr(prior.config()).encode())
+        for v in prior.params().values():
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    h.update(x_train.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
     found = sorted(ckpt_dir.glob("epoch_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
     return found[-1] if found else None
@@ -347,9 +368,19 @@ def train(
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt_dir is not None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
+        fingerprint = _fingerprint(machine, x_train, settings)
         last = _latest_checkpoint(ckpt_dir)
         if last is not None:
             blob = torch.load(last, map_location="cpu", weights_only=False)
+            if blob.get("fingerprint") != fingerprint:
+                print(
+                    f"checkpoints in {ckpt_dir} come from other settings or data: starting afresh",
+                    file=sys.stderr,
+                )
+                for stale in ckpt_dir.glob("epoch_*.pt"):
+                    stale.unlink()
+                last = None
+        if last is not None:
             machine = machine_from_state(blob["machine"], machine.device, machine.dtype)
             velocity = [v.to(machine.device) for v in blob["velocity"]]
             generator.set_state(blob["generator"])
@@ -399,6 +430,7 @@ def train(
                 "history": history,
                 "epoch": epoch,
                 "settings": dataclasses.asdict(settings),
+                "fingerprint": fingerprint,
             }
             _save_atomic(blob, ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:

@@ -166,3 +166,15 @@ def test_more_epochs_extend_a_finished_run(tmp_path):
         "epoch_2.pt",
         "epoch_3.pt",
     ]
+
+
+def test_rho_steps_stay_in_the_unit_interval_and_follow_the_gradient():
+    rho = torch.tensor([1e-4, 0.3, 0.5, 0.9999])
+    grad = torch.tensor([1e6, -50.0, 3.0, 1e6])
+    new = training._step_prior_parameter("rho", rho, grad, lr=0.01)
+    assert ((new > 0) & (new < 1)).all()
+    assert torch.equal(torch.sign(new - rho), torch.sign(grad))
+    U = torch.tensor([0.5])
+    assert training._step_prior_parameter(
+        "U", U, torch.tensor([2.0]), lr=0.1
+    ).item() == pytest.approx(0.7)

@@ -214,7 +214,22 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
     return contrastive.pcd_gradients(machine, x, chains, settings.sampling_steps, generator)
 
 
-_PRIOR_BOUNDS = {"rho": (1e-6, 1.0 - 1e-6)}
+_RHO_RANGE = (1e-6, 1.0 - 1e-6)
+
+
+def _step_prior_parameter(name: str, value: Tensor, grad: Tensor, lr: float) -> Tensor:
+    """theta <- theta + lr dtheta (Alg. 2); the mixture weight rho steps in logit space.
+
+    d ln L / d rho carries a factor 1 / (rho (1 - rho)) (eqs. 108-109), so a plain step on a
+    pixel that is almost always (or never) zero overshoots the unit interval. Stepping on
+    logit(rho) by lr * rho (1 - rho) * d ln L / d rho -- the same direction, rescaled by the
+    Fisher information of a Bernoulli variable -- keeps rho in (0, 1) without clipping bias.
+    """
+    if name != "rho":
+        return value + lr * grad
+    rho = value.clamp(*_RHO_RANGE)
+    logit = torch.log(rho) - torch.log1p(-rho)
+    return torch.sigmoid(logit + lr * rho * (1.0 - rho) * grad).clamp(*_RHO_RANGE)
 
 
 def _apply_update(machine, grads, velocity, lr, settings: TrainSettings):
@@ -229,12 +244,10 @@ def _apply_update(machine, grads, velocity, lr, settings: TrainSettings):
         if not dP:
             new_priors.append(prior)
             continue
-        updated = {}
-        for name, value in prior.params().items():
-            v = value + lr * dP[name]
-            if name in _PRIOR_BOUNDS:
-                v = v.clamp(*_PRIOR_BOUNDS[name])
-            updated[name] = v
+        updated = {
+            name: _step_prior_parameter(name, value, dP[name], lr)
+            for name, value in prior.params().items()
+        }
         new_priors.append(prior.replace(**updated))
     return machine.replace(priors=new_priors, weights=new_weights)
 

@@ -1,6 +1,7 @@
 """The training loop: learning happens, resume is exact, divergence stops cleanly."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -178,3 +179,16 @@ def test_rho_steps_stay_in_the_unit_interval_and_follow_the_gradient():
     assert training._step_prior_parameter(
         "U", U, torch.tensor([2.0]), lr=0.1
     ).item() == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("method", ["cd", "pcd"])
+def test_sampling_baselines_train_in_the_same_loop(method):
+    x = bars_and_stripes().repeat(4, 1)
+    g = training.seeded_generator(0, method)
+    machine = training.build_machine(SPEC, x, 0.01, g)
+    before = exact_mean_log_likelihood(machine, x)
+    machine, history = training.train(
+        machine, x, settings(epochs=40, learning_rate=0.3, method=method), g, progress=False
+    )
+    assert exact_mean_log_likelihood(machine, x) > before + 1.0
+    assert len(history) == 40 and all(math.isfinite(h["tap_ll"]) for h in history)

@@ -374,7 +374,7 @@ def train(
         from tapmachine import contrastive
 
         chains = contrastive.PersistentChains.from_data(
-            machine, x_train[: settings.batch_size], generator
+            x_train, n_chains=settings.batch_size, generator=generator
         )
     history: list[dict] = []
     start = 1

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import IntegrationWarning, quad
 
+from tapmachine import priors
 from tapmachine.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian
 
 F64, F32 = torch.float64, torch.float32
@@ -484,3 +485,138 @@ def test_moments_broadcast_over_batches():
     B = torch.from_numpy(np.linspace(-3, 3, 12).reshape(4, 3))
     a, c = tg.moments(B, torch.zeros(3, dtype=F64))
     assert a.shape == c.shape == (4, 3)
+
+
+# -------------------------------------------------------------------------- fast paths
+
+# Regime thresholds of the truncated Gaussian (see the table in tapmachine.priors): the closed
+# form holds for g <= G and width >= W, the two-tail form for g > G and width >= W, the general
+# (careful) regimes everywhere. g is the heavier bound in units of sqrt(2) standard deviations
+# from the mode, width = h sqrt(2 (A + V)) the box in the same units.
+G, W = priors._FAST_G, priors._FAST_WIDTH
+THRESHOLD_POINTS = [
+    (g, w)
+    for g in (G - 1e-9, G + 1e-9, G - 0.1, G + 0.1)
+    for w in (W - 1e-9, W + 1e-9, W + 0.05, 1.0, 3.0)
+] + [(g, w) for g in (-40.0, -4.0, -1.0, 0.0, 1.0) for w in (W - 1e-9, W + 1e-9, 1.0, 5.0)]
+
+
+def _tilted_at(points, lo, hi):
+    """(B, A) of Q with the given (g, width), leaning on ``upper`` (even rows) or ``lower``."""
+    h, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
+    g, w = _t([p[0] for p in points]), _t([p[1] for p in points])
+    s = 0.5 * (w / h) ** 2
+    c = g * torch.sqrt(2.0 * s) + h * s
+    c = torch.where(torch.arange(len(points)) % 2 == 0, c, -c)
+    return c + s * mid, s
+
+
+def _by_path(monkeypatch, path, B, A, lo, hi):
+    """ln Z, mean and variance of exp(-A x^2/2 + B x) on [lo, hi] through one regime only."""
+    fast_g, fast_w = {"closed": (G, W), "tail": (-math.inf, W), "general": (G, math.inf)}[path]
+    monkeypatch.setattr(priors, "_FAST_G", fast_g)
+    monkeypatch.setattr(priors, "_FAST_WIDTH", fast_w)
+    tg = TruncatedGaussian(torch.zeros_like(B), torch.zeros_like(B), lo, hi)  # uniform P
+    out = (tg.log_partition(B, A), *tg.moments(B, A))
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("lo,hi", [(0.0, 1.0), (-2.0, 3.0)])
+def test_fast_paths_agree_with_careful_at_thresholds(monkeypatch, lo, hi):
+    """Closed form, two-tail form and the careful regimes agree on both sides of G and W."""
+    B, A = _tilted_at(THRESHOLD_POINTS, lo, hi)
+    res = {
+        path: _by_path(monkeypatch, path, B, A, lo, hi) for path in ("closed", "tail", "general")
+    }
+    g = _t([p[0] for p in THRESHOLD_POINTS])
+    near_g = (g - G).abs() <= 0.2  # where the two-tail form is also valid
+    pairs = [("closed", "general", g <= G + 0.2), ("tail", "general", near_g)]
+    pairs.append(("closed", "tail", near_g))
+    for first, second, valid in pairs:
+        (z1, a1, c1), (z2, a2, c2) = res[first], res[second]
+        assert ((z1 - z2).abs() <= 1e-14 * (1 + z2.abs()))[valid].all(), (first, second)
+        assert ((a1 - a2).abs() <= 1e-13 * c2.sqrt())[valid].all(), (first, second)
+        assert ((c1 / c2 - 1).abs() <= 2e-12)[valid].all(), (first, second)
+
+
+def test_paths_with_and_without_autograd_agree():
+    """The in-place (no autograd) and out-of-place (autograd) evaluations agree to rounding.
+
+    Both run the same operations in slightly different orders; the closed forms amplify that
+    by up to ~5e3 (variance at the corner of their region), and ln Z is a difference of
+    anchored log-normalisers of size up to ~(|U + B| + |V + A|) max|bound|^2.
+    """
+    g = torch.Generator().manual_seed(4)
+    n = 4000
+    U = torch.randn(n, dtype=F64, generator=g) * 10.0 ** torch.randint(-2, 4, (n,), generator=g)
+    V = torch.randn(n, dtype=F64, generator=g) * 10.0 ** torch.randint(-3, 4, (n,), generator=g)
+    B, A = torch.randn(3, n, dtype=F64, generator=g), torch.randn(3, n, dtype=F64, generator=g)
+    rho = torch.rand(n, dtype=F64, generator=g)
+    for lo, hi in BOUNDS[:2]:
+        m = max(abs(lo), abs(hi))
+        scale = 1.0 + (U.abs() + B.abs()) * m + (V.abs() + A.abs()) * m * m
+        plain = TruncatedGaussian(U, V, lo, hi)
+        tracked = TruncatedGaussian(U.clone().requires_grad_(), V, lo, hi)
+        z, z_tracked = plain.log_partition(B, A), tracked.log_partition(B, A)
+        assert z_tracked.requires_grad
+        assert ((z - z_tracked.detach()).abs() <= 1e-14 * scale).all()
+        pairs = [*zip(plain.moments(B, A), tracked.moments(B, A), strict=True)]
+        grads = [plain.grad_log_partition(B, A), tracked.grad_log_partition(B, A)]
+        pairs += [(grads[0][k], grads[1][k]) for k in ("U", "V")]
+        mix = TruncatedGaussBernoulli(rho, U, V, min(lo, 0.0), hi)
+        mix_tracked = TruncatedGaussBernoulli(rho, U.clone().requires_grad_(), V, min(lo, 0.0), hi)
+        pairs += [*zip(mix.moments(B, A), mix_tracked.moments(B, A), strict=True)]
+        for x, y in pairs:
+            assert y.requires_grad
+            torch.testing.assert_close(x, y.detach(), atol=1e-12, rtol=1e-12)
+
+
+def _common_regime(dtype, seed=0, K=50, N=200):
+    """The regime of TAP inference on real-valued data: B ~ N(0, 1), A ~ -U(0, 0.1),
+    U ~ N(0, 1), V ~ U(0.5, 1.5), bounds [0, 1]."""
+    g = torch.Generator().manual_seed(seed)
+    U, V = torch.randn(N, generator=g), 0.5 + torch.rand(N, generator=g)
+    B, A = torch.randn(K, N, generator=g), -0.1 * torch.rand(K, N, generator=g)
+    return tuple(t.to(dtype) for t in (U, V, B, A))
+
+
+def test_float32_is_float64_rounded_once_in_the_common_regime():
+    """Float32 inputs are combined in float64: the results are the float64 ones, rounded."""
+    U, V, B, A = _common_regime(F32)
+    tg32 = TruncatedGaussian(U, V)
+    tg64 = TruncatedGaussian(U.double(), V.double())
+    B64, A64 = B.double(), A.double()
+    for x, y in zip(tg32.moments(B, A), tg64.moments(B64, A64), strict=True):
+        assert x.dtype == F32 and torch.equal(x, y.float())
+    assert torch.equal(tg32.log_partition(B, A), tg64.log_partition(B64, A64).float())
+    g32, g64 = tg32.grad_log_partition(B, A), tg64.grad_log_partition(B64, A64)
+    assert all(torch.equal(g32[k], g64[k].float()) for k in g32)
+
+
+# (U, V, regime) with B = A = 0 on [0, 1]: the closed regime of the sampler
+CLOSED_SAMPLE_CASES = [
+    (0.5, 1.0, "mode inside, wide"),
+    (4.0, 1.0, "mode 3 sd beyond upper"),
+    (-2.0, 1.0, "mode 2 sd below lower"),
+    (20.0, 40.0, "sharp mode in the middle"),
+    (1.0, 0.2, "box 0.45 sd wide"),
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_truncated_gaussian_sampling_closed_regime(dtype):
+    from scipy.stats import kstest, truncnorm
+
+    n, lo, hi = 40_000, 0.0, 1.0
+    U = _t([c[0] for c in CLOSED_SAMPLE_CASES], dtype)
+    V = _t([c[1] for c in CLOSED_SAMPLE_CASES], dtype)
+    tg = TruncatedGaussian(U, V, lo, hi)
+    B = torch.zeros(n, len(CLOSED_SAMPLE_CASES), dtype=dtype)
+    x = tg.sample(B, B, generator=torch.Generator().manual_seed(2))
+    assert x.dtype == dtype and ((x >= lo) & (x <= hi)).all()
+    _check_draws(x, *tg.moments(B[0].double(), B[0].double()), n)
+    for i, (u, v, regime) in enumerate(CLOSED_SAMPLE_CASES):
+        mu, sd = u / v, 1 / math.sqrt(v)
+        ref = truncnorm((lo - mu) / sd, (hi - mu) / sd, loc=mu, scale=sd)
+        assert kstest(x[:, i].double().numpy(), ref.cdf).pvalue > 1e-3, regime

@@ -5,6 +5,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+# `snakemake --report report.html`: every figure with its caption (workflow/report/).
+report: "workflow/report/workflow.rst"
+
+
 # A --configfile replaces the embedded default rather than being merged into it, so a paper-size
 # run never inherits the reduced models of config.yaml.
 if not workflow.overwrite_configfiles:
@@ -16,6 +20,9 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/likelihood.smk"
+include: "workflow/rules/harvest.smk"
+include: "workflow/rules/figures.smk"
 
 
 localrules:
@@ -23,10 +30,18 @@ localrules:
     tracking_init,
     data,
     train,
+    fig12,
+    likelihood_table,
+    harvest,
+    figures,
 
 
 rule all:
     input:
         rules.data.input,
         rules.train.input,
+        rules.fig12.input,
+        rules.likelihood_table.input,
+        rules.harvest.input,
+        rules.figures.input,
     default_target: True

@@ -26,7 +26,7 @@ def test_shipped_configs_validate(name):
     config = validate(load(name), SCHEMA)
     assert config["models"], "a shipped config must declare models"
     for model in config["models"].values():
-        assert model["tap"]["tol"] == pytest.approx(1e-8)
+        assert model["tap"]["tol"] == pytest.approx(1e-12)
 
 
 def test_defaults_are_filled(default):
@@ -36,7 +36,7 @@ def test_defaults_are_filled(default):
     assert model["tap"] == {
         "damping": 0.5,
         "train_iterations": 3,
-        "tol": 1e-8,
+        "tol": 1e-12,
         "max_iter": 500,
         "dedup_tol": 0.01,
     }

@@ -84,4 +84,89 @@ def validate(config: dict, schema_file: str | Path) -> dict:
                 f"config error at models.{name}.learning_rate: end {rate['end']} exceeds "
                 f"start {rate['start']} (schedules decay)"
             )
+    _check_likelihood(config)
+    _check_harvest_and_figures(config)
     return config
+
+
+def _check_likelihood(config: dict) -> None:
+    """likelihood.*: named models exist, are RBMs, and fig12's epochs exist; AIS settings."""
+    section = config.get("likelihood", {})
+    fig12, tab = section.get("fig12", {}), section.get("table", {})
+    named = [("likelihood.fig12.model", fig12.get("model"))]
+    named += [(f"likelihood.table.models[{i}]", m) for i, m in enumerate(tab.get("models", []))]
+    for key, name in named:
+        if name is None:
+            continue
+        if name not in config["models"]:
+            raise ConfigError(
+                f"config error at {key}: {name!r} is not a model of `models` "
+                f"(known: {', '.join(config['models']) or 'none'})"
+            )
+        if len(config["models"][name]["hidden"]) != 1:
+            raise ConfigError(f"config error at {key}: {name!r} is not an RBM (one hidden layer)")
+    if fig12.get("model") is not None and isinstance(fig12.get("epochs"), list):
+        last = config["models"][fig12["model"]]["epochs"]
+        late = [e for e in fig12["epochs"] if e > last]
+        if late:
+            raise ConfigError(
+                f"config error at likelihood.fig12.epochs: {late} exceed the {last} epochs of "
+                f"model {fig12['model']!r}"
+            )
+    for part in ("fig12", "table"):
+        ais = section.get(part, {}).get("ais", {})
+        if ais.get("schedule") == "linear" and ais.get("n_betas") is None:
+            raise ConfigError(
+                f"config error at likelihood.{part}.ais.n_betas: a linear schedule needs n_betas"
+            )
+
+
+def _check_harvest_and_figures(config: dict) -> None:
+    """Harvested epochs exist (checkpoints), figures name known models and harvested epochs."""
+    models, harvest = config["models"], config.get("harvest", {})
+    for name, entry in harvest.items():
+        if name not in models:
+            raise ConfigError(
+                f"config error at harvest.{name}: {name!r} is not a model of `models`"
+            )
+        epochs = models[name]["epochs"]
+        late = sorted(e for e in entry["epochs"] if e > epochs)
+        if late:
+            raise ConfigError(
+                f"config error at harvest.{name}.epochs: {late} exceed the model's {epochs} "
+                "training epochs (each harvested epoch needs that epoch's checkpoint)"
+            )
+    figures = config.get("figures", {})
+    for fig in ("fig3", "fig4"):
+        for name in figures.get(fig, {}).get("models", []):
+            if name not in models:
+                raise ConfigError(
+                    f"config error at figures.{fig}.models: {name!r} is not a model of `models`"
+                )
+    for fig in ("fig5", "fig6", "fig7"):
+        if fig not in figures:
+            continue
+        spec = figures[fig]
+        name = spec["model"]
+        if name not in harvest:
+            raise ConfigError(
+                f"config error at figures.{fig}.model: {name!r} has no `harvest` entry "
+                "(the figure draws harvested TAP solutions)"
+            )
+        harvested = harvest[name]["epochs"]
+        key = "slices" if fig == "fig5" else "epochs"
+        missing = sorted(set(spec.get(key) or []) - set(harvested))
+        if missing:
+            raise ConfigError(
+                f"config error at figures.{fig}.{key}: {missing} are not harvested epochs of "
+                f"{name} (harvest.{name}.epochs: {harvested})"
+            )
+    fig7 = figures.get("fig7")
+    if fig7 and fig7["n_images"] is not None:
+        n_init = harvest[fig7["model"]]["n_init"]
+        if n_init is not None and fig7["n_images"] > n_init:
+            raise ConfigError(
+                f"config error at figures.fig7.n_images: {fig7['n_images']} exceeds "
+                f"harvest.{fig7['model']}.n_init = {n_init} (fig7 uses the harvest's "
+                "initialisations)"
+            )

@@ -1,0 +1,274 @@
+"""Fig. 12 (App. F): TAP log-likelihood, AIS log-likelihood and pseudo-likelihood after each epoch.
+
+Drawn from ``results/eval/{model}/scores.csv`` (``likelihood.score_checkpoints``: one row per
+epoch, all three measures on the same parameters). Every value is in nats per image: the TAP
+log-likelihood unnormalised (eq. 39; Fig. 3 divides it by Nv + Nh), the AIS log-likelihood
+-F(x) - ln Z_AIS with the band from ln Z_AIS +- 3 stderr, and the stochastic pseudo-likelihood
+(``pl_sites`` random sites per block of images, scaled to all Nv sites). Test images are drawn
+solid, training images (the rows the model was trained on, as in Fig. 3) dashed.
+
+Claim (reproduction.md): all three increase together. The table gives, per split, each
+measure's change from the first to the last scored epoch, its Spearman rank correlation with
+the epoch, the Spearman correlation of each pair across epochs, the sign of every
+epoch-to-epoch change (drawn rows ``sign_*``) and the fraction of steps on which the three
+signs agree, and a verdict ``rise_together`` (1 when every measure rises from the first to the
+last epoch and every pairwise Spearman correlation is positive).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tapmachine.figures.common import (
+    FigureError,
+    FigureResult,
+    claim,
+    dataset_label,
+    model_info,
+    new_figure,
+    table,
+)
+
+__all__ = ["make", "agreement", "MEASURES"]
+
+#: column prefix -> label, colour
+MEASURES = {
+    "tap_ll": ("TAP (eq. 39)", "C0"),
+    "ais_ll": ("AIS", "C3"),
+    "pl": ("pseudo-likelihood", "C2"),
+}
+_SPLIT_STYLE = {"test": "-", "train": "--"}
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return math.nan
+    return float(spearmanr(a[ok], b[ok]).statistic)
+
+
+def agreement(epochs: np.ndarray, curves: dict[str, np.ndarray]) -> dict:
+    """Whether the curves rise together: per-measure and pairwise statistics across epochs.
+
+    Returns ``{"increase": {m: last - first}, "spearman_epoch": {m: rho}, "spearman_pair":
+    {(m1, m2): rho}, "signs": {m: sign of each step}, "steps_agree": fraction of steps on which
+    all signs are equal, "rise_together": bool}``.
+    """
+    names = list(curves)
+    out = {
+        "increase": {m: float(curves[m][-1] - curves[m][0]) for m in names},
+        "spearman_epoch": {m: _spearman(epochs, curves[m]) for m in names},
+        "spearman_pair": {},
+        "signs": {m: np.sign(np.diff(curves[m])) for m in names},
+    }
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            out["spearman_pair"][(a, b)] = _spearman(curves[a], curves[b])
+    signs = np.stack([out["signs"][m] for m in names]) if names else np.zeros((0, 0))
+    if signs.shape[1]:
+        out["steps_agree"] = float((signs == signs[0]).all(0).mean())
+    else:
+        out["steps_agree"] = math.nan
+    pairs = list(out["spearman_pair"].values())
+    out["rise_together"] = bool(
+        len(epochs) >= 2
+        and all(v > 0 for v in out["increase"].values())
+        and pairs
+        and all(np.isfinite(pairs))
+        and all(p > 0 for p in pairs)
+    )
+    return out
+
+
+def make(scores_csv, model_file) -> FigureResult:
+    """Fig. 12 from a model's per-epoch ``scores.csv`` and its ``model.pt``."""
+    info = model_info(model_file)
+    df = pd.read_csv(scores_csv)
+    if df.empty:
+        raise FigureError(f"{scores_csv}: no epochs scored")
+    need = {"epoch", "log_z_ais", "log_z_ais_stderr"}
+    missing = need - set(df.columns)
+    if missing:
+        raise FigureError(f"{scores_csv}: missing columns {sorted(missing)}")
+    df = df.sort_values("epoch").reset_index(drop=True)
+    splits = [
+        s for s in ("test", "train") if f"ais_ll_{s}" in df and df[f"ais_ll_{s}"].notna().any()
+    ]
+    if not splits:
+        raise FigureError(f"{scores_csv}: neither test nor train images were scored")
+    epochs = df["epoch"].to_numpy(float)
+    description = str(df["ais_description"].iloc[0]) if "ais_description" in df else "AIS"
+    pl_sites = int(df["pl_sites"].iloc[0]) if "pl_sites" in df else -1
+    nv = info.sizes[0] if info.sizes else "?"
+
+    fig = new_figure(14.5, 4.4)
+    ax_abs, ax_gain, ax_gap = fig.subplots(1, 3)
+    drawn, claims = [], []
+    for split in splits:
+        style = _SPLIT_STYLE[split]
+        n_images = int(df[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in df else -1
+        curves = {}
+        for key, (label, colour) in MEASURES.items():
+            col = f"{key}_{split}"
+            if col not in df or df[col].isna().all():
+                continue
+            y = df[col].to_numpy(float)
+            curves[key] = y
+            kw = {"color": colour, "linestyle": style, "marker": "." if len(y) < 30 else None}
+            ax_abs.plot(epochs, y, label=f"{label}, {split} ({n_images} images)", **kw)
+            ax_gain.plot(epochs, y - y[0], label=f"{label}, {split}", **kw)
+            if key == "ais_ll":
+                lo = df[f"ais_ll_{split}_lower"].to_numpy(float)
+                hi = df[f"ais_ll_{split}_upper"].to_numpy(float)
+                ax_abs.fill_between(epochs, lo, hi, color=colour, alpha=0.25, linewidth=0)
+                ax_gain.fill_between(
+                    epochs, lo - y[0], hi - y[0], color=colour, alpha=0.25, linewidth=0
+                )
+        if "ais_ll" in curves:
+            ais = curves["ais_ll"]
+            for key in ("tap_ll", "pl"):
+                if key in curves:
+                    label, colour = MEASURES[key]
+                    ax_gap.plot(
+                        epochs,
+                        curves[key] - ais,
+                        color=colour,
+                        linestyle=style,
+                        marker="." if len(ais) < 30 else None,
+                        label=f"{label} - AIS, {split}",
+                    )
+            half = 0.5 * (df[f"ais_ll_{split}_upper"] - df[f"ais_ll_{split}_lower"]).to_numpy(float)
+            ax_gap.fill_between(epochs, -half, half, color=MEASURES["ais_ll"][1], alpha=0.25, lw=0)
+        stats = agreement(epochs, curves)
+        for i, e in enumerate(epochs):
+            row = {"model": info.name, "split": split, "epoch": int(e), "n_images": n_images}
+            for key, y in curves.items():
+                row[key] = y[i]
+                row[f"sign_{key}"] = stats["signs"][key][i - 1] if i > 0 else math.nan
+            row["ais_ll_lower"] = df[f"ais_ll_{split}_lower"].iloc[i]
+            row["ais_ll_upper"] = df[f"ais_ll_{split}_upper"].iloc[i]
+            per_unit = f"tap_ll_per_unit_{split}"
+            row["tap_ll_per_unit"] = df[per_unit].iloc[i] if per_unit in df else math.nan
+            row["log_z_ais"] = df["log_z_ais"].iloc[i]
+            row["log_z_ais_stderr"] = df["log_z_ais_stderr"].iloc[i]
+            row["log_z_tap"] = df["log_z_tap"].iloc[i] if "log_z_tap" in df else math.nan
+            if i > 0:
+                signs = [stats["signs"][k][i - 1] for k in curves]
+                row["signs_agree"] = float(len(set(signs)) == 1)
+            drawn.append(row)
+        claims += _claims(info.name, split, stats)
+    first, last = int(epochs[0]), int(epochs[-1])
+    claims.append(
+        claim("ais_n_betas", float(df["ais_n_betas"].iloc[0]), info.name, description)
+        if "ais_n_betas" in df
+        else claim("ais_n_betas", math.nan, info.name, description)
+    )
+    claims.append(
+        claim(
+            "pl_sites",
+            float(pl_sites),
+            info.name,
+            f"pseudo-likelihood over {pl_sites} random sites of {nv} per block of images, "
+            f"scaled by {nv}/{pl_sites}: nats per image",
+        )
+    )
+    for split in splits:
+        n = int(df[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in df else -1
+        claims.append(
+            claim(
+                f"n_images.{split}",
+                float(n),
+                info.name,
+                f"first {n} {split} images scored; App. F scores each epoch 'as in Fig. 3(a)', "
+                "i.e. training images; test images are the held-out check",
+            )
+        )
+    claims.append(
+        claim(
+            "ais_log_z_stderr_max",
+            float(df["log_z_ais_stderr"].max()),
+            info.name,
+            "largest AIS standard error of ln Z over the epochs (the band is +- 3 of them)",
+        )
+    )
+
+    ax_abs.set_xlabel("epoch")
+    ax_abs.set_ylabel("log-likelihood (nats per image)")
+    ax_abs.set_title("(a) value; AIS band: ln Z +- 3 stderr", fontsize=9)
+    ax_gain.set_xlabel("epoch")
+    ax_gain.set_ylabel(f"change since epoch {first} (nats per image)")
+    ax_gain.set_title("(b) change since the first scored epoch", fontsize=9)
+    ax_gap.axhline(0.0, color=MEASURES["ais_ll"][1], linewidth=0.8)
+    ax_gap.set_xlabel("epoch")
+    ax_gap.set_ylabel("surrogate minus AIS (nats per image)")
+    ax_gap.set_title("(c) offset from AIS; band: AIS +- 3 stderr", fontsize=9)
+    ax_gap.legend(fontsize=6.5)
+    for ax in (ax_abs, ax_gain, ax_gap):
+        ax.grid(alpha=0.3)
+    ax_abs.legend(fontsize=6.5, loc="lower right")
+    together = {
+        c["claim"].split(".")[-1]: c["value"]
+        for c in claims
+        if c["claim"].startswith("rise_together")
+    }
+    verdict = "; ".join(f"{s}: {'yes' if v else 'no'}" for s, v in together.items())
+    fig.suptitle(
+        f"Fig. 12: TAP, AIS and pseudo-likelihood after each epoch (epochs {first}-{last}) -- "
+        f"{info.name} on {dataset_label(info.dataset, info.substitute)}\n"
+        f"AIS: {description}; PL: {pl_sites} of {nv} sites; rise together: {verdict}",
+        fontsize=9,
+    )
+    return FigureResult(
+        fig,
+        table(drawn, claims),
+        [info],
+        params={"scores_csv": str(scores_csv), "ais": description, "pl_sites": pl_sites},
+    )
+
+
+def _claims(model: str, split: str, stats: dict) -> list[dict]:
+    out = []
+    for key, value in stats["increase"].items():
+        out.append(
+            claim(f"increase_first_to_last.{key}.{split}", value, model, "rises: > 0 (nats)")
+        )
+    for key, value in stats["spearman_epoch"].items():
+        out.append(
+            claim(
+                f"spearman_with_epoch.{key}.{split}",
+                value,
+                model,
+                "Spearman rank correlation of the measure with the epoch (1 = monotone rise)",
+            )
+        )
+    for (a, b), value in stats["spearman_pair"].items():
+        out.append(
+            claim(
+                f"spearman.{a}_vs_{b}.{split}",
+                value,
+                model,
+                "Spearman rank correlation of the two measures across epochs",
+            )
+        )
+    out.append(
+        claim(
+            f"fraction_steps_signs_agree.{split}",
+            stats["steps_agree"],
+            model,
+            "fraction of epoch-to-epoch changes on which all three measures move the same way",
+        )
+    )
+    out.append(
+        claim(
+            f"rise_together.{split}",
+            bool(stats["rise_together"]),
+            model,
+            "1 = every measure rises from first to last epoch and every pairwise Spearman > 0",
+        )
+    )
+    return out

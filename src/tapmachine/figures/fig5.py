@@ -1,0 +1,236 @@
+"""Fig. 5: TAP free energies of the unique solutions over training, and their distribution.
+
+Top: for each harvested epoch, the free energy of every unique TAP solution (blue dots), their
+uniform average -- the Helmholtz free energy estimate (red line) -- and the number of unique
+solutions (green, right axis). Bottom: histograms of the unique solutions' free energies at
+selected epochs with a Gaussian kernel density estimate (Scott's bandwidth) on top.
+
+Claims (reproduction.md): the count starts at 1 and grows; unique solutions stay under 10% of
+the initialisations (Nh = 100); two free-energy bands on binary-MNIST. Bands are counted by a
+gap criterion on the sorted unique free energies: a new band starts at every gap wider than
+``BAND_GAP`` (10%) of the range of free energies at that epoch, and bands holding fewer than
+``BAND_MIN_SHARE`` (5%) of the unique solutions are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tapmachine.figures.common import (
+    FigureError,
+    FigureResult,
+    ModelInfo,
+    claim,
+    describe,
+    new_figure,
+    table,
+)
+
+__all__ = ["make", "count_bands", "gaussian_kde", "load_epochs", "default_slices"]
+
+BAND_GAP = 0.10
+BAND_MIN_SHARE = 0.05
+
+
+def count_bands(values, gap: float = BAND_GAP, min_share: float = BAND_MIN_SHARE):
+    """(number of bands, [(low, high, size), ...]) of 1-D values by the gap criterion above."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return 0, []
+    span = v[-1] - v[0]
+    if span <= 0:
+        return 1, [(float(v[0]), float(v[-1]), int(v.size))]
+    cuts = np.nonzero(np.diff(v) > gap * span)[0] + 1
+    bands = [b for b in np.split(v, cuts)]
+    kept = [(float(b[0]), float(b[-1]), int(b.size)) for b in bands if b.size >= min_share * v.size]
+    return len(kept), kept
+
+
+def gaussian_kde(values, grid) -> np.ndarray | None:
+    """Gaussian KDE with Scott's bandwidth, as a density on ``grid``; None if degenerate."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2 or not v.std() > 0:
+        return None
+    h = v.std(ddof=1) * v.size ** (-1.0 / 5.0)
+    z = (np.asarray(grid)[:, None] - v[None, :]) / h
+    return np.exp(-0.5 * z * z).sum(1) / (v.size * h * math.sqrt(2 * math.pi))
+
+
+def load_epochs(solution_files) -> tuple[list[dict], ModelInfo]:
+    """The solutions files of one model, sorted by epoch, and its ModelInfo."""
+    from tapmachine.harvest import HarvestError, load_solutions
+
+    if not solution_files:
+        raise FigureError("no solutions files given")
+    try:
+        sols = sorted((load_solutions(f) for f in solution_files), key=lambda s: s["epoch"])
+    except HarvestError as err:
+        raise FigureError(str(err)) from None
+    models = {s["model"] for s in sols}
+    if len(models) != 1:
+        raise FigureError(f"solutions files come from several models: {sorted(models)}")
+    epochs = [s["epoch"] for s in sols]
+    if len(set(epochs)) != len(epochs):
+        raise FigureError(f"solutions files repeat epochs: {epochs}")
+    first = sols[0]
+    info = ModelInfo(
+        name=first["model"],
+        dataset=first["dataset"],
+        substitute=first.get("substitute", ""),
+        train_run_id=first.get("train_run_id", ""),
+        harvest_run_ids={str(s["epoch"]): s.get("harvest_run_id", "") for s in sols},
+        sizes=tuple(int(n) for n in first["layer_sizes"]),
+    )
+    return sols, info
+
+
+def default_slices(epochs: list[int], n: int = 4) -> list[int]:
+    """Up to ``n`` epochs spread over the harvested ones, first and last included."""
+    if len(epochs) <= n:
+        return list(epochs)
+    picks = np.unique(np.round(np.linspace(0, len(epochs) - 1, n)).astype(int))
+    return [epochs[i] for i in picks]
+
+
+def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
+    """Fig. 5 from the solutions files of one model (any order)."""
+    sols, info = load_epochs(solution_files)
+    epochs = [s["epoch"] for s in sols]
+    slices = default_slices(epochs) if not slices else sorted(slices)
+    unknown = sorted(set(slices) - set(epochs))
+    if unknown:
+        raise FigureError(f"fig5 slices {unknown} were not harvested (harvested: {epochs})")
+
+    drawn, claims = [], []
+    helm, counts, fractions, bands = [], [], [], []
+    for s in sols:
+        Fu = np.asarray(s["unique_free_energy"], dtype=np.float64)
+        mult = np.asarray(s["multiplicity"])
+        K = int(s["converged"].shape[0])
+        n_bands, band_list = count_bands(Fu)
+        helm.append(float(Fu.mean()) if Fu.size else math.nan)
+        counts.append(int(Fu.size))
+        fractions.append(Fu.size / K)
+        bands.append(n_bands)
+        for g, (F, m) in enumerate(zip(Fu, mult, strict=True)):
+            drawn.append(
+                {
+                    "model": info.name,
+                    "epoch": s["epoch"],
+                    "solution": g,
+                    "free_energy": F,
+                    "multiplicity": int(m),
+                }
+            )
+        e = s["epoch"]
+        n_nc = int(K - s["converged"].sum())
+        claims += [
+            claim("n_unique", Fu.size, info.name, f"of {K} initialisations", e),
+            claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
+            claim("helmholtz_estimate", helm[-1], info.name, "mean F of unique solutions", e),
+            claim("free_energy_std", float(Fu.std()) if Fu.size else math.nan, info.name, "", e),
+            claim(
+                "n_bands",
+                n_bands,
+                info.name,
+                f"gap > {BAND_GAP:.0%} of range, bands >= {BAND_MIN_SHARE:.0%} of solutions: "
+                + "; ".join(f"[{lo:.4g}, {hi:.4g}] x{n}" for lo, hi, n in band_list),
+                e,
+            ),
+            claim("n_not_converged", n_nc, info.name, "excluded", e),
+            claim(
+                "min_separation",
+                s.get("min_separation", math.nan),
+                info.name,
+                f"closest pair of unique solutions (max-abs); dedup_tol {s.get('dedup_tol')}",
+                e,
+            ),
+        ]
+    from scipy.stats import spearmanr
+
+    growth = (
+        float(spearmanr(epochs, counts).statistic)
+        if len(epochs) > 2 and len(set(counts)) > 1
+        else math.nan
+    )
+    claims += [
+        claim("n_unique_first_epoch", counts[0], info.name, "paper: 1", epochs[0]),
+        claim("n_unique_last_epoch", counts[-1], info.name, "paper: grows", epochs[-1]),
+        claim("spearman_epoch_vs_n_unique", growth, info.name, "grows: > 0"),
+        claim(
+            "max_unique_fraction",
+            max(fractions),
+            info.name,
+            "paper: < 0.1 at every epoch (Nh = 100)",
+        ),
+        claim(
+            "epochs_with_two_or_more_bands",
+            int(sum(b >= 2 for b in bands)),
+            info.name,
+            f"of {len(epochs)} harvested epochs; paper: two bands on binary-MNIST",
+        ),
+    ]
+
+    fig = new_figure(max(7.0, 2.6 * len(slices)), 6.2)
+    gs = fig.add_gridspec(2, len(slices), height_ratios=[1.3, 1.0])
+    top = fig.add_subplot(gs[0, :])
+    xs = np.concatenate([[s["epoch"]] * len(s["unique_free_energy"]) for s in sols])
+    ys = np.concatenate([s["unique_free_energy"] for s in sols])
+    top.scatter(xs, ys, s=10, color="tab:blue", alpha=0.45, linewidths=0, label="unique solutions")
+    top.plot(epochs, helm, color="tab:red", marker="o", ms=3, label="Helmholtz estimate (mean)")
+    top.set_xlabel("epoch")
+    top.set_ylabel("TAP free energy F")
+    top.grid(alpha=0.3)
+    right = top.twinx()
+    right.plot(
+        epochs, counts, color="tab:green", marker="s", ms=3, label="number of unique solutions"
+    )
+    right.set_ylabel("number of unique solutions", color="tab:green")
+    right.set_ylim(bottom=0, top=max(counts) * 1.08 + 0.5)
+    from matplotlib.ticker import MaxNLocator
+
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    handles = top.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    top.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="best")
+    by_epoch = {s["epoch"]: s for s in sols}
+    for j, e in enumerate(slices):
+        ax = fig.add_subplot(gs[1, j])
+        Fu = np.asarray(by_epoch[e]["unique_free_energy"], dtype=np.float64)
+        if Fu.size:
+            lo, hi = Fu.min(), Fu.max()
+            pad = 0.05 * (hi - lo) if hi > lo else max(1e-3, 0.05 * abs(lo))
+            ax.hist(
+                Fu,
+                bins=min(40, max(5, Fu.size // 2)),
+                range=(lo - pad, hi + pad),
+                density=True,
+                color="tab:blue",
+                alpha=0.5,
+            )
+            grid = np.linspace(lo - pad, hi + pad, 300)
+            kde = gaussian_kde(Fu, grid)
+            if kde is not None:
+                ax.plot(grid, kde, color="tab:red", lw=1)
+        ax.set_title(f"epoch {e}: {Fu.size} unique", fontsize=8)
+        ax.set_xlabel("F", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(
+        f"Fig. 5: TAP free energies of unique solutions over training, {describe(info)} "
+        f"({int(sols[0]['converged'].shape[0])} data initialisations)",
+        fontsize=9,
+    )
+    return FigureResult(
+        fig,
+        table(drawn, claims),
+        [info],
+        params={
+            "epochs": epochs,
+            "slices": slices,
+            "band_gap": BAND_GAP,
+            "band_min_share": BAND_MIN_SHARE,
+        },
+    )

@@ -1,0 +1,208 @@
+"""Fig. 6: 2-D embedding of the unique TAP solutions over training, coloured by free energy.
+
+The embedding (Isomap, as the paper, or UMAP) of the solutions' visible and hidden
+magnetisations (a_v, a_h) is fitted on the last listed epoch; earlier epochs are mapped into the
+same plane with ``transform``. Colours span each epoch's own free-energy range, as in the paper.
+Small or degenerate sets fall back to principal components (``tapmachine.embed``), and the table
+says so.
+
+Claims (reproduction.md): solutions start correlated, then spread (per epoch: the mean pairwise
+RMS distance and mean pairwise Pearson correlation of the solutions in configuration space); the
+free energy follows position (per epoch: the Pearson correlation between each solution's free
+energy and the mean free energy of its ``K_NEIGHBOURS`` nearest neighbours, in the embedding and
+in configuration space; near 1 = smooth in position, near 0 = random assignment).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tapmachine.embed import embed
+from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
+from tapmachine.figures.fig5 import load_epochs
+
+__all__ = ["make", "neighbour_correlation", "pairwise_stats"]
+
+K_NEIGHBOURS = 5
+PAIRWISE_LIMIT = 3000
+
+
+def neighbour_correlation(X: np.ndarray, F: np.ndarray, k: int = K_NEIGHBOURS) -> float:
+    """corr(F_i, mean of F over the k nearest neighbours of i in X); NaN if undefined."""
+    n = X.shape[0]
+    if n < 4 or not np.std(F) > 0:
+        return math.nan
+    from sklearn.neighbors import NearestNeighbors
+
+    k = min(k, n - 1)
+    _, idx = NearestNeighbors(n_neighbors=k + 1).fit(X).kneighbors(X)
+    smooth = F[idx[:, 1:]].mean(1)
+    if not np.std(smooth) > 0:
+        return math.nan
+    return float(np.corrcoef(F, smooth)[0, 1])
+
+
+def pairwise_stats(X: np.ndarray) -> tuple[float, float]:
+    """(mean pairwise RMS distance, mean pairwise Pearson correlation) of the rows of X.
+
+    At most ``PAIRWISE_LIMIT`` rows (the first ones) are used. A single row gives (0, 1) by
+    convention (one solution: nothing spread, all correlated); correlations skip constant rows.
+    """
+    X = X[:PAIRWISE_LIMIT]
+    n = X.shape[0]
+    if n == 0:
+        return math.nan, math.nan
+    if n == 1:
+        return 0.0, 1.0  # a single solution: no spread, fully correlated (convention)
+    from scipy.spatial.distance import pdist
+
+    dist = float(pdist(X).mean() / math.sqrt(X.shape[1]))
+    varying = X[X.std(1) > 0]
+    if varying.shape[0] < 2:
+        return dist, math.nan
+    C = np.corrcoef(varying)
+    iu = np.triu_indices(C.shape[0], 1)
+    return dist, float(C[iu].mean())
+
+
+def _linear_r2(Y: np.ndarray, F: np.ndarray) -> float:
+    if Y.shape[0] < 4 or not np.std(F) > 0:
+        return math.nan
+    A = np.column_stack([Y, np.ones(Y.shape[0])])
+    coef, *_ = np.linalg.lstsq(A, F, rcond=None)
+    resid = F - A @ coef
+    return float(1.0 - (resid**2).sum() / ((F - F.mean()) ** 2).sum())
+
+
+def make(
+    solution_files: list,
+    method: str = "isomap",
+    n_neighbors: int = 10,
+    seed: int = 0,
+) -> FigureResult:
+    """Fig. 6 from the solutions files of one model (the latest epoch is the fitted one)."""
+    sols, info = load_epochs(solution_files)
+    points = []
+    for s in sols:
+        reps = np.asarray(s["representatives"])
+        X = np.concatenate([s["a_visible"][reps], s["a_hidden"][reps]], axis=1)
+        points.append(
+            (s["epoch"], X.astype(np.float64), s["unique_free_energy"], s["multiplicity"])
+        )
+    if points[-1][1].shape[0] == 0:
+        raise FigureError(
+            f"{sols[-1]['path']}: no converged solution at epoch {points[-1][0]} to fit on"
+        )
+    fitted, mapped, einfo = embed(
+        points[-1][1],
+        [p[1] for p in points[:-1]],
+        method=method,
+        n_neighbors=n_neighbors,
+        seed=seed,
+    )
+    coords = [*mapped, fitted]
+
+    drawn, claims = [], []
+    for (e, X, F, mult), Y in zip(points, coords, strict=True):
+        F = np.asarray(F, dtype=np.float64)
+        for g in range(X.shape[0]):
+            drawn.append(
+                {
+                    "model": info.name,
+                    "epoch": e,
+                    "solution": g,
+                    "x": Y[g, 0],
+                    "y": Y[g, 1],
+                    "free_energy": F[g],
+                    "multiplicity": int(mult[g]),
+                    "fitted": e == points[-1][0],
+                }
+            )
+        dist, corr = pairwise_stats(X)
+        claims += [
+            claim("n_unique", X.shape[0], info.name, "", e),
+            claim(
+                "mean_pairwise_rms_distance", dist, info.name, "spread: grows (1 solution: 0)", e
+            ),
+            claim(
+                "mean_pairwise_correlation",
+                corr,
+                info.name,
+                "starts high, then falls (1 solution: 1)",
+                e,
+            ),
+            claim(
+                "knn_free_energy_corr_embedding",
+                neighbour_correlation(Y, F),
+                info.name,
+                f"{K_NEIGHBOURS} nearest neighbours in the 2-D embedding; F follows position: "
+                "near 1",
+                e,
+            ),
+            claim(
+                "knn_free_energy_corr_configuration",
+                neighbour_correlation(X, F),
+                info.name,
+                f"{K_NEIGHBOURS} nearest neighbours in (a_v, a_h) space",
+                e,
+            ),
+            claim("linear_r2_free_energy_on_embedding", _linear_r2(Y, F), info.name, "", e),
+        ]
+    claims.append(
+        claim(
+            "embedding_method",
+            math.nan,
+            info.name,
+            f"{einfo['method']} (asked {method}), n_neighbors {einfo['n_neighbors']}, fitted on "
+            f"{einfo['n_fit']} solutions of epoch {points[-1][0]}. {einfo['note']}".strip(),
+        )
+    )
+
+    n = len(points)
+    ncols = min(4, n)
+    nrows = math.ceil(n / ncols)
+    fig = new_figure(3.3 * ncols, 3.0 * nrows + 0.5)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    every = np.concatenate([c for c in coords if c.size] or [np.zeros((1, 2))])
+    lo, hi = every.min(0), every.max(0)
+    pad = 0.05 * np.where(hi > lo, hi - lo, 1.0)
+    for ax, (e, X, F, mult), Y in zip(axes, points, coords, strict=False):
+        F = np.asarray(F, dtype=np.float64)
+        if X.shape[0]:
+            size = 8 + 40 * np.sqrt(mult / max(1, mult.max()))
+            lo_f, hi_f = float(F.min()), float(F.max())
+            if not hi_f > lo_f:
+                half = max(1e-6, 1e-3 * abs(lo_f))
+                lo_f, hi_f = lo_f - half, hi_f + half
+            sc = ax.scatter(
+                Y[:, 0], Y[:, 1], c=F, s=size, cmap="viridis", alpha=0.85, vmin=lo_f, vmax=hi_f
+            )
+            cb = fig.colorbar(sc, ax=ax, shrink=0.8)
+            cb.formatter.set_useOffset(False)
+            cb.update_ticks()
+            cb.ax.tick_params(labelsize=6)
+            cb.set_label("F", fontsize=7)
+        ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
+        ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
+        ax.set_title(f"epoch {e}: {X.shape[0]} unique", fontsize=8)
+        ax.tick_params(labelsize=6)
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    fig.suptitle(
+        f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
+        f"{describe(info)}",
+        fontsize=9,
+    )
+    return FigureResult(
+        fig,
+        table(drawn, claims),
+        [info],
+        params={
+            "epochs": [p[0] for p in points],
+            "embedding": method,
+            "embedding_used": einfo["method"],
+            "n_neighbors": n_neighbors,
+        },
+    )

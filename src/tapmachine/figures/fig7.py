@@ -1,0 +1,299 @@
+"""Fig. 7: the initialisations and the TAP solutions they converge to, in one 2-D embedding.
+
+An Isomap (or UMAP) is fitted on the initialisation images -- those among the first
+``n_images`` training images whose label is in ``digits`` (the paper: digits 3, 6, 7 of the
+first 10,000 binary-MNIST images, about 3,100; all faces for CBCL: ``digits`` = None) -- and the
+visible magnetisations of the unique solutions reached from them are mapped into the same plane.
+One panel per harvested epoch; under each, the solutions reached from the most initialisations.
+The initialisations and their solutions come from the harvest (its init -> solution map), so
+``n_images`` must not exceed the harvest's ``n_init``.
+
+Claim (reproduction.md): the solutions act as attractors inside dense regions of the data. Per
+epoch the table gives the mean distance from each solution to its nearest and to its
+``K_DENSITY`` nearest initialisation images, divided by the same distances between the
+initialisation images themselves (below 1: the solutions sit where the data are dense), and the
+basin purity: the share of initialisations whose label is the majority label of their solution's
+basin, against the chance level (largest label share). Distances are RMS per pixel.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from tapmachine.embed import embed
+from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
+from tapmachine.figures.fig5 import load_epochs
+from tapmachine.figures.montage import tile
+
+__all__ = ["make", "select_initialisations", "knn_distance"]
+
+K_DENSITY = 10
+N_SHOWN = 6
+
+
+def select_initialisations(sol: dict, n_images: int | None, digits) -> np.ndarray:
+    """Rows of the harvest (initialisations) among the first ``n_images`` with a label in
+    ``digits`` (all labels if None)."""
+    K = sol["inverse"].shape[0]
+    n = K if n_images is None else int(n_images)
+    if n > K:
+        raise FigureError(
+            f"{sol['path']}: fig7 n_images {n} exceeds the {K} initialisations harvested "
+            "(raise the model's harvest n_init)"
+        )
+    rows = np.arange(n)
+    if digits:
+        labels = np.asarray(sol["labels"][:n])
+        rows = rows[np.isin(labels, list(digits))]
+        if rows.size == 0:
+            raise FigureError(
+                f"{sol['path']}: no initialisation among the first {n} has a label in "
+                f"{list(digits)} (labels present: {sorted(set(labels.tolist()))})"
+            )
+    return rows
+
+
+def knn_distance(queries: np.ndarray, data: np.ndarray, k: int, exclude_self: bool = False):
+    """Mean Euclidean distance of each query to its k nearest rows of ``data``, (m,)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    extra = 1 if exclude_self else 0
+    k = min(k, data.shape[0] - extra)
+    if k < 1 or queries.shape[0] == 0:
+        return np.full(queries.shape[0], np.nan)
+    dist, _ = NearestNeighbors(n_neighbors=k + extra).fit(data).kneighbors(queries)
+    return dist[:, extra:].mean(1)
+
+
+def _purity(labels: np.ndarray, basins: np.ndarray) -> float:
+    ok = basins >= 0
+    labels, basins = labels[ok], basins[ok]
+    if labels.size == 0:
+        return math.nan
+    agree = 0
+    for b in np.unique(basins):
+        _, counts = np.unique(labels[basins == b], return_counts=True)
+        agree += counts.max()
+    return agree / labels.size
+
+
+def make(
+    solution_files: list,
+    data_file,
+    digits=None,
+    n_images: int | None = None,
+    method: str = "isomap",
+    n_neighbors: int = 10,
+    seed: int = 0,
+) -> FigureResult:
+    """Fig. 7 from the solutions files of one model and its dataset file."""
+    from tapmachine.data import load_dataset
+
+    sols, info = load_epochs(solution_files)
+    ds = load_dataset(data_file)
+    rows = select_initialisations(sols[0], n_images, digits)
+    for s in sols[1:]:
+        if not np.array_equal(
+            s["init_index"][: rows.max() + 1], sols[0]["init_index"][: rows.max() + 1]
+        ):
+            raise FigureError(f"{s['path']}: initialisations differ from {sols[0]['path']}")
+    init_index = np.asarray(sols[0]["init_index"])[rows]
+    if init_index.max() >= ds.x_train.shape[0] or not np.array_equal(
+        ds.y_train[init_index], np.asarray(sols[0]["labels"])[rows]
+    ):
+        raise FigureError(f"{data_file} is not the dataset the solutions were harvested from")
+    X0 = ds.x_train[init_index].astype(np.float64)
+    labels = ds.y_train[init_index]
+    npix = X0.shape[1]
+    if tuple(sols[0]["image_shape"]) != tuple(ds.image_shape):
+        raise FigureError(f"{data_file}: image shape differs from the solutions'")
+
+    per_epoch = []
+    for s in sols:
+        inv = np.asarray(s["inverse"])[rows]
+        groups, basin_sizes = np.unique(inv[inv >= 0], return_counts=True)
+        reps = np.asarray(s["representatives"])[groups]
+        Xs = np.asarray(s["a_visible"])[reps].astype(np.float64)
+        per_epoch.append((s["epoch"], inv, groups, basin_sizes, Xs))
+    Y0, mapped, einfo = embed(
+        X0, [p[4] for p in per_epoch], method=method, n_neighbors=n_neighbors, seed=seed
+    )
+
+    scale = 1.0 / math.sqrt(npix)
+    data_nn1 = float(knn_distance(X0, X0, 1, exclude_self=True).mean()) * scale
+    data_nnk = float(knn_distance(X0, X0, K_DENSITY, exclude_self=True).mean()) * scale
+    emb_nn1 = float(knn_distance(Y0, Y0, 1, exclude_self=True).mean())
+    # Baseline: the centroid of the initialisations, a grey image like the magnetisations, which
+    # are closer to binary data than binary images are to each other for that reason alone.
+    centroid = X0.mean(0, keepdims=True)
+    centroid_nnk = float(knn_distance(centroid, X0, K_DENSITY).mean()) * scale
+    _, label_counts = np.unique(labels, return_counts=True)
+    chance = float(label_counts.max() / labels.size)
+    drawn = [
+        {
+            "model": info.name,
+            "epoch": None,
+            "point": "initialisation",
+            "index": int(i),
+            "label": int(lab),
+            "x": y[0],
+            "y": y[1],
+            "basin_size": None,
+        }
+        for i, lab, y in zip(init_index, labels, Y0, strict=True)
+    ]
+    claims = [
+        claim("n_initialisations", rows.size, info.name, f"digits {digits}, first {n_images}"),
+        claim("data_nn1_distance", data_nn1, info.name, "init to nearest other init, RMS/pixel"),
+        claim(f"data_nn{K_DENSITY}_distance", data_nnk, info.name, f"to {K_DENSITY} nearest inits"),
+        claim("label_chance_level", chance, info.name, "largest label share"),
+        claim(
+            f"nn{K_DENSITY}_ratio_centroid_over_data",
+            centroid_nnk / data_nnk if data_nnk > 0 else math.nan,
+            info.name,
+            "baseline: the mean initialisation image; solutions in dense regions beat it",
+        ),
+        claim(
+            "embedding_method",
+            math.nan,
+            info.name,
+            f"{einfo['method']} (asked {method}), n_neighbors {einfo['n_neighbors']}, fitted on "
+            f"{einfo['n_fit']} initialisations. {einfo['note']}".strip(),
+        ),
+    ]
+    for (e, inv, groups, sizes, Xs), Ys in zip(per_epoch, mapped, strict=True):
+        for g, size, y in zip(groups, sizes, Ys, strict=True):
+            drawn.append(
+                {
+                    "model": info.name,
+                    "epoch": e,
+                    "point": "solution",
+                    "index": int(g),
+                    "label": None,
+                    "x": y[0],
+                    "y": y[1],
+                    "basin_size": int(size),
+                }
+            )
+        sol_nn1 = float(knn_distance(Xs, X0, 1).mean()) * scale if len(Xs) else math.nan
+        sol_nnk = float(knn_distance(Xs, X0, K_DENSITY).mean()) * scale if len(Xs) else math.nan
+        emb_sol = float(knn_distance(Ys, Y0, 1).mean()) if len(Xs) else math.nan
+        # Distance from each initialisation to the solution it converged to.
+        pos = {int(g): j for j, g in enumerate(groups)}
+        ok = inv >= 0
+        pull = (
+            float(np.linalg.norm(X0[ok] - Xs[[pos[int(g)] for g in inv[ok]]], axis=1).mean())
+            * scale
+            if ok.any()
+            else math.nan
+        )
+        claims += [
+            claim("n_solutions", len(groups), info.name, "reached from the selected inits", e),
+            claim("solutions_per_initialisation", len(groups) / rows.size, info.name, "", e),
+            claim("n_not_converged", int((~ok).sum()), info.name, "excluded", e),
+            claim("solution_nn1_distance", sol_nn1, info.name, "solution to nearest init", e),
+            claim(
+                "nn1_ratio_solution_over_data",
+                sol_nn1 / data_nn1 if data_nn1 > 0 else math.nan,
+                info.name,
+                "< 1: solutions inside dense regions of the data",
+                e,
+            ),
+            claim(
+                f"nn{K_DENSITY}_ratio_solution_over_data",
+                sol_nnk / data_nnk if data_nnk > 0 else math.nan,
+                info.name,
+                f"mean distance to {K_DENSITY} nearest inits; < 1: dense regions",
+                e,
+            ),
+            claim(
+                "embedding_nn1_ratio_solution_over_data",
+                emb_sol / emb_nn1 if emb_nn1 > 0 else math.nan,
+                info.name,
+                "the same in the 2-D embedding",
+                e,
+            ),
+            claim("init_to_solution_distance", pull, info.name, "RMS/pixel", e),
+            claim(
+                "basin_label_purity",
+                _purity(labels, inv),
+                info.name,
+                f"share of inits with their basin's majority label; chance {chance:.3f}",
+                e,
+            ),
+        ]
+
+    import matplotlib
+
+    n = len(per_epoch)
+    fig = new_figure(3.4 * n, 4.6)
+    gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
+    cmap = matplotlib.colormaps["tab10"]
+    classes = sorted(set(labels.tolist()))
+    colour = {c: cmap(i % 10) for i, c in enumerate(classes)}
+    for j, ((e, _inv, groups, sizes, Xs), Ys) in enumerate(zip(per_epoch, mapped, strict=True)):
+        ax = fig.add_subplot(gs[0, j])
+        for c in classes:
+            sel = labels == c
+            ax.scatter(
+                Y0[sel, 0],
+                Y0[sel, 1],
+                s=5,
+                color=colour[c],
+                alpha=0.35,
+                linewidths=0,
+                label=str(c) if len(classes) > 1 else "initialisations",
+            )
+        if len(Ys):
+            ax.scatter(
+                Ys[:, 0],
+                Ys[:, 1],
+                s=10 + 60 * np.sqrt(sizes / sizes.max()),
+                color="black",
+                marker="o",
+                label="TAP solutions",
+            )
+        ax.set_title(f"epoch {e}: {len(groups)} solutions", fontsize=8)
+        ax.tick_params(labelsize=6)
+        if j == 0:
+            from matplotlib.lines import Line2D
+
+            handles = [
+                Line2D([], [], ls="", marker="o", ms=4, color=colour[c], label=str(c))
+                for c in classes
+            ]
+            if len(classes) == 1:
+                handles[0].set_label("initialisations")
+            handles.append(Line2D([], [], ls="", marker="o", ms=6, color="black", label="TAP"))
+            ax.legend(handles=handles, fontsize=6, loc="best")
+        strip = fig.add_subplot(gs[1, j])
+        strip.set_axis_off()
+        if len(Xs):
+            order = np.argsort(-sizes, kind="stable")[:N_SHOWN]
+            strip.imshow(
+                tile(Xs[order], ds.image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
+            )
+    what = f"labels {list(digits)}" if digits else "all images"
+    fig.suptitle(
+        f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
+        f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
+        f"{describe(info)}",
+        fontsize=9,
+    )
+    return FigureResult(
+        fig,
+        table(drawn, claims),
+        [info],
+        params={
+            "epochs": [p[0] for p in per_epoch],
+            "digits": list(digits) if digits else None,
+            "n_images": n_images,
+            "embedding": method,
+            "embedding_used": einfo["method"],
+            "n_neighbors": n_neighbors,
+            "data_file": str(Path(data_file)),
+        },
+    )

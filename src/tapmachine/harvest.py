@@ -1,0 +1,472 @@
+"""Harvest of TAP solutions over training (first paper, Sec. VII.2-VII.3, Figs. 5-7).
+
+For a machine saved after a given epoch, TAP (Alg. 1) is started from the first ``n_init``
+training images (eqs. 37-38: a_v = x, c_v = 0, hidden layers at their prior means) and iterated
+until the mean squared step of the magnetisations falls below ``tol`` (the paper: 1e-8), or
+``max_iter`` iterations. Converged solutions are grouped into unique solutions by
+``tap.unique`` (max-abs distance of all layers' magnetisations within ``dedup_tol``); every
+initialisation maps to its unique solution, or to -1 if it did not converge. Non-converged rows
+are counted and reported and never used: their magnetisations, variances and free energies are
+stored as NaN.
+
+The solutions of one epoch are written to one ``.npz`` file (``save_solutions``; keys below) and
+one small CSV of the unique solutions. ``run_harvest`` is the stage the workflow runs: it reads a
+training checkpoint, harvests, writes both files atomically and logs to MLflow (a run in the
+"harvest" experiment, plus per-epoch metrics on the model's training run).
+
+Keys of the ``.npz`` (K initialisations, G unique solutions, Nv visible, Nh hidden units of all
+hidden layers side by side):
+
+    a_visible, c_visible (K, Nv); a_hidden, c_hidden (K, Nh)   converged a and c (float32),
+                                 NaN where not converged
+    free_energy (K,)             TAP free energy F (``tap.free_energy``), NaN if not converged
+    converged (K,) bool; iterations (K,) int
+    inverse (K,) int             unique solution of each initialisation, -1 if not converged
+    representatives (G,) int     initialisation whose solution represents each unique solution
+    multiplicity (G,) int        initialisations mapped to each unique solution
+    unique_free_energy (G,)      F of each unique solution (its representative's)
+    init_index (K,) int          row of the dataset's training split each initialisation is
+    labels (K,) int              label of each initialisation
+    layer_sizes, image_shape     unit counts per layer; (H, W) of the visible layer
+    dedup_tol, tol, max_iter, damping    the settings that produced the file
+    epoch, model, dataset, substitute, train_run_id, harvest_run_id, dtype   provenance
+    summary                      JSON of ``summarise`` (counts, Helmholtz estimate, spread, ...)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tapmachine import tap
+from tapmachine.machine import BoltzmannMachine
+
+__all__ = [
+    "HarvestError",
+    "HarvestSettings",
+    "harvest",
+    "summarise",
+    "save_solutions",
+    "load_solutions",
+    "unique_table",
+    "run_harvest",
+]
+
+
+class HarvestError(Exception):
+    """The harvest cannot run (missing or inconsistent checkpoint, bad settings)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HarvestSettings:
+    """Settings of one harvest (a config ``harvest.<model>`` entry, validated).
+
+    ``n_init=None`` uses every training image. ``chunk_size`` only bounds memory: rows do not
+    interact, so the solutions do not depend on it.
+    """
+
+    n_init: int | None = 10000
+    dedup_tol: float = 0.01
+    tol: float = 1e-12
+    max_iter: int = 2000
+    damping: float = 0.5
+    chunk_size: int = 2000
+
+    def __post_init__(self):
+        if self.n_init is not None and self.n_init < 1:
+            raise HarvestError(f"n_init must be >= 1 or None, got {self.n_init}")
+        if not self.dedup_tol > 0 or not self.tol > 0:
+            raise HarvestError(f"dedup_tol and tol must be > 0, got {self.dedup_tol}, {self.tol}")
+        if self.max_iter < 1 or self.chunk_size < 1:
+            raise HarvestError("max_iter and chunk_size must be >= 1")
+        if not 0.0 <= self.damping < 1.0:
+            raise HarvestError(f"damping must be in [0, 1), got {self.damping}")
+
+
+def _concat_states(states: list[tap.TAPState]) -> tap.TAPState:
+    def cat(attr):
+        return [torch.cat(ts) for ts in zip(*(getattr(s, attr) for s in states), strict=True)]
+
+    return tap.TAPState(
+        a=cat("a"),
+        c=cat("c"),
+        A=cat("A"),
+        B=cat("B"),
+        iterations=torch.cat([s.iterations for s in states]),
+        converged=torch.cat([s.converged for s in states]),
+        clamped=False,
+    )
+
+
+def _min_separation(X: torch.Tensor, limit: int = 4000) -> float:
+    """Smallest max-abs distance between two distinct rows of ``X`` (NaN if < 2 or too many).
+
+    A value barely above ``dedup_tol`` warns that one fixed point may have been split in two
+    because the iteration stopped short of it.
+    """
+    G = X.shape[0]
+    if G < 2 or G > limit:
+        return math.nan
+    best = math.inf
+    for start in range(0, G, 500):
+        D = torch.cdist(X[start : start + 500], X, p=float("inf"))
+        rows = torch.arange(D.shape[0])
+        D[rows, rows + start] = math.inf
+        best = min(best, float(D.min()))
+    return best
+
+
+def harvest(
+    machine: BoltzmannMachine,
+    x_init: torch.Tensor,
+    settings: HarvestSettings,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """TAP solutions from every row of ``x_init`` (eqs. 37-38), deduplicated; arrays by key.
+
+    Runs in the machine's dtype and device. Returns the array keys of the module docstring
+    that do not depend on provenance (a_visible ... unique_free_energy, layer_sizes and the
+    settings) plus ``min_separation`` (see ``_min_separation``).
+    """
+    from tqdm import tqdm
+
+    x_init = torch.as_tensor(x_init, dtype=machine.dtype, device=machine.device)
+    K = x_init.shape[0]
+    if K == 0:
+        raise HarvestError("harvest needs at least one initialisation")
+    states = []
+    starts = range(0, K, settings.chunk_size)
+    for start in tqdm(starts, desc="TAP", file=sys.stderr, disable=not progress):
+        states.append(
+            tap.solve(
+                machine,
+                x_init[start : start + settings.chunk_size],
+                damping=settings.damping,
+                tol=settings.tol,
+                max_iter=settings.max_iter,
+            )
+        )
+    state = _concat_states(states)
+    with torch.no_grad():
+        F = tap.free_energy(machine, state)
+    reps, inverse, counts = tap.unique(state, settings.dedup_tol)
+    converged = state.converged.cpu().numpy()
+
+    def arr(t, dtype=np.float64):
+        out = t.detach().cpu().numpy().astype(dtype)
+        out[~converged] = np.nan
+        return out
+
+    hidden_a = torch.cat(state.a[1:], dim=1)
+    hidden_c = torch.cat(state.c[1:], dim=1)
+    F_np = arr(F)
+    reps_np = reps.cpu().numpy().astype(np.int64)
+    return {
+        # Per-row moments in float32: far finer than the convergence accuracy (about 1e-4),
+        # and half the disk of float64.
+        "a_visible": arr(state.a[0], np.float32),
+        "c_visible": arr(state.c[0], np.float32),
+        "a_hidden": arr(hidden_a, np.float32),
+        "c_hidden": arr(hidden_c, np.float32),
+        "free_energy": F_np,
+        "converged": converged.astype(bool),
+        "iterations": state.iterations.cpu().numpy().astype(np.int64),
+        "inverse": inverse.cpu().numpy().astype(np.int64),
+        "representatives": reps_np,
+        "multiplicity": counts.cpu().numpy().astype(np.int64),
+        "unique_free_energy": F_np[reps_np],
+        "layer_sizes": np.asarray(machine.sizes, dtype=np.int64),
+        "dedup_tol": np.float64(settings.dedup_tol),
+        "tol": np.float64(settings.tol),
+        "max_iter": np.int64(settings.max_iter),
+        "damping": np.float64(settings.damping),
+        "min_separation": np.float64(_min_separation(state.magnetisations()[reps].double())),
+    }
+
+
+def summarise(arrays: dict) -> dict:
+    """Per-epoch numbers of a harvest: counts, Helmholtz estimate, spread, iterations."""
+    K = int(arrays["converged"].shape[0])
+    n_conv = int(arrays["converged"].sum())
+    Fu = np.asarray(arrays["unique_free_energy"], dtype=np.float64)
+    G = int(Fu.shape[0])
+    iters = np.asarray(arrays["iterations"])
+    conv_iters = iters[arrays["converged"]]
+    return {
+        "n_init": K,
+        "n_converged": n_conv,
+        "n_not_converged": K - n_conv,
+        "n_unique": G,
+        "unique_fraction": G / K,
+        # Helmholtz free energy estimate: uniform average over the unique solutions (Fig. 5).
+        "helmholtz": float(Fu.mean()) if G else math.nan,
+        "free_energy_std": float(Fu.std()) if G else math.nan,
+        "free_energy_min": float(Fu.min()) if G else math.nan,
+        "free_energy_max": float(Fu.max()) if G else math.nan,
+        "mean_iterations": float(iters.mean()),
+        "mean_iterations_converged": float(conv_iters.mean()) if n_conv else math.nan,
+        "max_iterations": int(iters.max()),
+        "largest_multiplicity": int(arrays["multiplicity"].max()) if G else 0,
+        "min_separation": float(arrays.get("min_separation", math.nan)),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------
+
+
+def _atomic(path: Path, write) -> None:
+    """Write ``path`` through a temporary file in the same directory, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_solutions(path, arrays: dict, meta: dict) -> Path:
+    """Write the arrays of ``harvest`` and the provenance ``meta`` to ``path`` (.npz, atomic).
+
+    ``meta`` values are scalars, strings (stored as 0-d unicode arrays, no pickling), arrays,
+    or dicts (stored as JSON strings).
+    """
+    payload = dict(arrays)
+    for key, value in meta.items():
+        if isinstance(value, dict):
+            value = json.dumps(value, sort_keys=True)
+        if value is None:
+            value = ""
+        payload[key] = np.asarray(value)
+    _atomic(Path(path), lambda fh: np.savez_compressed(fh, **payload))
+    return Path(path)
+
+
+_STRINGS = ("model", "dataset", "substitute", "train_run_id", "harvest_run_id", "dtype")
+_SCALARS = ("dedup_tol", "tol", "damping", "min_separation")
+_INTS = ("max_iter", "epoch")
+
+
+def load_solutions(path) -> dict:
+    """The contents of a solutions file: arrays as numpy, scalars and strings as Python values,
+    ``summary`` as a dict. Raises HarvestError naming the file if a key is missing."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as err:
+        raise HarvestError(f"{path}: not a readable solutions file ({err})") from None
+    required = ("a_visible", "a_hidden", "free_energy", "inverse", "representatives", "epoch")
+    missing = [k for k in required if k not in out]
+    if missing:
+        raise HarvestError(f"{path}: missing keys {missing}")
+    for k in _STRINGS:
+        if k in out:
+            out[k] = str(out[k])
+    for k in _SCALARS:
+        if k in out:
+            out[k] = float(out[k])
+    for k in _INTS:
+        if k in out:
+            out[k] = int(out[k])
+    if "summary" in out:
+        out["summary"] = json.loads(str(out["summary"]))
+    if "image_shape" in out:
+        out["image_shape"] = tuple(int(s) for s in out["image_shape"])
+    out["path"] = str(path)
+    return out
+
+
+def unique_table(arrays: dict) -> list[dict]:
+    """One row per unique solution: id, representative, free energy, multiplicity, iterations."""
+    rows = []
+    iters = arrays["iterations"]
+    init_index = arrays.get("init_index", np.arange(len(iters)))
+    for g, (rep, F, mult) in enumerate(
+        zip(
+            arrays["representatives"],
+            arrays["unique_free_energy"],
+            arrays["multiplicity"],
+            strict=True,
+        )
+    ):
+        members = arrays["inverse"] == g
+        rows.append(
+            {
+                "solution": g,
+                "representative_init": int(init_index[rep]),
+                "free_energy": float(F),
+                "multiplicity": int(mult),
+                "mean_iterations": float(iters[members].mean()),
+            }
+        )
+    return rows
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    fields = ["solution", "representative_init", "free_energy", "multiplicity", "mean_iterations"]
+
+    def write(fh):
+        import io
+
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+        fh.write(text.getvalue().encode())
+
+    _atomic(path, write)
+
+
+# ----------------------------------------------------------------------------------------------
+# The workflow stage
+# ----------------------------------------------------------------------------------------------
+
+
+def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
+    """(model.pt blob, checkpoint blob), checked to belong to the same training run."""
+    if not model_file.exists():
+        raise HarvestError(f"{model_file} not found: train the model first")
+    blob = torch.load(model_file, map_location="cpu", weights_only=False)
+    name = blob.get("name", model_file.parent.name)
+    n_epochs = len(blob.get("history", []))
+    if epoch < 1 or (n_epochs and epoch > n_epochs):
+        raise HarvestError(
+            f"model {name}: harvest epoch {epoch} is outside its {n_epochs} trained epochs"
+        )
+    if not checkpoint.exists():
+        raise HarvestError(
+            f"{checkpoint} not found: harvesting epoch {epoch} of model {name} needs the "
+            "checkpoint that training writes after that epoch (delete model.pt to retrain)"
+        )
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    if int(ckpt.get("epoch", -1)) != epoch:
+        raise HarvestError(f"{checkpoint} holds epoch {ckpt.get('epoch')}, not {epoch}")
+    # The checkpoint's history must be the start of the final model's: same training run.
+    final = blob.get("history", [])
+    mine = ckpt.get("history", [])
+    if final and [h.get("tap_ll") for h in mine] != [h.get("tap_ll") for h in final[:epoch]]:
+        raise HarvestError(
+            f"{checkpoint} comes from another training run than {model_file} "
+            "(stale checkpoints): retrain the model"
+        )
+    return blob, ckpt
+
+
+def run_harvest(
+    model_file,
+    checkpoint,
+    epoch: int,
+    data_path,
+    settings: HarvestSettings,
+    out_npz,
+    out_csv,
+    device: str = "cpu",
+    dtype: str = "float64",
+    manifest=None,
+    progress: bool = True,
+) -> dict:
+    """Harvest one epoch of one model: read, solve, write npz + CSV, log to MLflow; summary."""
+    from tapmachine import data, tracking
+    from tapmachine.training import machine_from_state
+
+    model_file, checkpoint = Path(model_file), Path(checkpoint)
+    blob, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
+    name = blob.get("name", model_file.parent.name)
+    torch_dtype = getattr(torch, dtype)
+    machine = machine_from_state(ckpt["machine"], device=device, dtype=torch_dtype)
+    ds = data.load_dataset(data_path)
+    if ds.x_train.shape[1] != machine.sizes[0]:
+        raise HarvestError(
+            f"{data_path}: images have {ds.x_train.shape[1]} pixels, model {name} has "
+            f"{machine.sizes[0]} visible units"
+        )
+    available = ds.x_train.shape[0]
+    n = available if settings.n_init is None else min(settings.n_init, available)
+    if settings.n_init is not None and settings.n_init > available:
+        print(
+            f"harvest {name}: n_init {settings.n_init} exceeds the {available} training images "
+            f"of {ds.name}; using all {available}",
+            file=sys.stderr,
+        )
+    x = torch.as_tensor(ds.x_train[:n], dtype=torch_dtype)
+    substitute = ds.provenance.get("substitute") or blob.get("substitute") or ""
+    train_run_id = blob.get("mlflow_run_id") or ""
+    params = {
+        "model": name,
+        "epoch": epoch,
+        "checkpoint": str(checkpoint),
+        "dataset_file": str(data_path),
+        "n_init": n,
+        "dtype": dtype,
+        "device": device,
+        **{k: v for k, v in dataclasses.asdict(settings).items() if k != "n_init"},
+    }
+    tags = {"model": name, "epoch": str(epoch), "dataset": ds.name, "train_run_id": train_run_id}
+    if substitute:
+        tags["substitute"] = str(substitute)
+    with tracking.start_run(
+        manifest, "harvest", f"{name}/epoch_{epoch}", params=params, tags=tags
+    ) as run:
+        t0 = time.perf_counter()
+        arrays = harvest(machine, x, settings, progress=progress)
+        summary = summarise(arrays)
+        summary["seconds"] = time.perf_counter() - t0
+        if summary["n_not_converged"]:
+            print(
+                f"harvest {name} epoch {epoch}: {summary['n_not_converged']} of {n} "
+                f"initialisations did not converge within max_iter={settings.max_iter} "
+                f"(MSE >= {settings.tol:g}); counted, excluded from every statistic",
+                file=sys.stderr,
+            )
+        meta = {
+            "init_index": np.arange(n, dtype=np.int64),
+            "labels": np.asarray(ds.y_train[:n], dtype=np.int64),
+            "image_shape": np.asarray(ds.image_shape, dtype=np.int64),
+            "epoch": np.int64(epoch),
+            "model": name,
+            "dataset": ds.name,
+            "substitute": str(substitute),
+            "train_run_id": train_run_id,
+            "harvest_run_id": run.run_id or "",
+            "dtype": dtype,
+            "summary": summary,
+        }
+        save_solutions(out_npz, arrays, meta)
+        try:
+            _write_csv(unique_table({**arrays, **meta}), Path(out_csv))
+        except BaseException:
+            Path(out_npz).unlink(missing_ok=True)
+            raise
+        print(
+            f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
+            f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "
+            f"{summary['helmholtz']:.4f} +- {summary['free_energy_std']:.4f} (std), "
+            f"{summary['mean_iterations']:.1f} iterations on average, closest pair of unique "
+            f"solutions {summary['min_separation']:.3g} (dedup_tol {settings.dedup_tol:g}), "
+            f"{summary['seconds']:.1f} s",
+            file=sys.stderr,
+        )
+        run.log_metrics(summary, step=epoch)
+        run.log_artifact(out_npz)
+        run.log_artifact(out_csv)
+    train_run = tracking.attach_run(manifest, train_run_id)
+    keys = ("n_unique", "helmholtz", "free_energy_std", "n_not_converged", "mean_iterations")
+    train_run.log_metrics({f"harvest_{k}": summary[k] for k in keys}, step=epoch)
+    return summary

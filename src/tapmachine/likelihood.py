@@ -1,0 +1,493 @@
+"""Likelihood yardsticks of a trained RBM: TAP, AIS, pseudo-likelihood and exact (App. F, Fig. 12).
+
+One set of parameters (a ``model.pt`` or a per-epoch checkpoint) is scored on training and/or
+test images by
+
+- the TAP log-likelihood (eq. 39): ln P(x) ~ -F_vis(x) + <F_TAP>, the mean TAP free energy of the
+  unique converged solutions reached from ``tap_inits`` training images (as in Fig. 3 and the
+  training loop's own evaluation), so that -<F_TAP> is TAP's estimate of ln Z;
+- AIS (``estimators.ais_log_partition``; base-rate model fitted to the model's training rows):
+  ln P(x) = -F_vis(x) - ln Z_AIS, with ln Z_AIS +- 3 stderr (delta method over the runs) giving
+  the band [mean(-F) - upper, mean(-F) - lower];
+- the pseudo-likelihood (Besag 1975), stochastic as in App. F: ``pl_sites`` of the Nv sites per
+  block of ``pl_rows`` images (a fresh random subset per block), scaled by Nv / pl_sites, so it
+  estimates sum_{i=1}^{Nv} ln P(x_i | x_-i) in nats per image;
+- the exact log-likelihood, when the machine's smaller binary layer can be enumerated.
+
+Every value is in nats per image (mean over the images scored); the TAP value is also given
+divided by Nv + Nh (the normalisation of Fig. 3). Library functions take tensors; the file-level
+functions (``score_checkpoints``, ``score_model``) read models and datasets, write one CSV row per
+parameter set and mirror the numbers to MLflow.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from tapmachine import estimators, tap
+from tapmachine.machine import BoltzmannMachine
+from tapmachine.priors import Bernoulli, Spin
+
+__all__ = [
+    "ScoreSettings",
+    "ais_schedule",
+    "checkpoint_path",
+    "pseudo_log_likelihood_blocks",
+    "score_checkpoints",
+    "score_machine",
+    "score_model",
+    "schedule_label",
+    "tap_log_partition",
+]
+
+SPLITS = ("train", "test")
+FULL_SALAKHUTDINOV = 14501
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreSettings:
+    """How one parameter set is scored (a config ``likelihood.fig12`` / ``likelihood.table``).
+
+    ``n_train`` / ``n_test``: first images of each split scored (0 skips the split, None = all).
+    ``schedule``: ``salakhutdinov`` (Salakhutdinov & Murray 2008; thinned evenly in index to
+    ``n_betas`` values when given, which keeps its density profile) or ``linear`` (``n_betas``
+    equally spaced values). ``tap_inits``: training images from which TAP is run to convergence.
+    """
+
+    ais_runs: int = 100
+    schedule: str = "salakhutdinov"
+    n_betas: int | None = None
+    pl_sites: int = 100
+    pl_rows: int = 100
+    n_train: int | None = 1000
+    n_test: int | None = 1000
+    tap_inits: int = 500
+    damping: float = 0.5
+    tol: float = 1e-8
+    max_iter: int = 500
+    dedup_tol: float = 1e-2
+
+    @classmethod
+    def from_config(cls, section: dict, model_spec: dict | None = None) -> ScoreSettings:
+        """From a validated config section, with the TAP settings of the model's own entry."""
+        ais = section.get("ais", {})
+        values = {
+            "ais_runs": ais.get("n_runs", cls.ais_runs),
+            "schedule": ais.get("schedule", cls.schedule),
+            "n_betas": ais.get("n_betas", cls.n_betas),
+            "pl_sites": section.get("pl_sites", cls.pl_sites),
+            "n_train": section.get("n_train", cls.n_train),
+            "n_test": section.get("n_test", cls.n_test),
+            "tap_inits": section.get("tap_inits", cls.tap_inits),
+        }
+        tap_spec = (model_spec or {}).get("tap", {})
+        for key in ("damping", "tol", "max_iter", "dedup_tol"):
+            if key in tap_spec:
+                values[key] = tap_spec[key]
+        return cls(**values)
+
+
+def ais_schedule(kind: str = "salakhutdinov", n_betas: int | None = None) -> Tensor:
+    """Inverse temperatures for AIS (float64, 0 to 1, both ends included).
+
+    ``salakhutdinov``: the 14,501 values of Salakhutdinov & Murray (2008), or, with ``n_betas``,
+    that many of them taken evenly by index (so the 1e-3 / 1e-4 / 1e-5 regions keep their
+    shares: about 3.4%, 27.6% and 69% of the values). ``linear``: ``n_betas`` equal steps.
+    """
+    if kind == "salakhutdinov":
+        full = estimators.salakhutdinov_schedule()
+        if n_betas is None or n_betas >= full.numel():
+            return full
+        if n_betas < 2:
+            raise ValueError("an AIS schedule needs at least 2 inverse temperatures")
+        idx = torch.linspace(0, full.numel() - 1, n_betas, dtype=torch.float64).round().long()
+        return full[torch.unique(idx)]
+    if kind == "linear":
+        if n_betas is None or n_betas < 2:
+            raise ValueError("a linear AIS schedule needs n_betas >= 2")
+        return estimators.linear_schedule(n_betas)
+    raise ValueError(f"unknown AIS schedule {kind!r} (salakhutdinov or linear)")
+
+
+def schedule_label(settings: ScoreSettings) -> str:
+    """A one-line description of the AIS settings, for CSVs and figure captions."""
+    n = ais_schedule(settings.schedule, settings.n_betas).numel()
+    if settings.schedule == "salakhutdinov":
+        kind = "full Salakhutdinov" if n == FULL_SALAKHUTDINOV else "Salakhutdinov, thinned"
+    else:
+        kind = "linear"
+    return f"{kind} schedule, {n} betas, {settings.ais_runs} runs"
+
+
+def tap_log_partition(
+    machine: BoltzmannMachine, x_init: Tensor, settings: ScoreSettings
+) -> tuple[tap.TAPState, dict]:
+    """TAP solutions from the rows of ``x_init`` and TAP's estimate of ln Z.
+
+    Returns the unique converged solutions and ``{"log_z_tap": -<F>, "n_unique", "n_converged",
+    "mean_iterations"}``, with <F> the mean TAP free energy (eq. 36) over the unique solutions
+    (``tap.unique`` at ``dedup_tol``), the estimate eq. 39 uses.
+    """
+    states = tap.solve(
+        machine, x_init, damping=settings.damping, tol=settings.tol, max_iter=settings.max_iter
+    )
+    reps, _, _ = tap.unique(states, settings.dedup_tol)
+    if reps.numel() == 0:
+        raise RuntimeError(
+            f"no TAP solution converged from {x_init.shape[0]} initialisations "
+            f"(tol {settings.tol}, max_iter {settings.max_iter})"
+        )
+    unique = states.select(reps)
+    info = {
+        "log_z_tap": float(-tap.free_energy(machine, unique).double().mean()),
+        "n_unique": int(reps.numel()),
+        "n_converged": int(states.converged.sum()),
+        "mean_iterations": float(states.iterations.float().mean()),
+    }
+    return unique, info
+
+
+@torch.no_grad()
+def pseudo_log_likelihood_blocks(
+    machine: BoltzmannMachine,
+    x: Tensor,
+    n_sites: int | None,
+    generator: torch.Generator | None,
+    rows: int = 100,
+) -> Tensor:
+    """Stochastic pseudo-likelihood of every row, a fresh site subset per block of ``rows`` rows.
+
+    Each block gets ``n_sites`` distinct random sites (``estimators.pseudo_log_likelihood``,
+    scaled by Nv / n_sites): an unbiased estimate of the full Nv-site sum, in nats per row, whose
+    mean over many blocks does not hinge on one draw of sites. ``n_sites=None`` is exact.
+    """
+    parts = [
+        estimators.pseudo_log_likelihood(machine, x[i : i + rows], n_sites, generator)
+        for i in range(0, x.shape[0], rows)
+    ]
+    return torch.cat(parts) if parts else x.new_zeros(0)
+
+
+def _enumerable(machine: BoltzmannMachine) -> bool:
+    if machine.n_layers != 2:
+        return False
+    return any(
+        isinstance(p, Bernoulli | Spin) and n <= estimators.MAX_ENUMERATED_UNITS
+        for p, n in zip(machine.priors, machine.sizes, strict=True)
+    )
+
+
+def _mean_stderr(v: Tensor) -> tuple[float, float]:
+    v = v.double()
+    if v.numel() == 0:
+        return math.nan, math.nan
+    se = float(v.std(correction=1) / math.sqrt(v.numel())) if v.numel() > 1 else 0.0
+    return float(v.mean()), se
+
+
+@torch.no_grad()
+def score_machine(
+    machine: BoltzmannMachine,
+    images: dict[str, Tensor],
+    tap_init: Tensor,
+    base_data: Tensor,
+    settings: ScoreSettings,
+    seed_labels: tuple = (0, "score"),
+) -> dict:
+    """Every yardstick for one parameter set; a flat dict of numbers (nats per image).
+
+    ``images``: split name -> rows to score; ``tap_init``: rows TAP starts from; ``base_data``:
+    rows the AIS base-rate model is fitted to (the training data). Random streams (AIS runs, PL
+    sites) come from ``training.seeded_generator(*seed_labels, stage)``: giving every epoch of a
+    model the same labels makes their AIS and PL noise common (differences between epochs are
+    then less noisy than the values).
+    """
+    from tapmachine.training import seeded_generator
+
+    if machine.n_layers != 2:
+        raise ValueError("likelihood scoring needs an RBM (one hidden layer)")
+    dtype, device = machine.dtype, machine.device
+    n_units = sum(machine.sizes)
+    out: dict = {}
+
+    t0 = time.perf_counter()
+    states, info = tap_log_partition(machine, tap_init.to(device, dtype), settings)
+    out.update(info)
+    out["tap_seconds"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    betas = ais_schedule(settings.schedule, settings.n_betas)
+    ais = estimators.ais_log_partition(
+        machine,
+        data=base_data,
+        n_runs=settings.ais_runs,
+        betas=betas,
+        generator=seeded_generator(*seed_labels, "ais"),
+    )
+    out.update(
+        log_z_ais=ais.log_z,
+        log_z_ais_stderr=ais.stderr,
+        log_z_ais_lower=ais.lower,
+        log_z_ais_upper=ais.upper,
+        log_z_base=ais.log_z_base,
+        ais_n_betas=ais.n_betas,
+    )
+    out["ais_seconds"] = time.perf_counter() - t0
+
+    log_z_exact = None
+    if _enumerable(machine):
+        log_z_exact = float(estimators.exact_log_partition(machine))
+    out["log_z_exact"] = log_z_exact if log_z_exact is not None else math.nan
+
+    t0 = time.perf_counter()
+    pl_gen = seeded_generator(*seed_labels, "pl")
+    for split in SPLITS:
+        x = images.get(split)
+        if x is None or x.shape[0] == 0:
+            continue
+        x = x.to(device, dtype)
+        neg_f = -machine.free_energy_visible(x).double()
+        tap_ll = tap.log_likelihood(machine, x, states)
+        m, se = _mean_stderr(tap_ll)
+        out[f"tap_ll_{split}"] = m
+        out[f"tap_ll_{split}_stderr"] = se
+        out[f"tap_ll_per_unit_{split}"] = m / n_units
+        m, se = _mean_stderr(neg_f)
+        out[f"ais_ll_{split}"] = m - ais.log_z
+        out[f"ais_ll_{split}_lower"] = m - ais.upper
+        out[f"ais_ll_{split}_upper"] = m - ais.lower
+        out[f"ais_ll_{split}_stderr"] = se  # over images, not AIS (that is the band)
+        out[f"exact_ll_{split}"] = m - log_z_exact if log_z_exact is not None else math.nan
+        if isinstance(machine.visible, Bernoulli | Spin):
+            pl = pseudo_log_likelihood_blocks(
+                machine, x, settings.pl_sites, pl_gen, rows=settings.pl_rows
+            )
+            out[f"pl_{split}"], out[f"pl_{split}_stderr"] = _mean_stderr(pl)
+        else:
+            out[f"pl_{split}"] = out[f"pl_{split}_stderr"] = math.nan
+        out[f"n_{split}_images"] = int(x.shape[0])
+    out["pl_seconds"] = time.perf_counter() - t0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Files: checkpoints and models in, one CSV row per parameter set out
+# ----------------------------------------------------------------------------------------------
+
+
+def checkpoint_path(model_dir: str | os.PathLike, epoch: int) -> Path:
+    """The per-epoch checkpoint of the training loop (``training.train``)."""
+    return Path(model_dir) / "checkpoints" / f"epoch_{epoch}.pt"
+
+
+def _load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _data_for(model_blob: dict, data_path, settings: ScoreSettings, dtype):
+    """(images by split, TAP initialisations, AIS base data) for a model's dataset."""
+    from tapmachine import data
+
+    ds = data.load_dataset(data_path)
+    spec = model_blob.get("spec", {})
+    x_train = torch.as_tensor(ds.x_train, dtype=dtype)
+    if spec.get("n_train"):
+        x_train = x_train[: spec["n_train"]]  # the rows the model was trained on
+    x_test = torch.as_tensor(ds.x_test, dtype=dtype)
+    images = {
+        "train": x_train if settings.n_train is None else x_train[: settings.n_train],
+        "test": x_test if settings.n_test is None else x_test[: settings.n_test],
+    }
+    return images, x_train[: settings.tap_inits], x_train, ds
+
+
+def _settings_columns(settings: ScoreSettings) -> dict:
+    return {
+        "ais_schedule": settings.schedule,
+        "ais_runs": settings.ais_runs,
+        "ais_description": schedule_label(settings),
+        "pl_sites": settings.pl_sites,
+        "pl_rows_per_site_draw": settings.pl_rows,
+        "tap_inits": settings.tap_inits,
+    }
+
+
+def _write_csv_atomic(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+_TRACKED = (
+    "tap_ll_train",
+    "tap_ll_test",
+    "tap_ll_per_unit_test",
+    "ais_ll_train",
+    "ais_ll_test",
+    "ais_ll_test_lower",
+    "ais_ll_test_upper",
+    "pl_train",
+    "pl_test",
+    "log_z_ais",
+    "log_z_ais_stderr",
+    "log_z_tap",
+    "log_z_exact",
+)
+
+
+def _metrics(row: dict, prefix: str) -> dict:
+    return {f"{prefix}{k}": row[k] for k in _TRACKED if k in row and row[k] is not None}
+
+
+def resolve_epochs(epochs, n_epochs: int) -> list[int]:
+    """``"all"`` -> 1..n_epochs; ``"last"`` -> [n_epochs]; a list is checked against n_epochs."""
+    if epochs in ("all", None):
+        return list(range(1, n_epochs + 1))
+    if epochs == "last":
+        return [n_epochs]
+    chosen = sorted({int(e) for e in epochs})
+    bad = [e for e in chosen if not 1 <= e <= n_epochs]
+    if bad:
+        raise ValueError(f"epochs {bad} are outside 1..{n_epochs} (the model's epochs)")
+    return chosen
+
+
+def score_checkpoints(
+    model_dir: str | os.PathLike,
+    data_path: str | os.PathLike,
+    out_csv: str | os.PathLike,
+    settings: ScoreSettings,
+    epochs="all",
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    manifest: str | os.PathLike | None = None,
+) -> list[dict]:
+    """Score the parameters after each epoch (the checkpoints of ``model_dir``): Fig. 12.
+
+    Writes ``out_csv`` with one row per epoch (only once every epoch is scored), logs each
+    epoch's numbers with ``step = epoch`` to the model's training run (metric names prefixed
+    ``eval.``) and to a run of experiment ``likelihood``, whose artifact is the CSV.
+    """
+    from tapmachine import tracking
+    from tapmachine.training import load_model
+
+    model_dir = Path(model_dir)
+    blob = _load(model_dir / "model.pt")
+    name = blob.get("name", model_dir.name)
+    n_epochs = len(blob.get("history", [])) or int(blob["spec"]["epochs"])
+    chosen = resolve_epochs(epochs, n_epochs)
+    missing = [str(checkpoint_path(model_dir, e)) for e in chosen]
+    missing = [p for p in missing if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"checkpoints missing for scoring: {', '.join(missing)}")
+    torch_dtype = getattr(torch, dtype)
+    images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
+    params = {"model": name, "epochs": chosen, **dataclasses.asdict(settings), "seed": seed}
+    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "per-epoch"}
+    train_run = tracking.attach_run(manifest, blob.get("mlflow_run_id"))
+    rows = []
+    with tracking.start_run(manifest, "likelihood", f"{name}-epochs", params, tags) as run:
+        for epoch in chosen:
+            t0 = time.perf_counter()
+            ckpt = checkpoint_path(model_dir, epoch)
+            machine = load_model(ckpt, device=device, dtype=torch_dtype)
+            row = {"model": name, "epoch": epoch, "dataset": ds.name}
+            row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
+            row.update(_settings_columns(settings))
+            row["seconds"] = time.perf_counter() - t0
+            rows.append(row)
+            print(
+                f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
+                f"AIS {row.get('ais_ll_test', math.nan):.2f} "
+                f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
+                f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            run.log_metrics(_metrics(row, ""), step=epoch)
+            train_run.log_metrics(_metrics(row, "eval."), step=epoch)
+        _write_csv_atomic(rows, Path(out_csv))
+        run.log_artifact(out_csv)
+    return rows
+
+
+def score_model(
+    model_path: str | os.PathLike,
+    data_path: str | os.PathLike,
+    out_csv: str | os.PathLike,
+    settings: ScoreSettings,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    manifest: str | os.PathLike | None = None,
+) -> dict:
+    """Score a final model (``model.pt``), one CSV row with its training settings: the table.
+
+    The row carries the model's method, sampling steps, hidden units, training images and epochs
+    so that a table can be built from the CSVs alone; it is logged to a ``likelihood`` run and,
+    prefixed ``final.``, to the model's training run.
+    """
+    from tapmachine import tracking
+    from tapmachine.training import load_model
+
+    model_path = Path(model_path)
+    blob = _load(model_path)
+    name = blob.get("name", model_path.parent.name)
+    spec = blob.get("spec", {})
+    torch_dtype = getattr(torch, dtype)
+    images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
+    machine = load_model(model_path, device=device, dtype=torch_dtype)
+    t0 = time.perf_counter()
+    method = spec.get("method", "tap")
+    row = {
+        "model": name,
+        "dataset": ds.name,
+        "method": method,
+        "sampling_steps": spec.get("sampling_steps", 1) if method in ("cd", "pcd") else "",
+        "hidden_units": machine.sizes[1],
+        "n_train": base.shape[0],
+        "epochs": len(blob.get("history", [])) or spec.get("epochs"),
+        "batch_size": spec.get("batch_size", 100),
+        "learning_rate": spec.get("learning_rate"),
+        "mlflow_run_id": blob.get("mlflow_run_id"),
+    }
+    row["updates"] = int(row["epochs"]) * max(1, row["n_train"] // int(row["batch_size"]))
+    params = {"model": name, **dataclasses.asdict(settings), "seed": seed}
+    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "final"}
+    with tracking.start_run(manifest, "likelihood", f"{name}-final", params, tags) as run:
+        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
+        row.update(_settings_columns(settings))
+        row["seconds"] = time.perf_counter() - t0
+        print(
+            f"{name}: AIS test {row.get('ais_ll_test', math.nan):.2f} nats "
+            f"[{row.get('ais_ll_test_lower', math.nan):.2f}, "
+            f"{row.get('ais_ll_test_upper', math.nan):.2f}] ({row['ais_description']}), "
+            f"TAP {row.get('tap_ll_test', math.nan):.2f}, PL {row.get('pl_test', math.nan):.2f}; "
+            f"{row['seconds']:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        run.log_metrics(_metrics(row, ""))
+        tracking.attach_run(manifest, blob.get("mlflow_run_id")).log_metrics(
+            _metrics(row, "final.")
+        )
+        _write_csv_atomic([row], Path(out_csv))
+        run.log_artifact(out_csv)
+    return row

@@ -1,0 +1,249 @@
+"""Harvest of TAP solutions: fixed points, order-free deduplication, the init -> solution map,
+non-converged rows, the files and the config checks."""
+
+import copy
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_harvest
+import torch
+import yaml
+
+from tapmachine import harvest, tap
+from tapmachine.configuration import ConfigError, validate
+from tapmachine.harvest import HarvestError, HarvestSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return tiny_harvest.build(tmp_path_factory.mktemp("harvest"), epochs=(1, tiny_harvest.EPOCHS))
+
+
+@pytest.fixture(scope="module")
+def prototypes():
+    """A machine with several TAP solutions and its 300 training images."""
+    return tiny_harvest.prototype_machine(30)
+
+
+def test_file_holds_every_documented_key(run):
+    sol = harvest.load_solutions(run["solutions"][-1])
+    K, nv, nh = 200, tiny_harvest.SIDE**2, 8
+    assert sol["a_visible"].shape == sol["c_visible"].shape == (K, nv)
+    assert sol["a_hidden"].shape == sol["c_hidden"].shape == (K, nh)
+    for key in ("free_energy", "converged", "iterations", "inverse", "init_index", "labels"):
+        assert sol[key].shape == (K,), key
+    G = sol["representatives"].shape[0]
+    assert sol["multiplicity"].shape == sol["unique_free_energy"].shape == (G,)
+    assert sol["dedup_tol"] == 0.01 and sol["tol"] == 1e-12 and sol["max_iter"] == 2000
+    assert sol["epoch"] == tiny_harvest.EPOCHS and sol["model"] == "tiny"
+    assert sol["dataset"] == "synth" and sol["image_shape"] == (6, 6)
+    assert sol["summary"]["n_unique"] == G and sol["summary"]["n_init"] == K
+    with open(run["solutions"][-1].with_suffix(".csv")) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == G
+    assert sum(int(r["multiplicity"]) for r in rows) == int(sol["converged"].sum())
+    # Growth over training: one solution at epoch 1, several later.
+    first = harvest.load_solutions(run["solutions"][0])
+    assert first["summary"]["n_unique"] == 1 and G > 1
+
+
+def test_unique_solutions_are_fixed_points(run, prototypes):
+    """One more TAP iteration from each unique solution moves it by less than tol (MSE)."""
+    from tapmachine.training import machine_from_state
+
+    blob = torch.load(
+        run["model_dir"] / "checkpoints" / f"epoch_{tiny_harvest.EPOCHS}.pt", weights_only=False
+    )
+    cases = [(machine_from_state(blob["machine"], dtype=torch.float64), None)]
+    cases.append((prototypes[0], prototypes[1]))
+    for machine, x in cases:
+        if x is None:
+            sol = harvest.load_solutions(run["solutions"][-1])
+        else:
+            sol = harvest.harvest(machine, x, HarvestSettings(n_init=None))
+        reps = sol["representatives"]
+        assert len(reps) > 1
+
+        rows = {
+            k: torch.as_tensor(sol[k][reps], dtype=torch.float64)
+            for k in ("a_visible", "c_visible", "a_hidden", "c_hidden")
+        }
+        again = tap.solve(
+            machine,
+            rows["a_visible"],
+            rows["c_visible"],
+            a_hidden=[rows["a_hidden"]],
+            c_hidden=[rows["c_hidden"]],
+            damping=0.5,
+            max_iter=1,
+            tol=0.0,
+        )
+        step = torch.cat(
+            [again.a[0] - rows["a_visible"], again.a[1] - rows["a_hidden"]], dim=1
+        ).square()
+        assert float(step.mean(1).max()) < 1e-8
+
+
+def test_init_map_reproduces_the_solutions(prototypes):
+    machine, x = prototypes
+    sol = harvest.harvest(machine, x, HarvestSettings(n_init=None))
+    conv = sol["converged"]
+    inv = sol["inverse"]
+    assert (inv[conv] >= 0).all() and (inv[~conv] == -1).all()
+    reps = sol["representatives"][inv[conv]]
+    both = np.concatenate([sol["a_visible"], sol["a_hidden"]], axis=1)
+    assert np.abs(both[conv] - both[reps]).max() <= sol["dedup_tol"]
+    np.testing.assert_allclose(sol["free_energy"][conv], sol["free_energy"][reps], atol=1e-3)
+    np.testing.assert_array_equal(np.bincount(inv[conv]), sol["multiplicity"])
+    np.testing.assert_array_equal(
+        sol["unique_free_energy"], sol["free_energy"][sol["representatives"]]
+    )
+    # Each representative maps to its own group.
+    groups = np.arange(len(sol["representatives"]))
+    np.testing.assert_array_equal(inv[sol["representatives"]], groups)
+
+
+def test_deduplication_does_not_depend_on_the_order_of_initialisations(prototypes):
+    machine, x = prototypes
+    settings = HarvestSettings(n_init=None)
+    a = harvest.harvest(machine, x, settings)
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(3))
+    b = harvest.harvest(machine, x[perm], settings)
+    assert len(a["representatives"]) == len(b["representatives"]) > 2
+    np.testing.assert_allclose(
+        np.sort(a["unique_free_energy"]), np.sort(b["unique_free_energy"]), atol=1e-9
+    )
+    # Same partition: rows i, j share a group before iff they share one after the permutation.
+    inv_a = a["inverse"][perm.numpy()]
+    inv_b = b["inverse"]
+    same_a = inv_a[:, None] == inv_a[None, :]
+    same_b = inv_b[:, None] == inv_b[None, :]
+    np.testing.assert_array_equal(same_a, same_b)
+    # And the same multiplicities per free energy.
+    order_a = np.argsort(a["unique_free_energy"])
+    order_b = np.argsort(b["unique_free_energy"])
+    np.testing.assert_array_equal(a["multiplicity"][order_a], b["multiplicity"][order_b])
+
+
+def test_non_converged_rows_are_counted_and_excluded(prototypes):
+    machine, x = prototypes
+    sol = harvest.harvest(machine, x[:50], HarvestSettings(n_init=None, max_iter=1))
+    summary = harvest.summarise(sol)
+    conv = sol["converged"]
+    assert summary["n_not_converged"] == int((~conv).sum()) == 50
+    assert summary["n_unique"] == 0 and np.isnan(summary["helmholtz"])
+    assert (sol["inverse"] == -1).all()
+    assert np.isnan(sol["a_visible"]).all() and np.isnan(sol["free_energy"]).all()
+    # A mix: a few iterations leave some rows unconverged, and only converged ones are grouped.
+    mixed = harvest.harvest(machine, x, HarvestSettings(n_init=None, max_iter=15, tol=1e-8))
+    conv = mixed["converged"]
+    assert 0 < int(conv.sum()) < len(conv)
+    assert int(mixed["multiplicity"].sum()) == int(conv.sum())
+    assert np.isnan(mixed["a_hidden"][~conv]).all() and np.isfinite(mixed["a_hidden"][conv]).all()
+    assert np.isfinite(mixed["unique_free_energy"]).all()
+
+
+def test_run_harvest_rejects_missing_or_foreign_checkpoints(run, tmp_path):
+    model = run["model"]
+    ckpt = run["model_dir"] / "checkpoints"
+    kwargs = dict(
+        data_path=run["data"],
+        settings=HarvestSettings(n_init=10),
+        out_npz=tmp_path / "x.npz",
+        out_csv=tmp_path / "x.csv",
+        progress=False,
+    )
+    with pytest.raises(HarvestError, match="outside its"):
+        harvest.run_harvest(model, ckpt / "epoch_99.pt", 99, **kwargs)
+    with pytest.raises(HarvestError, match="holds epoch"):
+        harvest.run_harvest(model, ckpt / "epoch_1.pt", 2, **kwargs)
+    missing = tmp_path / "gone" / "model.pt"
+    with pytest.raises(HarvestError, match="train the model first"):
+        harvest.run_harvest(missing, ckpt / "epoch_1.pt", 1, **kwargs)
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_cli_harvest_writes_both_files(run, tmp_path):
+    from tapmachine import cli
+
+    out = tmp_path / "epoch_2.npz"
+    code = cli.main(
+        [
+            "harvest",
+            "--model-file", str(run["model"]),
+            "--checkpoint", str(run["model_dir"] / "checkpoints" / "epoch_2.pt"),
+            "--epoch", "2",
+            "--data", str(run["data"]),
+            "--n-init", "500",  # more than the 300 images: all are used
+            "--out-npz", str(out),
+            "--out-csv", str(out.with_suffix(".csv")),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    sol = harvest.load_solutions(out)
+    assert sol["converged"].shape == (300,) and sol["dtype"] == "float64"
+    assert out.with_suffix(".csv").exists()
+
+
+def _config():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    return copy.deepcopy(config)
+
+
+def test_shipped_configs_declare_harvest_and_figures():
+    for name in ("config.yaml", "workflow/config/paper.yaml"):
+        config = validate(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+        assert config["harvest"] and set(config["figures"]) == {
+            "fig3",
+            "fig4",
+            "fig5",
+            "fig6",
+            "fig7",
+        }
+    paper = validate(yaml.safe_load((ROOT / "workflow/config/paper.yaml").read_text()), SCHEMA)
+    assert paper["harvest"]["bmnist_h100"]["n_init"] == 10000
+    assert {1, 3, 25, 100} <= set(paper["harvest"]["bmnist_h100"]["epochs"])
+    assert paper["harvest"]["faces_h256"]["n_init"] == 2400
+    assert {5, 100, 200, 500} <= set(paper["harvest"]["faces_h256"]["epochs"])
+
+
+def test_harvest_defaults_are_filled():
+    config = _config()
+    config["harvest"] = {"bmnist_h100": {"epochs": [1]}}
+    config["figures"] = {}
+    entry = validate(config, SCHEMA)["harvest"]["bmnist_h100"]
+    assert entry == {
+        "epochs": [1],
+        "n_init": 10000,
+        "dedup_tol": 0.01,
+        "tol": 1e-12,
+        "max_iter": 2000,
+        "damping": 0.5,
+        "dtype": "float64",
+    }
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["harvest"]["bmnist_h100"].update(epochs=[1, 11]), r"\[11\] exceed .* 10"),
+        (lambda c: c["harvest"].update(nope={"epochs": [1]}), "not a model"),
+        (lambda c: c["figures"]["fig6"].update(epochs=[7]), r"fig6.epochs: \[7\] are not"),
+        (lambda c: c["figures"]["fig5"].update(model="bmnist_h25"), "no `harvest` entry"),
+        (lambda c: c["figures"]["fig3"].update(models=["bmnist_h25", "x"]), "'x' is not"),
+        (lambda c: c["figures"]["fig7"].update(n_images=5000), "exceeds harvest"),
+        (lambda c: c["figures"]["fig6"].update(embedding="tsne"), "fig6.embedding"),
+        (lambda c: c["figures"].update(fig99={}), "fig99"),
+        (lambda c: c["harvest"]["bmnist_h100"].update(dedup=0.1), "dedup"),
+    ],
+)
+def test_bad_harvest_and_figure_configs_fail_with_the_key(edit, message):
+    config = _config()
+    edit(config)
+    with pytest.raises(ConfigError, match=message):
+        validate(config, SCHEMA)

@@ -1,0 +1,258 @@
+"""Likelihood yardsticks on tiny enumerable RBMs: AIS vs exact, per-epoch scores, Fig. 12, table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from tapmachine import estimators, likelihood, tracking, training
+from tapmachine.configuration import ConfigError, validate
+from tapmachine.data import Dataset, save_dataset
+from tapmachine.figures import common, fig12, likelihood_table
+from tapmachine.machine import RBM
+from tapmachine.priors import Bernoulli
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+#: Tiny-model scoring: short thinned schedule, enough runs for a meaningful stderr.
+TINY = likelihood.ScoreSettings(
+    ais_runs=100, n_betas=1500, pl_sites=4, pl_rows=20, n_train=60, n_test=60, tap_inits=40
+)
+
+
+def _data(n, nv, seed):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(nv, generator=g) * 0.6 + 0.2
+    return (torch.rand(n, nv, generator=g) < p).double()
+
+
+def _rbm(nv, nh, std, seed):
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(nv, nh, generator=g, dtype=torch.float64) * std
+    U = torch.randn(nv, generator=g, dtype=torch.float64) * 0.3
+    return RBM(W, Bernoulli(U), Bernoulli(torch.zeros(nh, dtype=torch.float64)))
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "tiny.npz"
+    x = _data(400, 16, 0).numpy().astype(np.uint8)
+    ds = Dataset(x[:300], np.zeros(300, int), x[300:], np.zeros(100, int), (4, 4), {}, "tiny")
+    save_dataset(ds, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlflow")
+    manifest = d / "experiments.json"
+    tracking.init_store(d, manifest)
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_dataset, store):
+    """A 16 x 6 RBM trained 3 epochs by TAP, with per-epoch checkpoints and an MLflow run."""
+    outdir = tmp_path_factory.mktemp("models") / "tiny"
+    spec = {
+        "dataset": "tiny",
+        "visible": {"prior": "bernoulli"},
+        "hidden": [{"prior": "bernoulli", "units": 6}],
+        "epochs": 3,
+        "batch_size": 50,
+        "learning_rate": 0.05,
+        "weight_init_std": 0.1,
+        "eval": {"n_samples": 50},
+    }
+    training.train_from_spec("tiny", spec, str(tiny_dataset), str(outdir), seed=1, manifest=store)
+    return outdir
+
+
+def test_thinned_salakhutdinov_schedule_keeps_its_shape():
+    full = estimators.salakhutdinov_schedule()
+    b = likelihood.ais_schedule("salakhutdinov", 1451)
+    assert b.numel() == 1451 and b[0] == 0.0 and b[-1] == 1.0
+    torch.testing.assert_close(b, full[::10])
+    assert likelihood.ais_schedule("salakhutdinov").numel() == 14501
+    assert likelihood.ais_schedule("linear", 11).diff().allclose(torch.tensor(0.1, dtype=b.dtype))
+    assert "thinned" in likelihood.schedule_label(likelihood.ScoreSettings(n_betas=1451))
+    with pytest.raises(ValueError):
+        likelihood.ais_schedule("linear")
+
+
+def test_ais_test_log_likelihood_agrees_with_exact_within_band():
+    machine = _rbm(12, 10, 0.4, 3)
+    x = _data(200, 12, 4)
+    images = {"test": x[:100], "train": x[100:]}
+    row = likelihood.score_machine(machine, images, x[:40], x, TINY, (0, "exact"))
+    for split in ("test", "train"):
+        exact = row[f"exact_ll_{split}"]
+        assert math.isfinite(exact)
+        # The band comes from ln Z +- 3 stderr, so it holds the exact value when AIS is right.
+        assert row[f"ais_ll_{split}_lower"] - 1e-6 <= exact <= row[f"ais_ll_{split}_upper"] + 1e-6
+        assert abs(row[f"ais_ll_{split}"] - exact) < 0.05
+        # Exact ln P(x) = -F(x) - ln Z, checked by hand.
+        direct = float((-machine.free_energy_visible(images[split]) - row["log_z_exact"]).mean())
+        assert exact == pytest.approx(direct, abs=1e-9)
+    assert row["log_z_exact"] == pytest.approx(
+        float(estimators.exact_log_partition(machine)), abs=1e-12
+    )
+    # TAP log-likelihood: the same data term, TAP's own ln Z (weak couplings: close to exact).
+    assert abs(row["log_z_tap"] - row["log_z_exact"]) < 0.2
+    assert row["tap_ll_per_unit_test"] == pytest.approx(row["tap_ll_test"] / 22)
+
+
+def test_pseudo_likelihood_normalisation_is_the_full_site_sum():
+    machine = _rbm(8, 5, 0.5, 5)
+    x = _data(30, 8, 6)
+    full = likelihood.pseudo_log_likelihood_blocks(machine, x, None, None, rows=7)
+    F = machine.free_energy_visible
+    brute = torch.zeros(30, dtype=torch.float64)
+    for i in range(8):
+        flipped = x.clone()
+        flipped[:, i] = 1 - flipped[:, i]
+        brute += torch.nn.functional.logsigmoid(F(flipped) - F(x))
+    torch.testing.assert_close(full, brute)
+    # Stochastic: 2 of 8 sites per block of 5 rows, scaled by 8/2, unbiased over draws.
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack(
+        [likelihood.pseudo_log_likelihood_blocks(machine, x, 2, g, rows=5) for _ in range(400)]
+    )
+    assert float(draws.mean()) == pytest.approx(float(brute.mean()), abs=0.1)
+
+
+def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset, store, tmp_path):
+    import mlflow
+
+    out = tmp_path / "eval" / "scores.csv"
+    likelihood.score_checkpoints(trained, tiny_dataset, out, TINY, "all", seed=2, manifest=store)
+    df = pd.read_csv(out)
+    assert df["epoch"].tolist() == [1, 2, 3]
+    for col in ("tap_ll_test", "ais_ll_test", "pl_test", "ais_ll_train", "log_z_exact"):
+        assert np.isfinite(df[col]).all(), col
+    inside = (df["ais_ll_test_lower"] - 1e-6 <= df["exact_ll_test"]) & (
+        df["exact_ll_test"] <= df["ais_ll_test_upper"] + 1e-6
+    )
+    assert inside.all()
+    assert (df["ais_description"].str.contains("1500 betas, 100 runs")).all()
+    assert not list(out.parent.glob("*.tmp"))
+
+    blob = torch.load(trained / "model.pt", weights_only=False)
+    uri, _ = tracking.experiment_id(store, "train")
+    client = mlflow.MlflowClient(uri)
+    history = client.get_metric_history(blob["mlflow_run_id"], "eval.ais_ll_test")
+    assert sorted(m.step for m in history) == [1, 2, 3]
+    _, exp = tracking.experiment_id(store, "likelihood")
+    (run,) = client.search_runs([exp])
+    assert run.data.tags["model_run_id"] == blob["mlflow_run_id"]
+
+    with pytest.raises(ValueError, match="outside 1..3"):
+        likelihood.score_checkpoints(trained, tiny_dataset, out, TINY, [4])
+
+
+def _scores_fixture(path, rising=True):
+    e = np.arange(1, 7)
+    base = -150 + 8 * np.log(e) if rising else -150 + 3 * np.sin(e)
+    rows = {
+        "model": "tiny",
+        "epoch": e,
+        "log_z_ais": -base,
+        "log_z_ais_stderr": 0.1,
+        "log_z_tap": -base,
+        "ais_n_betas": 1451,
+        "ais_description": "Salakhutdinov, thinned schedule, 1451 betas, 100 runs",
+        "pl_sites": 100,
+    }
+    for split, shift in (("test", 0.0), ("train", 2.0)):
+        rows.update(
+            {
+                f"tap_ll_{split}": base + 5 + shift,
+                f"tap_ll_per_unit_{split}": (base + 5 + shift) / 22,
+                f"ais_ll_{split}": base + shift,
+                f"ais_ll_{split}_lower": base + shift - 0.3,
+                f"ais_ll_{split}_upper": base + shift + 0.3,
+                f"pl_{split}": base + 10 + shift + (0 if rising else np.cos(e)),
+                f"n_{split}_images": 100,
+            }
+        )
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _claim(table, name):
+    rows = table[(table["kind"] == "claim") & (table["claim"] == name)]
+    assert len(rows) == 1, name
+    return float(rows["value"].iloc[0])
+
+
+def test_fig12_writes_png_pdf_csv_and_says_whether_measures_rise_together(trained, tmp_path):
+    scores = _scores_fixture(tmp_path / "scores.csv")
+    result = fig12.make(scores, trained / "model.pt")
+    paths = common.save(result, tmp_path / "f.png", tmp_path / "f.pdf", tmp_path / "f.csv")
+    assert all(p.stat().st_size > 0 for p in paths)
+    table = pd.read_csv(tmp_path / "f.csv")
+    assert _claim(table, "rise_together.test") == 1.0
+    assert _claim(table, "spearman.tap_ll_vs_ais_ll.test") == pytest.approx(1.0)
+    assert _claim(table, "fraction_steps_signs_agree.train") == 1.0
+    drawn = table[table["kind"] == "drawn"]
+    assert len(drawn) == 12 and set(drawn["split"]) == {"test", "train"}
+    assert (drawn.loc[drawn["epoch"] > 1, "sign_ais_ll"] == 1).all()
+
+    wobbly = fig12.make(_scores_fixture(tmp_path / "w.csv", rising=False), trained / "model.pt")
+    assert _claim(wobbly.table, "rise_together.test") == 0.0
+
+
+def test_likelihood_table_marks_the_reference_as_published(trained, tiny_dataset, tmp_path):
+    settings = likelihood.ScoreSettings(
+        ais_runs=50, n_betas=300, pl_sites=4, n_train=0, n_test=None, tap_inits=40
+    )
+    final = tmp_path / "final.csv"
+    row = likelihood.score_model(trained / "model.pt", tiny_dataset, final, settings, seed=3)
+    assert row["n_test_images"] == 100 and "ais_ll_train" not in row
+    cd = pd.read_csv(final).assign(
+        method="cd", sampling_steps=25, ais_ll_test=lambda d: d.ais_ll_test - 1
+    )
+    cd["ais_ll_test_lower"] = cd["ais_ll_test"] - 0.5
+    cd["ais_ll_test_upper"] = cd["ais_ll_test"] + 0.5
+    cd.to_csv(tmp_path / "cd.csv", index=False)
+    model = trained / "model.pt"
+    result = likelihood_table.make([final, tmp_path / "cd.csv"], [model, model])
+    paths = common.save(result, tmp_path / "t.png", tmp_path / "t.pdf", tmp_path / "t.csv")
+    assert all(p.stat().st_size > 0 for p in paths)
+    table = pd.read_csv(tmp_path / "t.csv")
+    drawn = table[table["kind"] == "drawn"]
+    ref = drawn[drawn["source"] == "published"]
+    assert len(ref) == 1
+    assert ref["computed"].iloc[0] == 0 and ref["ais_ll_test"].iloc[0] == pytest.approx(-86.34)
+    assert "Salakhutdinov" in ref["reference"].iloc[0]
+    computed = drawn[drawn["source"] == "computed here"]
+    assert computed["method_label"].tolist() == ["TAP", "CD-25"]
+    assert (computed["computed"] == 1).all()
+    assert _claim(table, "tap_minus_best_sampling_baseline") == pytest.approx(1.0)
+    none = likelihood_table.make([final], [model], reference=False)
+    assert "published" not in set(none.table.get("source", pd.Series(dtype=str)).dropna())
+
+
+def test_config_names_existing_rbms():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    validate(config, SCHEMA)
+    assert config["likelihood"]["fig12"]["model"] in config["models"]
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["likelihood"]["table"]["models"].append("nope")
+    with pytest.raises(ConfigError, match=r"likelihood.table.models\[4\]: 'nope' is not a model"):
+        validate(config, SCHEMA)
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["likelihood"]["fig12"]["epochs"] = [1, 999]
+    with pytest.raises(ConfigError, match="likelihood.fig12.epochs"):
+        validate(config, SCHEMA)
+    empty = {"models": {}}
+    validate(empty, SCHEMA)  # no likelihood section: nothing to score
+    assert empty["likelihood"]["fig12"]["model"] is None
+    assert empty["likelihood"]["table"]["models"] == []

@@ -1,0 +1,150 @@
+# Figures 3-7 of the first paper: one rule per figure, named as the figure, each writing
+# results/figures/{fig}.png, .pdf and .csv and logging them to the MLflow experiment "figures".
+# A figure missing from the config's `figures:` section has no rule. Helpers: common.smk.
+
+
+if "fig3" in FIGURES:
+
+    rule fig3:
+        input:
+            metrics=model_files(FIGURES["fig3"]["models"], "metrics.csv"),
+            models=model_files(FIGURES["fig3"]["models"]),
+            tracking=TRACKING,
+        output:
+            **figure_outputs("fig3"),
+        log:
+            "logs/figures/fig3.log",
+        benchmark:
+            "benchmarks/figures/fig3.tsv"
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        shell:
+            "tapmachine figure fig3 --metrics {input.metrics} --model-files {input.models} "
+            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
+
+
+if "fig4" in FIGURES:
+
+    rule fig4:
+        input:
+            models=model_files(FIGURES["fig4"]["models"]),
+            data=[dataset_file(config["models"][m]["dataset"]) for m in FIGURES["fig4"]["models"]],
+            tracking=TRACKING,
+        output:
+            **figure_outputs("fig4"),
+        params:
+            n_images=FIGURES["fig4"]["n_images"],
+            per_group=FIGURES["fig4"]["per_group"],
+        log:
+            "logs/figures/fig4.log",
+        benchmark:
+            "benchmarks/figures/fig4.tsv"
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=20,
+        shell:
+            "tapmachine figure fig4 --model-files {input.models} --data {input.data} "
+            "--n-images {params.n_images} --per-group {params.per_group} "
+            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
+
+
+if "fig5" in FIGURES:
+
+    rule fig5:
+        input:
+            solutions=figure_solution_files("fig5"),
+            tracking=TRACKING,
+        output:
+            **figure_outputs("fig5"),
+        params:
+            slices=option_list("--slices", FIGURES["fig5"]["slices"]),
+        log:
+            "logs/figures/fig5.log",
+        benchmark:
+            "benchmarks/figures/fig5.tsv"
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=20,
+        shell:
+            "tapmachine figure fig5 --solutions {input.solutions} {params.slices} "
+            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
+
+
+if "fig6" in FIGURES:
+
+    rule fig6:
+        input:
+            solutions=figure_solution_files("fig6"),
+            tracking=TRACKING,
+        output:
+            **figure_outputs("fig6"),
+        params:
+            embedding=FIGURES["fig6"]["embedding"],
+            n_neighbors=FIGURES["fig6"]["n_neighbors"],
+            seed=config["seed"],
+        log:
+            "logs/figures/fig6.log",
+        benchmark:
+            "benchmarks/figures/fig6.tsv"
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: 1
+        resources:
+            mem_mb=6000,
+            runtime=30,
+        shell:
+            "tapmachine figure fig6 --solutions {input.solutions} --embedding {params.embedding} "
+            "--n-neighbors {params.n_neighbors} --seed {params.seed} "
+            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
+
+
+if "fig7" in FIGURES:
+
+    rule fig7:
+        input:
+            solutions=figure_solution_files("fig7"),
+            data=dataset_file(config["models"][FIGURES["fig7"]["model"]]["dataset"]),
+            tracking=TRACKING,
+        output:
+            **figure_outputs("fig7"),
+        params:
+            digits=option_list("--digits", FIGURES["fig7"]["digits"]),
+            n_images=option_value("--n-images", FIGURES["fig7"]["n_images"]),
+            embedding=FIGURES["fig7"]["embedding"],
+            n_neighbors=FIGURES["fig7"]["n_neighbors"],
+            seed=config["seed"],
+        log:
+            "logs/figures/fig7.log",
+        benchmark:
+            "benchmarks/figures/fig7.tsv"
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: 1
+        resources:
+            mem_mb=6000,
+            runtime=30,
+        shell:
+            "tapmachine figure fig7 --solutions {input.solutions} --data {input.data} "
+            "{params.digits} {params.n_images} --embedding {params.embedding} "
+            "--n-neighbors {params.n_neighbors} --seed {params.seed} "
+            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule figures:
+    input:
+        figure_targets(),

@@ -1,0 +1,41 @@
+# Harvest stage: TAP solutions from data initialisations at chosen training epochs (Figs. 5-7).
+# A job reads checkpoints/epoch_{e}.pt, which training writes but does not declare (see
+# train.smk); model.pt is the declared input, so training has finished before any harvest runs.
+# The config check (tapmachine.configuration) rejects harvested epochs beyond a model's epochs.
+
+
+rule harvest_solutions:
+    input:
+        model=f"{RESULTS}/models/{{model}}/model.pt",
+        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        tracking=TRACKING,
+    output:
+        npz=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.npz",
+        csv=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.csv",
+    wildcard_constraints:
+        model="|".join(config["harvest"]) or "^$",
+        epoch=r"[0-9]+",
+    params:
+        checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",
+        settings=harvest_settings_args,
+        device=f"--device {config['device']}",
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/harvest/{model}/epoch_{epoch}.log",
+    benchmark:
+        "benchmarks/harvest/{model}/epoch_{epoch}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=60,
+    shell:
+        "tapmachine harvest --model-file {input.model} --checkpoint {params.checkpoint} "
+        "--epoch {wildcards.epoch} --data {input.data} {params.settings} {params.device} "
+        "--threads {threads} --out-npz {output.npz} --out-csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule harvest:
+    input:
+        harvest_targets(),

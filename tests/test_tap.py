@@ -292,6 +292,24 @@ def test_convergence_mask_and_iteration_counts():
     assert float((loose.a[0] - tight.a[0]).abs().max()) < 1e-2
 
 
+def test_finished_rows_left_in_place_keep_their_results():
+    """Rows that converge while too few to compact keep iterating; their stored values must be
+    those at convergence, and rows still running at max_iter are reported unconverged."""
+    g = _gen(22)
+    m = _random_machine(Bernoulli, (10, 6), 0.6, g)
+    init = torch.rand(40, 10, dtype=DT, generator=g)
+    first, second = sorted(tap.solve(m, init, tol=1e-9, max_iter=1000).iterations.tolist())[:2]
+    assert first < second  # one row of 40 converges early and stays in the working set
+    capped = tap.solve(m, init, tol=1e-9, max_iter=second)
+    assert 0 < int(capped.converged.sum()) < 40
+    for k in range(40):
+        one = tap.solve(m, init[k : k + 1], tol=1e-9, max_iter=second)
+        assert bool(one.converged[0]) == bool(capped.converged[k])
+        assert int(one.iterations[0]) == int(capped.iterations[k])
+        torch.testing.assert_close(one.a[0][0], capped.a[0][k], rtol=0, atol=1e-13)
+        torch.testing.assert_close(one.A[1][0], capped.A[1][k], rtol=0, atol=1e-13)
+
+
 def test_damping_convention_and_fields():
     """One damped step is damping * old + (1 - damping) * Alg. 1 update; A, B as in Alg. 1."""
     g = _gen(10)

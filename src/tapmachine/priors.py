@@ -104,11 +104,17 @@ class Bernoulli(Prior):
 
     def _field(self, B: Tensor, A: Tensor) -> Tensor:
         # x^2 = x on {0, 1}, so the quadratic tilt is a shift of the field (eq. 113).
-        return self.U + B - 0.5 * A
+        field = torch.add(B, self.U)
+        if field.shape != torch.broadcast_shapes(field.shape, A.shape) or (
+            torch.promote_types(field.dtype, A.dtype) != field.dtype
+        ):
+            return field - 0.5 * A
+        return field.add_(A, alpha=-0.5)
 
     def moments(self, B, A):
-        a = torch.sigmoid(self._field(B, A))
-        return a, a * (1.0 - a)
+        """Eqs. (113-114): a = sigm(U + B - A/2), c = a (1 - a)."""
+        a = self._field(B, A).sigmoid_()
+        return a, torch.addcmul(a, a, a, value=-1.0)
 
     def log_partition(self, B, A):
         """Eq. (112): ln(1 + e^{U + B - A/2}) - ln(1 + e^U)."""

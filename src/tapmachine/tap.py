@@ -119,22 +119,24 @@ def _as_rows(t: Tensor, K: int, n: int, dtype, device) -> Tensor:
     return t.expand(K, n).clone()
 
 
-def _layer_fields(l, a, c, weights, squares):
-    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l`` (batched matmuls)."""
+def _layer_fields(l, a, c, weights, neg_squares):
+    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l`` (batched matmuls).
+
+    ``neg_squares`` holds -W * W, so A comes straight out of the matmuls.
+    """
     n_couplings = len(weights)
     A = None
     field = None
     if l > 0:
-        A = torch.mm(c[l - 1], squares[l - 1])
+        A = torch.mm(c[l - 1], neg_squares[l - 1])
         field = torch.mm(a[l - 1], weights[l - 1])
     if l < n_couplings:
         if A is None:
-            A = torch.mm(c[l + 1], squares[l].T)
+            A = torch.mm(c[l + 1], neg_squares[l].T)
             field = torch.mm(a[l + 1], weights[l].T)
         else:
-            A.addmm_(c[l + 1], squares[l].T)
+            A.addmm_(c[l + 1], neg_squares[l].T)
             field.addmm_(a[l + 1], weights[l].T)
-    A.neg_()
     # B = A * a_old + field (Onsager reaction term uses the layer's previous mean).
     B = field.addcmul_(A, a[l])
     return A, B
@@ -251,7 +253,7 @@ def solve(
 
     with torch.no_grad():
         weights = [W.detach() for W in machine.weights]
-        squares = [W * W for W in weights]
+        neg_squares = [(W * W).neg_() for W in weights]
         priors = machine.priors
         order = [l for parity in (1, 0) for l in range(parity, n_layers, 2)]
         if clamped:
@@ -260,34 +262,43 @@ def solve(
         A = [torch.zeros_like(t) for t in a]
         B = [torch.zeros_like(t) for t in a]
         active = torch.arange(K, device=device)  # original row of each working row
+        pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet done
 
         for t in range(1, max_iter + 1):
             step = torch.zeros(a[0].shape[0], dtype=dtype, device=device)
             for l in order:
-                A[l], B[l] = _layer_fields(l, a, c, weights, squares)
+                A[l], B[l] = _layer_fields(l, a, c, weights, neg_squares)
                 a_new, c_new = priors[l].moments(B[l], A[l])
-                if damping > 0.0 and (t > 1 or given_a[l]):
-                    a_new = a_new.lerp(a[l], damping)
+                # a <- a + (1 - damping) (f_a - a); the squared step is taken from the same
+                # difference (one pass fewer than lerp, subtract, square, sum).
+                keep_a = damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0
+                diff = a_new.sub_(a[l])
+                step += torch.linalg.vector_norm(diff, dim=1).square_().mul_((1.0 - keep_a) ** 2)
+                a[l] = torch.add(a[l], diff, alpha=1.0 - keep_a)
                 if damping > 0.0 and (t > 1 or given_c[l]):
-                    c_new = c_new.lerp(c[l], damping)
-                step += (a_new - a[l]).square_().sum(1)
-                a[l], c[l] = a_new, c_new
-            done = step / n_iterated < tol
+                    c_new = c_new.lerp_(c[l], damping)
+                c[l] = c_new
+            done = (step / n_iterated < tol) & pending
             if t == max_iter:
-                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, slice(None))
-                converged[active] = done
+                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, pending)
+                converged[active[done]] = True
                 iterations[active[done]] = t
                 break
             if bool(done.any()):
                 _store(out_a, out_c, out_A, out_B, a, c, A, B, active, done)
                 converged[active[done]] = True
                 iterations[active[done]] = t
-                keep = ~done
-                if not bool(keep.any()):
+                pending &= ~done
+                n_left = int(pending.sum())
+                if n_left == 0:
                     break
-                active = active[keep]
-                a, c = [x[keep] for x in a], [x[keep] for x in c]
-                A, B = [x[keep] for x in A], [x[keep] for x in B]
+                # Finished rows keep iterating (their results are stored) until they are a
+                # sixteenth of the working set: compacting at every convergence costs more.
+                if 16 * (pending.numel() - n_left) >= pending.numel():
+                    active = active[pending]
+                    a, c = [x[pending] for x in a], [x[pending] for x in c]
+                    A, B = [x[pending] for x in A], [x[pending] for x in B]
+                    pending = torch.ones(n_left, dtype=torch.bool, device=device)
 
     return TAPState(out_a, out_c, out_A, out_B, iterations, converged, clamped=clamped)
 
@@ -405,18 +416,8 @@ def log_likelihood(
 # --------------------------------------------------------------------------------------------
 
 
-def _moment_gradients(machine: BoltzmannMachine, state: TAPState):
-    """Row-averaged gradient of -F(state) w.r.t. W_l and each free layer's prior parameters.
-
-    d(-F)/dW_l = <a_l a_{l+1}^T> + W_l * <c_l c_{l+1}^T>, and d(-F)/dtheta_l = <d ln Z_l(B_l, A_l)
-    / d theta_l>, with <.> the mean over rows (the state is held fixed).
-    """
-    K = state.n_rows
-    dW = []
-    for l, W in enumerate(machine.weights):
-        aa = state.a[l].T @ state.a[l + 1]
-        cc = state.c[l].T @ state.c[l + 1]
-        dW.append((aa + W * cc) / K)
+def _prior_gradients(machine: BoltzmannMachine, state: TAPState) -> list:
+    """Row-averaged d ln Z_l(B_l, A_l) / d theta_l of each free layer (None for a clamped one)."""
     dP = []
     for l, prior in enumerate(machine.priors):
         if l == 0 and state.clamped:
@@ -424,7 +425,29 @@ def _moment_gradients(machine: BoltzmannMachine, state: TAPState):
             continue
         g = prior.grad_log_partition(state.B[l], state.A[l])
         dP.append({k: v.mean(0) for k, v in g.items()})
-    return dW, dP
+    return dP
+
+
+def _coupling_gradient(W: Tensor, data: TAPState, model: TAPState, l: int) -> Tensor:
+    """<a_l a_{l+1}^T + W * c_l c_{l+1}^T>_data - <same>_model for coupling l (eq. 40).
+
+    d(-F)/dW_l = a_l a_{l+1}^T + W_l * c_l c_{l+1}^T for each row; the data and model averages
+    are taken in one matmul each by stacking the rows, scaled by +1/M and -1/K, so no
+    Nv x Nh temporary is made besides the result. A clamped layer has c = 0 and adds nothing
+    to the second term.
+    """
+    M, K = data.n_rows, model.n_rows
+
+    def stacked(kind: str, with_data: bool) -> Tensor:
+        left_d, right_d = getattr(data, kind)[l], getattr(data, kind)[l + 1]
+        left_m, right_m = getattr(model, kind)[l], getattr(model, kind)[l + 1]
+        if not with_data:
+            return torch.mm(left_m.T, right_m).mul_(-1.0 / K)
+        left = torch.cat([left_d * (1.0 / M), left_m * (-1.0 / K)], dim=0)
+        return torch.mm(left.T, torch.cat([right_d, right_m], dim=0))
+
+    data_has_variance = not (data.clamped and l == 0)
+    return stacked("a", True).addcmul_(W, stacked("c", data_has_variance))
 
 
 def tap_gradients(
@@ -454,10 +477,9 @@ def tap_gradients(
     x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
     if clamped is None:
         clamped = clamped_state(machine, x, **solve_kwargs)
-    data_W, data_P = _moment_gradients(machine, clamped)
-    model_W, model_P = _moment_gradients(machine, states)
+    weights = [_coupling_gradient(W, clamped, states, l) for l, W in enumerate(machine.weights)]
+    data_P, model_P = _prior_gradients(machine, clamped), _prior_gradients(machine, states)
     data_P[0] = {k: v.mean(0) for k, v in machine.visible.grad_log_prob(x).items()}
-    weights = [d - m for d, m in zip(data_W, model_W, strict=True)]
     priors = [{k: dp[k] - mp[k] for k in dp} for dp, mp in zip(data_P, model_P, strict=True)]
     return {"weights": weights, "priors": priors}
 

@@ -236,8 +236,10 @@ def _apply_update(machine, grads, velocity, lr, settings: TrainSettings):
     """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta."""
     new_weights = []
     for l, (W, dW) in enumerate(zip(machine.weights, grads["weights"], strict=True)):
-        step = lr * (dW - settings.l2 * W) + settings.momentum * velocity[l]
-        velocity[l] = step
+        # In place on the velocity buffer: Nv x Nh temporaries cost as much as the matmuls.
+        step = velocity[l].mul_(settings.momentum).add_(dW, alpha=lr)
+        if settings.l2:
+            step.add_(W, alpha=-lr * settings.l2)
         new_weights.append(W + step)
     new_priors = []
     for prior, dP in zip(machine.priors, grads["priors"], strict=True):

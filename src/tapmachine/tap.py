@@ -243,11 +243,9 @@ def solve(
         else:
             c.append(torch.zeros(K, sizes[l], dtype=dtype, device=device))
 
-    # Outputs: full-size buffers, filled as rows converge (and at the end).
-    out_a = [t.clone() for t in a]
-    out_c = [t.clone() for t in c]
-    out_A = [torch.zeros_like(t) for t in a]
-    out_B = [torch.zeros_like(t) for t in a]
+    # Outputs: full-size buffers, made when the first rows converge and filled as rows converge
+    # (and at the end); a solve in which no row stops early returns its working tensors.
+    out = None
     iterations = torch.full((K,), max_iter, dtype=torch.long, device=device)
     converged = torch.zeros(K, dtype=torch.bool, device=device)
 
@@ -280,12 +278,17 @@ def solve(
                 c[l] = c_new
             done = (step / n_iterated < tol) & pending
             if t == max_iter:
-                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, pending)
+                if out is None:
+                    out = [a, c, A, B]
+                else:
+                    _store(out, [a, c, A, B], active, pending)
                 converged[active[done]] = True
                 iterations[active[done]] = t
                 break
             if bool(done.any()):
-                _store(out_a, out_c, out_A, out_B, a, c, A, B, active, done)
+                if out is None:
+                    out = [[torch.empty_like(x) for x in part] for part in (a, c, A, B)]
+                _store(out, [a, c, A, B], active, done)
                 converged[active[done]] = True
                 iterations[active[done]] = t
                 pending &= ~done
@@ -300,13 +303,14 @@ def solve(
                     A, B = [x[pending] for x in A], [x[pending] for x in B]
                     pending = torch.ones(n_left, dtype=torch.bool, device=device)
 
-    return TAPState(out_a, out_c, out_A, out_B, iterations, converged, clamped=clamped)
+    return TAPState(*out, iterations, converged, clamped=clamped)
 
 
-def _store(out_a, out_c, out_A, out_B, a, c, A, B, active, rows):
-    """Copy working rows ``rows`` back to the output buffers at their original positions."""
+def _store(out, work, active, rows):
+    """Copy working rows ``rows`` of each layer's a, c, A, B (``work``) to the output buffers
+    ``out`` at their original positions ``active[rows]``."""
     target = active[rows]
-    for outs, ins in ((out_a, a), (out_c, c), (out_A, A), (out_B, B)):
+    for outs, ins in zip(out, work, strict=True):
         for o, x in zip(outs, ins, strict=True):
             o[target] = x[rows]
 

@@ -151,6 +151,21 @@ def test_changed_settings_restart_instead_of_resuming(tmp_path):
     assert all(h["learning_rate"] == 0.01 for h in history)
 
 
+def test_checkpoints_of_other_code_are_not_resumed(tmp_path, monkeypatch):
+    x = bars_and_stripes()
+
+    def run(epochs):
+        g = training.seeded_generator(6, "code")
+        m = training.build_machine(SPEC, x, 0.01, g)
+        training.train(m, x, settings(epochs=epochs), g, checkpoint_dir=tmp_path, progress=False)
+        return (tmp_path / "epoch_1.pt").stat().st_mtime_ns
+
+    first = run(2)
+    assert run(3) == first  # same code: epochs 1-2 resumed, epoch_1.pt untouched
+    monkeypatch.setattr(training, "_code_digest", lambda: b"other code")
+    assert run(3) != first  # other code: retrained from scratch
+
+
 def test_more_epochs_extend_a_finished_run(tmp_path):
     x = bars_and_stripes()
     g = training.seeded_generator(4, "extend")

@@ -322,13 +322,27 @@ def _save_atomic(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+#: Modules whose code decides the numbers a training run produces.
+_NUMERIC_MODULES = ("priors", "machine", "tap", "contrastive", "training")
+
+
+def _code_digest() -> bytes:
+    """sha256 of the source of the numeric modules: a checkpoint written by other code is not
+    resumed (its epochs would mix two versions of the arithmetic)."""
+    h = hashlib.sha256()
+    for name in _NUMERIC_MODULES:
+        h.update((Path(__file__).parent / f"{name}.py").read_bytes())
+    return h.digest()
+
+
 def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:
-    """Identity of a training run for resuming: settings, initial machine and training data.
+    """Identity of a training run for resuming: settings, initial machine, training data and
+    the code of the numeric modules.
 
     The number of epochs is left out when the step size is constant, so a finished run can be
     extended; a decaying schedule depends on it, so there it counts.
     """
-    h = hashlib.sha256()
+    h = hashlib.sha256(_code_digest())
     fields = dataclasses.asdict(settings)
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")

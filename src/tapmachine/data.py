@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from tapmachine.files import atomic_write
+
 __all__ = [
     "DERIVED_TRANSFORMS",
     "DataError",
@@ -1066,12 +1068,6 @@ def label_counts(y: np.ndarray) -> list[int]:
 _NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test", "image_shape", "provenance")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_dataset(ds: Dataset, path: str | os.PathLike, compress: bool = True) -> Path:
     """Write ``ds`` to ``path`` (.npz) atomically: temp file in the same dir, fsync, replace."""
     path = Path(path)
@@ -1079,27 +1075,21 @@ def save_dataset(ds: Dataset, path: str | os.PathLike, compress: bool = True) ->
         provenance = json.dumps(ds.provenance, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise DataError(f"{path}: provenance is not JSON-serialisable ({exc})") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(
-                f,
-                x_train=ds.x_train,
-                y_train=ds.y_train,
-                x_test=ds.x_test,
-                y_test=ds.y_test,
-                image_shape=np.asarray(ds.image_shape, dtype=np.int64),
-                provenance=np.asarray(provenance),
-                name=np.asarray(ds.name),
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from other users
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(Path(tmp))
-        raise
+    savez = np.savez_compressed if compress else np.savez
+    atomic_write(
+        path,
+        lambda f: savez(
+            f,
+            x_train=ds.x_train,
+            y_train=ds.y_train,
+            x_test=ds.x_test,
+            y_test=ds.y_test,
+            image_shape=np.asarray(ds.image_shape, dtype=np.int64),
+            provenance=np.asarray(provenance),
+            name=np.asarray(ds.name),
+        ),
+        fsync=True,
+    )
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:

@@ -39,9 +39,7 @@ import csv
 import dataclasses
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,6 +47,7 @@ import numpy as np
 import torch
 
 from tapmachine import tap
+from tapmachine.files import atomic_write
 from tapmachine.machine import BoltzmannMachine
 
 __all__ = [
@@ -226,21 +225,6 @@ def summarise(arrays: dict) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def _atomic(path: Path, write) -> None:
-    """Write ``path`` through a temporary file in the same directory, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_solutions(path, arrays: dict, meta: dict) -> Path:
     """Write the arrays of ``harvest`` and the provenance ``meta`` to ``path`` (.npz, atomic).
 
@@ -254,7 +238,7 @@ def save_solutions(path, arrays: dict, meta: dict) -> Path:
         if value is None:
             value = ""
         payload[key] = np.asarray(value)
-    _atomic(Path(path), lambda fh: np.savez_compressed(fh, **payload))
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **payload))
     return Path(path)
 
 
@@ -331,7 +315,7 @@ def _write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
         fh.write(text.getvalue().encode())
 
-    _atomic(path, write)
+    atomic_write(path, write)
 
 
 # ----------------------------------------------------------------------------------------------

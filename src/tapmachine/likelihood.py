@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from tapmachine import estimators, tap
+from tapmachine.files import atomic_write
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
 
@@ -326,12 +327,13 @@ def _write_csv_atomic(rows: list[dict], path: Path) -> None:
     fields: list[str] = []
     for row in rows:
         fields += [k for k in row if k not in fields]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+
+    def write(fh):
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
+
+    atomic_write(path, write, text=True)
 
 
 _TRACKED = (

@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from tapmachine.files import atomic_write
+
 __all__ = [
     "EXPERIMENTS",
     "Run",
@@ -75,11 +77,7 @@ def init_store(store_dir: str | os.PathLike, manifest: str | os.PathLike) -> dic
 
 
 def _write_json_atomic(path, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True)), text=True)
 
 
 def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from tapmachine import priors as priors_module
 from tapmachine import tap
+from tapmachine.files import atomic_write
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Prior, Spin
 
@@ -317,9 +318,7 @@ def _weight_stats(machine: BoltzmannMachine) -> dict:
 
 
 def _save_atomic(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 #: Modules whose code decides the numbers a training run produces.
@@ -469,12 +468,12 @@ def train(
 
 
 def write_metrics_csv(history: list[dict], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+    def write(fh):
         writer = csv.DictWriter(fh, fieldnames=list(history[0]))
         writer.writeheader()
         writer.writerows(history)
-    os.replace(tmp, path)
+
+    atomic_write(path, write, text=True)
 
 
 def train_from_spec(

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from tapmachine.files import atomic_write
 
 __all__ = [
     "FigureError",
@@ -128,29 +128,16 @@ def table(drawn, claims: Iterable[dict]):
     return out[front + [c for c in out.columns if c not in front]]
 
 
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save(result: FigureResult, png, pdf, csv) -> list[Path]:
     """Write the figure as PNG and PDF and its table as CSV (each atomically); the paths."""
     paths = [Path(png), Path(pdf), Path(csv)]
     written = []
     try:
-        _atomic(paths[0], lambda fh: result.figure.savefig(fh, format="png", dpi=110))
+        atomic_write(paths[0], lambda fh: result.figure.savefig(fh, format="png", dpi=110))
         written.append(paths[0])
-        _atomic(paths[1], lambda fh: result.figure.savefig(fh, format="pdf"))
+        atomic_write(paths[1], lambda fh: result.figure.savefig(fh, format="pdf"))
         written.append(paths[1])
-        _atomic(paths[2], lambda fh: fh.write(result.table.to_csv(index=False).encode()))
+        atomic_write(paths[2], lambda fh: fh.write(result.table.to_csv(index=False).encode()))
         written.append(paths[2])
     except BaseException:
         for p in written:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from tapmachine.files import atomic_write
 
 __all__ = ["montage", "tile"]
 
@@ -63,14 +64,4 @@ def montage(
     ax.set_axis_off()
     if title:
         fig.suptitle(title, fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=100))

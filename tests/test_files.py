@@ -1,0 +1,31 @@
+import os
+
+import pytest
+
+from tapmachine.files import atomic_write
+
+
+def test_atomic_write_replaces_whole_file_with_open_permissions(tmp_path):
+    path = tmp_path / "sub" / "out.csv"
+    atomic_write(path, lambda fh: fh.write("a,b\r\n1,2\n"), text=True)
+    assert path.read_bytes() == b"a,b\r\n1,2\n"  # newline="" keeps what the writer wrote
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+    atomic_write(path, lambda fh: fh.write(b"new"), fsync=True)
+    assert path.read_bytes() == b"new"
+    assert [p.name for p in path.parent.iterdir()] == ["out.csv"]
+
+
+def test_failed_write_leaves_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"old")
+
+    def half_then_fail(fh):
+        fh.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_write(path, half_then_fail)
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]

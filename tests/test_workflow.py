@@ -1,4 +1,5 @@
-"""The real Snakemake engine on a tiny config: data stage -> training, tracked in MLflow."""
+"""The real Snakemake engine on a tiny config: data -> training -> harvest, likelihoods ->
+every figure, tracked in MLflow."""
 
 import os
 import subprocess
@@ -37,7 +38,35 @@ TINY = {
             "eval": {"n_samples": 100},
         }
     },
+    "harvest": {"tiny": {"epochs": [1, 2], "n_init": 60}},
+    "figures": {
+        "fig3": {"models": ["tiny"]},
+        "fig4": {"models": ["tiny"], "n_images": 100},
+        "fig5": {"model": "tiny"},
+        "fig6": {"model": "tiny", "epochs": [1, 2]},
+        "fig7": {"model": "tiny", "epochs": [1, 2], "digits": [3, 6, 7], "n_images": 60},
+    },
+    "likelihood": {
+        "fig12": {
+            "model": "tiny",
+            "epochs": "all",
+            "ais": {"n_runs": 8, "schedule": "linear", "n_betas": 30},
+            "pl_sites": 10,
+            "n_train": 40,
+            "n_test": 40,
+            "tap_inits": 20,
+        },
+        "table": {
+            "models": ["tiny"],
+            "ais": {"n_runs": 8, "schedule": "linear", "n_betas": 30},
+            "pl_sites": 10,
+            "n_train": 0,
+            "n_test": 40,
+            "tap_inits": 20,
+        },
+    },
 }
+FIGURES = ["fig3", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table"]
 
 
 def snakemake(workdir, *args, config="config.yaml", timeout=900):
@@ -113,6 +142,30 @@ def test_training_outputs_and_tracking(finished_run):
     assert (
         len(client.search_runs([experiments["Default"] if "Default" in experiments else "0"])) == 0
     )
+
+
+def test_harvest_and_every_figure(finished_run):
+    import mlflow
+    import pandas as pd
+
+    results = finished_run / "results"
+    for epoch in (1, 2):
+        with np.load(results / "solutions" / "tiny" / f"epoch_{epoch}.npz") as npz:
+            assert npz["converged"].shape == (60,)
+    for fig in FIGURES:
+        for ext in ("png", "pdf", "csv"):
+            assert (results / "figures" / f"{fig}.{ext}").stat().st_size > 0, (fig, ext)
+        table = pd.read_csv(results / "figures" / f"{fig}.csv")
+        assert (table["kind"] == "claim").any(), fig
+    client = mlflow.MlflowClient(f"sqlite:///{results}/mlflow/mlflow.db")
+    experiments = {e.name: e.experiment_id for e in client.search_experiments()}
+    figure_runs = client.search_runs([experiments["figures"]])
+    assert sorted(r.info.run_name for r in figure_runs) == sorted(FIGURES)
+    assert all(r.info.status == "FINISHED" for r in figure_runs)
+    assert len(client.search_runs([experiments["harvest"]])) == 2
+    (train_run,) = client.search_runs([experiments["train"]])
+    steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
+    assert sorted(m.step for m in steps) == [1, 2]
 
 
 def test_rerun_is_a_no_op(finished_run):

@@ -105,11 +105,9 @@ class Bernoulli(Prior):
     def _field(self, B: Tensor, A: Tensor) -> Tensor:
         # x^2 = x on {0, 1}, so the quadratic tilt is a shift of the field (eq. 113).
         field = torch.add(B, self.U)
-        if field.shape != torch.broadcast_shapes(field.shape, A.shape) or (
-            torch.promote_types(field.dtype, A.dtype) != field.dtype
-        ):
-            return field - 0.5 * A
-        return field.add_(A, alpha=-0.5)
+        if A.shape == field.shape and A.dtype == field.dtype:  # the TAP iteration: in place
+            return field.add_(A, alpha=-0.5)
+        return field - 0.5 * A
 
     def moments(self, B, A):
         """Eqs. (113-114): a = sigm(U + B - A/2), c = a (1 - a)."""

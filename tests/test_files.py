@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from tapmachine.files import atomic_write
+from tapmachine.files import atomic_write, write_csv
 
 
 def test_atomic_write_replaces_whole_file_with_open_permissions(tmp_path):
@@ -29,3 +29,10 @@ def test_failed_write_leaves_old_file_and_no_temporary(tmp_path):
         atomic_write(path, half_then_fail)
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_write_csv_takes_every_key_in_first_seen_order(tmp_path):
+    path = write_csv([{"a": 1, "b": 2}, {"b": 3, "c": 4}], tmp_path / "t.csv")
+    assert path.read_text().splitlines() == ["a,b,c", "1,2,", ",3,4"]
+    write_csv([], tmp_path / "empty.csv", fields=["x", "y"])
+    assert (tmp_path / "empty.csv").read_bytes() == b"x,y\r\n"

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from tapmachine import priors as priors_module
 from tapmachine import tap
 from tapmachine.estimators import exact_log_partition
 from tapmachine.machine import RBM, BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
+from tapmachine.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian
 
 DT = torch.float64
 # Fields chosen so that every unit has a third cumulant of the same sign and couplings are
@@ -407,15 +406,9 @@ def test_unique_identical_rows_collapse_and_edge_cases():
 
 
 # --------------------------------------------------------------------------------------------
-# Continuous priors (when available)
+# Continuous priors
 # --------------------------------------------------------------------------------------------
 
-TruncatedGaussian = getattr(priors_module, "TruncatedGaussian", None)
-TruncatedGaussBernoulli = getattr(priors_module, "TruncatedGaussBernoulli", None)
-needs_truncated = pytest.mark.skipif(
-    TruncatedGaussian is None or TruncatedGaussBernoulli is None,
-    reason="truncated priors not available in tapmachine.priors",
-)
 LOWER, UPPER = 0.0, 1.0
 
 
@@ -435,7 +428,6 @@ def _legendre(n, lower=LOWER, upper=UPPER):
     return torch.tensor(nodes, dtype=DT), torch.tensor(0.5 * (upper - lower) * weights, dtype=DT)
 
 
-@needs_truncated
 @pytest.mark.parametrize("kind", ["tg", "tgb"])
 def test_truncated_zero_coupling(kind):
     """At W = 0 TAP is exact: a = prior mean, c = prior variance, -F = ln Z = 0."""
@@ -458,7 +450,6 @@ def test_truncated_zero_coupling(kind):
     torch.testing.assert_close((weights * nodes) @ density, state.a[1][0], rtol=1e-10, atol=1e-12)
 
 
-@needs_truncated
 @pytest.mark.parametrize("kind", ["tg", "tgb"])
 def test_truncated_visible_third_order(kind):
     """Truncated visible units with Bernoulli hiddens: exact ln Z by enumerating the hiddens."""
@@ -476,7 +467,6 @@ def test_truncated_visible_third_order(kind):
     assert 2.7 <= _slope(scales, errors) <= 3.3
 
 
-@needs_truncated
 def test_truncated_gaussian_rbm_against_quadrature():
     """A 2 x 3 truncated-Gaussian RBM: ln Z by Gauss-Legendre quadrature over the visibles."""
     g = _gen(22)
@@ -503,7 +493,6 @@ def test_truncated_gaussian_rbm_against_quadrature():
     assert 2.7 <= _slope(scales, errors) <= 3.3
 
 
-@needs_truncated
 @pytest.mark.parametrize("visible_kind, hidden_kind", [("tg", "tg"), ("tg", "tgb"), ("tgb", "tg")])
 def test_truncated_gradients_match_autograd(visible_kind, hidden_kind):
     g = _gen(23)

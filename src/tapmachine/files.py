@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "write_csv"]
 
 
 def _umask() -> int:
@@ -42,3 +43,17 @@ def atomic_write(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_csv(rows: list[dict], path: str | os.PathLike, fields: list[str] | None = None) -> Path:
+    """Write ``rows`` as a CSV table (atomically); columns ``fields``, by default every key in
+    the order it first appears. Missing values are left empty."""
+    if fields is None:
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+
+    def write(fh):
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    return atomic_write(path, write, text=True)

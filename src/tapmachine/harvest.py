@@ -35,7 +35,6 @@ hidden layers side by side):
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -47,7 +46,7 @@ import numpy as np
 import torch
 
 from tapmachine import tap
-from tapmachine.files import atomic_write
+from tapmachine.files import atomic_write, write_csv
 from tapmachine.machine import BoltzmannMachine
 
 __all__ = [
@@ -303,19 +302,13 @@ def unique_table(arrays: dict) -> list[dict]:
     return rows
 
 
-def _write_csv(rows: list[dict], path: Path) -> None:
-    fields = ["solution", "representative_init", "free_energy", "multiplicity", "mean_iterations"]
-
-    def write(fh):
-        import io
-
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-        fh.write(text.getvalue().encode())
-
-    atomic_write(path, write)
+_UNIQUE_FIELDS = [
+    "solution",
+    "representative_init",
+    "free_energy",
+    "multiplicity",
+    "mean_iterations",
+]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +427,7 @@ def run_harvest(
         }
         save_solutions(out_npz, arrays, meta)
         try:
-            _write_csv(unique_table({**arrays, **meta}), Path(out_csv))
+            write_csv(unique_table({**arrays, **meta}), out_csv, _UNIQUE_FIELDS)
         except BaseException:
             Path(out_npz).unlink(missing_ok=True)
             raise

@@ -22,7 +22,6 @@ parameter set and mirror the numbers to MLflow.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -34,7 +33,7 @@ import torch
 from torch import Tensor
 
 from tapmachine import estimators, tap
-from tapmachine.files import atomic_write
+from tapmachine.files import write_csv
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
 
@@ -322,20 +321,6 @@ def _settings_columns(settings: ScoreSettings) -> dict:
     }
 
 
-def _write_csv_atomic(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields: list[str] = []
-    for row in rows:
-        fields += [k for k in row if k not in fields]
-
-    def write(fh):
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-    atomic_write(path, write, text=True)
-
-
 _TRACKED = (
     "tap_ll_train",
     "tap_ll_test",
@@ -425,7 +410,7 @@ def score_checkpoints(
             )
             run.log_metrics(_metrics(row, ""), step=epoch)
             train_run.log_metrics(_metrics(row, "eval."), step=epoch)
-        _write_csv_atomic(rows, Path(out_csv))
+        write_csv(rows, out_csv)
         run.log_artifact(out_csv)
     return rows
 
@@ -490,6 +475,6 @@ def score_model(
         tracking.attach_run(manifest, blob.get("mlflow_run_id")).log_metrics(
             _metrics(row, "final.")
         )
-        _write_csv_atomic([row], Path(out_csv))
+        write_csv([row], out_csv)
         run.log_artifact(out_csv)
     return row

@@ -8,7 +8,6 @@ results, divergence checks and MLflow logging.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import math
@@ -22,7 +21,7 @@ from torch import Tensor
 
 from tapmachine import priors as priors_module
 from tapmachine import tap
-from tapmachine.files import atomic_write
+from tapmachine.files import atomic_write, write_csv
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Prior, Spin
 
@@ -467,15 +466,6 @@ def train(
     return machine, history
 
 
-def write_metrics_csv(history: list[dict], path: Path) -> None:
-    def write(fh):
-        writer = csv.DictWriter(fh, fieldnames=list(history[0]))
-        writer.writeheader()
-        writer.writerows(history)
-
-    atomic_write(path, write, text=True)
-
-
 def train_from_spec(
     name: str,
     spec: dict,
@@ -542,6 +532,6 @@ def train_from_spec(
             },
             outdir / "model.pt",
         )
-        write_metrics_csv(history, outdir / "metrics.csv")
+        write_csv(history, outdir / "metrics.csv")
         run.log_artifact(outdir / "metrics.csv")
     return machine

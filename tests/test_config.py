@@ -36,6 +36,9 @@ def test_defaults_are_filled(default):
     assert model["tap"] == {
         "damping": 0.5,
         "train_iterations": 3,
+        "train_tol": 1e-8,
+        "train_max_iter": 100,
+        "train_unique": True,
         "tol": 1e-12,
         "max_iter": 500,
         "dedup_tol": 0.01,
@@ -99,6 +102,16 @@ def mutate(config, path, value):
             "models.rmnist_h100.visible.prior: 'gaussian' is not one of",
         ),
         (["dtype"], "float16", "dtype: 'float16' is not one of"),
+        (
+            ["models", "bmnist_h25", "tap"],
+            {"train_iterations": "forever"},
+            "models.bmnist_h25.tap.train_iterations: 'forever'",
+        ),
+        (
+            ["models", "rmnist_h100", "rho_step"],
+            "fisher",
+            "models.rmnist_h100.rho_step: 'fisher' is not one of",
+        ),
         (
             ["models", "bmnist_h25", "dataset"],
             "cifar10",

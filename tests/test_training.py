@@ -207,3 +207,134 @@ def test_sampling_baselines_train_in_the_same_loop(method):
     )
     assert exact_mean_log_likelihood(machine, x) > before + 1.0
     assert len(history) == 40 and all(math.isfinite(h["tap_ll"]) for h in history)
+
+
+# ----------------------------------------------------------------------------------------------
+# Alg. 2 with Alg. 1 run to convergence (train_iterations: converge)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_converged_iteration_training_raises_the_exact_log_likelihood():
+    x = bars_and_stripes().repeat(4, 1)
+    g = training.seeded_generator(0, "bas-converge")
+    machine = training.build_machine(SPEC, x, 0.01, g)
+    before = exact_mean_log_likelihood(machine, x)
+    s = settings(
+        epochs=40,
+        learning_rate=0.3,
+        train_iterations="converge",
+        train_tol=1e-10,
+        train_max_iter=200,
+        max_iter=3000,  # near the end, some rows need ~1,000 damped iterations
+    )
+    machine, history = training.train(machine, x, s, g, progress=False)
+    after = exact_mean_log_likelihood(machine, x)
+    assert after > before + 1.0, (before, after)
+    # The per-epoch statistics of the converged steps are recorded and sensible.
+    last = history[-1]
+    assert 0.0 < last["train_converged_fraction"] <= 1.0
+    assert 1.0 <= last["train_mean_iterations"] <= 200.0
+    assert last["train_mean_solutions"] >= 1.0
+
+
+def _random_rbm(seed, nv=8, nh=5, std=0.6):
+    from tapmachine.machine import BoltzmannMachine
+    from tapmachine.priors import Bernoulli
+
+    g = torch.Generator().manual_seed(seed)
+    W = std * torch.randn(nv, nh, generator=g, dtype=torch.float64)
+    U = 0.5 * torch.randn(nv, generator=g, dtype=torch.float64)
+    V = 0.5 * torch.randn(nh, generator=g, dtype=torch.float64)
+    return BoltzmannMachine(priors=(Bernoulli(U), Bernoulli(V)), weights=(W,)), g
+
+
+def _tap_ll(machine, x, init, unique_tol):
+    """Batch mean of eq. 39 with Alg. 1 converged from ``init`` (unique or all converged rows)."""
+    from tapmachine import tap
+
+    states = tap.solve(machine, init, damping=0.5, tol=1e-28, max_iter=5000)
+    assert bool(states.converged.all())
+    keep = tap.unique(states, unique_tol)[0] if unique_tol else torch.arange(init.shape[0])
+    return float(tap.log_likelihood(machine, x, states.select(keep)).mean())
+
+
+@pytest.mark.parametrize("unique_tol", [None, 1e-3])
+def test_eq40_gradient_at_converged_solutions_matches_finite_differences(unique_tol):
+    """At converged TAP solutions dF/d(a, c) = 0, so eqs. 40-42 with the solutions held fixed
+    are the total derivative of the TAP log-likelihood (eq. 39), which finite differences
+    (solutions re-converged from the same initialisations) measure independently."""
+    machine, g = _random_rbm(7)
+    x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
+    grads = training.converged_tap_gradients(
+        machine, x, x, tol=1e-28, max_iter=5000, unique_tol=unique_tol
+    )
+    h = 1e-5
+
+    def with_weight(i, j, delta):
+        W = machine.W.clone()
+        W[i, j] += delta
+        return machine.replace(weights=[W])
+
+    def with_field(layer, unit, delta):
+        priors = list(machine.priors)
+        U = priors[layer].U.clone()
+        U[unit] += delta
+        priors[layer] = priors[layer].replace(U=U)
+        return machine.replace(priors=priors)
+
+    def central(perturbed):
+        return (
+            _tap_ll(perturbed(h), x, x, unique_tol) - _tap_ll(perturbed(-h), x, x, unique_tol)
+        ) / (2 * h)
+
+    checked = 0
+    for i, j in [(0, 0), (3, 2), (7, 4), (5, 1)]:
+        fd = central(lambda d, i=i, j=j: with_weight(i, j, d))
+        assert grads["weights"][0][i, j].item() == pytest.approx(fd, rel=1e-5, abs=1e-8)
+        checked += 1
+    for layer, unit in [(0, 2), (1, 3)]:
+        fd = central(lambda d, layer=layer, unit=unit: with_field(layer, unit, d))
+        assert grads["priors"][layer]["U"][unit].item() == pytest.approx(fd, rel=1e-5, abs=1e-8)
+        checked += 1
+    assert checked == 6
+
+
+def test_fixed_iterations_are_not_the_converged_gradient():
+    """The 3-iteration gradient differs from eq. 40 at converged solutions (the test above
+    would fail for it): the two modes are really different estimators."""
+    from tapmachine import tap
+
+    machine, g = _random_rbm(7)
+    x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
+    conv = training.converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000)
+    few = tap.tap_gradients(machine, x, tap.solve(machine, x, damping=0.5, max_iter=3))
+    assert not torch.allclose(conv["weights"][0], few["weights"][0], atol=1e-4)
+
+
+def test_converged_gradient_skips_rows_stopped_by_the_cap():
+    """Rows that hit train_max_iter are left out; with none converged, all rows are used."""
+    machine, g = _random_rbm(7)
+    x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
+    stats = {}
+    training.converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=1, stats=stats)
+    assert stats["unconverged_steps"] == 1 and stats["solutions"] == 12
+    stats = {}
+    training.converged_tap_gradients(
+        machine, x, x, tol=1e-28, max_iter=5000, unique_tol=1e-3, stats=stats
+    )
+    assert stats["converged"] == 1.0 and 1 <= stats["solutions"] <= 12
+
+
+def test_plain_rho_step_is_alg2_clipped_into_the_unit_interval():
+    rho = torch.tensor([1e-4, 0.3, 0.5, 0.9999])
+    grad = torch.tensor([-1e6, -5.0, 3.0, 1e6])
+    new = training._step_prior_parameter("rho", rho, grad, lr=0.01, rho_step="plain")
+    lo, hi = training._RHO_RANGE
+    torch.testing.assert_close(new, torch.tensor([lo, 0.25, 0.53, hi]))
+
+
+def test_bad_train_iterations_and_rho_step_are_rejected():
+    with pytest.raises(TrainingError, match="train_iterations"):
+        TrainSettings(train_iterations="forever")
+    with pytest.raises(TrainingError, match="rho_step"):
+        TrainSettings(rho_step="fisher")

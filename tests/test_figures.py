@@ -73,8 +73,34 @@ def test_spread_l01_ranks_localised_fields_first():
     W = np.zeros((16, 2))
     W[3, 0] = 2.0  # one pixel
     W[:, 1] = 0.5  # every pixel
+    s = fig4.spread_l01(W)  # the paper's measure, on the raw fields
+    assert s[0] == pytest.approx(2.0**0.1) and s[1] == pytest.approx(16 * 0.5**0.1)
+    peak = fig4.spread_l01(W, scale="peak")
+    assert peak[0] == pytest.approx(1.0) and peak[1] == pytest.approx(16.0)
+
+
+def test_spread_measure_on_hand_made_fields():
+    """A localised blob and a spread stroke pattern on a 28 x 28 image, ranked as the paper's
+    l_0.1 definition sum_i |w_i|^0.1 on the raw fields says (exact values by hand)."""
+    yy, xx = np.mgrid[:28, :28]
+    blob = np.where((yy - 10) ** 2 + (xx - 12) ** 2 <= 4, 0.8, 0.0)  # 13 pixels of 0.8
+    stroke = np.where((xx % 4 == 0), 0.05, -0.05)  # every pixel, small weights of both signs
+    W = np.stack([stroke.ravel(), blob.ravel()], axis=1)
     s = fig4.spread_l01(W)
-    assert s[0] == pytest.approx(1.0) and s[1] == pytest.approx(16.0)
+    assert s[1] == pytest.approx(13 * 0.8**0.1)
+    assert s[0] == pytest.approx(784 * 0.05**0.1)
+    assert list(np.argsort(s)) == [1, 0]  # localised first
+    support = fig4.effective_support(W)
+    assert support[1] == pytest.approx(13 / 784) and support[0] == pytest.approx(1.0)
+    # Raw and peak-scaled measures can disagree: a flat field of tiny amplitude (784 x
+    # (1e-20)^0.1 = 7.8 < 13 x 0.8^0.1 = 12.7) is "more localised" than the blob under the raw
+    # measure, while peak scaling calls it the most spread field possible.
+    faint = np.full(784, 1e-20)
+    raw = fig4.spread_l01(np.stack([faint, blob.ravel()], axis=1))
+    peak = fig4.spread_l01(np.stack([faint, blob.ravel()], axis=1), scale="peak")
+    assert raw[0] < raw[1] and peak[0] > peak[1]
+    with pytest.raises(common.FigureError, match="spread"):
+        fig4.spread_l01(W, scale="unit")
 
 
 def test_fig5(run, tmp_path):

@@ -156,7 +156,7 @@ def _cmd_figure(args) -> None:
     elif args.figure == "fig4":
         from tapmachine.figures import fig4
 
-        result = fig4.make(args.model_files, args.data, args.n_images, args.per_group)
+        result = fig4.make(args.model_files, args.data, args.n_images, args.per_group, args.spread)
     elif args.figure == "fig5":
         from tapmachine.figures import fig5
 
@@ -248,6 +248,7 @@ def _parser() -> argparse.ArgumentParser:
     f4.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")
     f4.add_argument("--n-images", type=int, default=2000)
     f4.add_argument("--per-group", type=int, default=8)
+    f4.add_argument("--spread", default="raw", choices=["raw", "peak"], help="l_0.1 measure")
     f5 = figs.add_parser("fig5", help="free energies and counts of TAP solutions per epoch")
     f5.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
     f5.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")

@@ -40,6 +40,7 @@ if "fig4" in FIGURES:
         params:
             n_images=FIGURES["fig4"]["n_images"],
             per_group=FIGURES["fig4"]["per_group"],
+            spread=FIGURES["fig4"]["spread"],
         log:
             "logs/figures/fig4.log",
         benchmark:
@@ -53,6 +54,7 @@ if "fig4" in FIGURES:
         shell:
             "tapmachine figure fig4 --model-files {input.models} --data {input.data} "
             "--n-images {params.n_images} --per-group {params.per_group} "
+            "--spread {params.spread} "
             "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"
 

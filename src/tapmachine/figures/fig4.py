@@ -1,15 +1,19 @@
 """Fig. 4: receptive fields (columns of W, reshaped to the image) ranked two ways.
 
 For each model: the ``per_group`` most localised and most spread fields by the l_0.1 measure
-sum_i |w_i / max_i |w_i||^0.1 (each field scaled to peak magnitude 1 first, so the measure
-counts how many pixels carry weight comparable to the peak, independently of the field's
-overall scale; small = localised), and the most and least active fields by the mean hidden
-activation f_a(W^T x, 0) over the first ``n_images`` training images. Fields are shown scaled
-to [-1, 1] (viridis: dark blue -1, green 0, yellow +1), as in the paper.
+of the paper (Sec. VII, Fig. 4: "the l_p-norm of the receptive field, for p = 0.1"), computed on
+the raw fields as sum_i |w_i|^0.1 (a monotone function of the l_0.1 norm, so the same ranking;
+small = localised), and the most and least active fields by the mean hidden activation
+f_a(W^T x, 0) over the first ``n_images`` training images. ``spread="peak"`` instead scales each
+field to peak magnitude 1 before the measure (the project's earlier, scale-free variant).
+Fields are shown scaled to [-1, 1] (viridis: dark blue -1, green 0, yellow +1), as in the paper.
 
 Claims (reproduction.md): localised and stroke-like fields on MNIST (visual; the table gives the
-normalised spread l_0.1 / Nv of every model) and more localisation with larger Nh (the Spearman
-correlation between Nh and the median spread among the models of one dataset: negative).
+spread of every model) and more localisation with larger Nh (the Spearman correlation between
+Nh and the median spread among the models of one dataset: negative). The fraction of localised
+fields uses the scale-free effective support (``effective_support``): the fraction of pixels a
+field with equal weights on its support would need to have the same l_0.1 / l_2 ratio; a field
+is localised when that is below one half.
 """
 
 from __future__ import annotations
@@ -30,17 +34,43 @@ from tapmachine.figures.common import (
 )
 from tapmachine.figures.montage import tile
 
-__all__ = ["make", "spread_l01", "hidden_activation"]
+__all__ = ["make", "spread_l01", "effective_support", "hidden_activation", "SPREADS"]
 
 GROUPS = ("most localised", "most spread", "most active", "least active")
 
 
-def spread_l01(W: np.ndarray, p: float = 0.1) -> np.ndarray:
-    """sum_i |w_i / max|w||^p of each column of W (Nv, Nh); 0 for an all-zero column."""
-    W = np.asarray(W, dtype=np.float64)
-    peak = np.abs(W).max(0)
-    scaled = np.abs(W) / np.where(peak > 0, peak, 1.0)
-    return (scaled**p).sum(0)
+#: Spread measures of Fig. 4 (config ``figures.fig4.spread``): paper (raw l_0.1) or peak-scaled.
+SPREADS = ("raw", "peak")
+
+
+def spread_l01(W: np.ndarray, p: float = 0.1, scale: str = "raw") -> np.ndarray:
+    """l_p spread sum_i |w_i|^p of each column of W (Nv, Nh), the paper's Fig. 4 measure.
+
+    ``scale="raw"`` (paper) uses the fields as learned; ``scale="peak"`` divides each field by
+    max_i |w_i| first (0 for an all-zero column).
+    """
+    if scale not in SPREADS:
+        raise FigureError(f"fig4 spread must be one of {SPREADS}, not {scale!r}")
+    W = np.abs(np.asarray(W, dtype=np.float64))
+    if scale == "peak":
+        peak = W.max(0)
+        W = W / np.where(peak > 0, peak, 1.0)
+    return (W**p).sum(0)
+
+
+def effective_support(W: np.ndarray, p: float = 0.1) -> np.ndarray:
+    """Scale-free fraction of pixels a field occupies, in (0, 1], per column of W (Nv, Nh).
+
+    A field with k equal nonzero weights has sum |w|^p = k (|w|_2 / sqrt(k))^p, so
+    (sum_i |w_i|^p / (Nv (|w|_2 / sqrt(Nv))^p))^(1 / (1 - p / 2)) = k / Nv; for other fields it
+    is the support of the flat field with the same l_p / l_2 ratio. 1 for an all-zero column.
+    """
+    W = np.abs(np.asarray(W, dtype=np.float64))
+    nv = W.shape[0]
+    l2 = np.sqrt((W**2).sum(0))
+    flat = nv * (np.where(l2 > 0, l2, 1.0) / np.sqrt(nv)) ** p
+    ratio = np.where(l2 > 0, (W**p).sum(0) / flat, 1.0)
+    return np.clip(ratio, 0.0, 1.0) ** (1.0 / (1.0 - p / 2.0))
 
 
 def hidden_activation(model_file, x: np.ndarray) -> np.ndarray:
@@ -68,12 +98,21 @@ def _spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def make(model_files: list, data_files: list, n_images: int = 2000, per_group: int = 8):
-    """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order)."""
+def make(
+    model_files: list,
+    data_files: list,
+    n_images: int = 2000,
+    per_group: int = 8,
+    spread: str = "raw",
+):
+    """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order);
+    fields ranked by ``spread_l01(W, scale=spread)``."""
     import torch
 
     from tapmachine.data import load_dataset
 
+    if spread not in SPREADS:
+        raise FigureError(f"fig4 spread must be one of {SPREADS}, not {spread!r}")
     if len(model_files) != len(data_files) or not model_files:
         raise FigureError("fig4 needs one dataset file per model.pt (and at least one model)")
     infos, rows, claims = [], [], []
@@ -88,10 +127,11 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
                 f"{pfile}: {W.shape[0]} visible units do not match the images "
                 f"{ds.image_shape} of {dfile}"
             )
-        spread = spread_l01(W)
+        measure = spread_l01(W, scale=spread)
+        support = effective_support(W)
         act = hidden_activation(pfile, ds.x_train[:n_images])
         k = min(per_group, W.shape[1])
-        by_spread = np.argsort(spread, kind="stable")
+        by_spread = np.argsort(measure, kind="stable")
         by_act = np.argsort(-act, kind="stable")
         chosen = {
             GROUPS[0]: by_spread[:k],
@@ -112,8 +152,9 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
                         "group": group,
                         "rank": rank,
                         "unit": int(u),
-                        "spread_l01": float(spread[u]),
-                        "spread_l01_per_pixel": float(spread[u] / W.shape[0]),
+                        "spread_l01": float(measure[u]),
+                        "spread_l01_per_pixel": float(measure[u] / W.shape[0]),
+                        "effective_support": float(support[u]),
                         "mean_activation": float(act[u]),
                         "field_norm": float(np.linalg.norm(W[:, u])),
                     }
@@ -122,20 +163,26 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
         claims += [
             claim(
                 "median_spread_per_pixel",
-                float(np.median(spread) / nv),
+                float(np.median(measure) / nv),
                 info.name,
-                "median over fields of l_0.1 / Nv (fields scaled to peak 1); small = localised",
+                f"median over fields of l_0.1 / Nv ({spread} fields); small = localised",
+            ),
+            claim(
+                "median_effective_support",
+                float(np.median(support)),
+                info.name,
+                "median over fields of the scale-free support fraction (1 = flat field)",
             ),
             claim(
                 "fraction_localised_fields",
-                float((spread / nv < 0.5).mean()),
+                float((support < 0.5).mean()),
                 info.name,
-                "fields with l_0.1 / Nv < 0.5",
+                "fields whose effective support is below half the image",
             ),
             claim("mean_activation", float(act.mean()), info.name, "mean over hidden units"),
             claim("hidden_units", W.shape[1], info.name, ""),
         ]
-        infos.append((info, float(np.median(spread) / nv), W.shape[1]))
+        infos.append((info, float(np.median(measure) / nv), W.shape[1]))
 
     for dataset in dict.fromkeys(i.dataset for i, _, _ in infos):
         members = [(nh, s) for i, s, nh in infos if i.dataset == dataset]
@@ -169,7 +216,8 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
     fig.colorbar(image, cax=cax, label="w / max|w|")
     datasets = ", ".join(dict.fromkeys(dataset_label(i.dataset, i.substitute) for i, _, _ in infos))
     fig.suptitle(
-        f"Fig. 4: receptive fields ranked by l_0.1 spread and by mean activation\n{datasets}",
+        f"Fig. 4: receptive fields ranked by l_0.1 spread ({spread} fields) and by mean "
+        f"activation\n{datasets}",
         fontsize=9,
     )
     return FigureResult(
@@ -179,6 +227,7 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
         params={
             "n_images": n_images,
             "per_group": per_group,
+            "spread": spread,
             "data_files": [str(Path(f)) for f in data_files],
         },
     )

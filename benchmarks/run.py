@@ -11,6 +11,7 @@ also logged to the MLflow experiment ``benchmarks`` of the store in ``results/ml
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -312,11 +313,211 @@ def bench_priors(device, quick: bool) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# paper_profile: projected wall time of the binary-MNIST paper targets
+# ----------------------------------------------------------------------------------------------
+
+#: Mean TAP iterations assumed where the count depends on the trained model (measured on this
+#: project's bmnist_h100 runs; see the README's "Training: fixed iterations or convergence").
+PAPER_ITERATIONS = {"train_converge": 60, "eval": 60, "harvest": 150}
+#: Targets of the profile (workflow/config/paper.yaml).
+PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table")
+
+
+def _timed(fn, repeats: int) -> float:
+    """Seconds per call of ``fn`` (one warm-up call, then the mean of ``repeats``)."""
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - t0) / repeats
+
+
+def _paper_config() -> dict:
+    import yaml
+
+    from tapmachine.configuration import validate
+
+    cfg = yaml.safe_load((ROOT / "workflow" / "config" / "paper.yaml").read_text())
+    return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+
+
+def bench_paper_profile(device, quick: bool) -> dict:
+    """Projected wall time of the binary-MNIST paper targets from measured per-epoch costs.
+
+    Targets: fig3 (binary panel: bmnist_h25/50/100/500), fig4 (its binary models), fig5-7
+    (bmnist_h100 harvest), fig12 (per-epoch scores of bmnist_h500) and the likelihood table
+    (TAP, CD-1, CD-25 and PCD-1 on 784 x 500), all with workflow/config/paper.yaml. Measured
+    here: one training minibatch of each model (TAP at 1 and 11 iterations, so cost = a + b
+    iterations; CD/PCD directly), one TAP iteration over 10,000 rows (per-epoch evaluation and
+    harvest), one AIS temperature with 100 runs, and the pseudo-likelihood of 100 images. The
+    projection multiplies them by the counts in the config (epochs, 600 minibatches of 60,000
+    images, schedule length, initialisations) and by ``PAPER_ITERATIONS`` where the number of
+    TAP iterations depends on the trained model. ``serial_hours`` is the sum of all jobs;
+    ``wall_hours_2_cores`` spreads the single-threaded jobs over 2 cores (the longest chain,
+    bmnist_h500 training then its per-epoch scoring, is a lower bound and is reported too).
+    """
+    from tapmachine import estimators, likelihood
+
+    cfg = _paper_config()
+    models, harvest_cfg, lik = cfg["models"], cfg["harvest"], cfg["likelihood"]
+    x, source = binary_mnist(None if not quick else 12000)
+    n_train = 60000
+    g = training.seeded_generator(0, "paper_profile")
+    reps = 2 if quick else 5
+    jobs: dict[str, float] = {}
+    detail: dict[str, dict] = {}
+
+    def machine_for(spec):
+        return training.build_machine(spec, x[:1000], 0.05, g)
+
+    # Training: seconds per minibatch, per model.
+    fig3 = [m for m in cfg["figures"]["fig3"]["models"] if models[m]["dataset"] == "binary_mnist"]
+    table_models = list(lik["table"]["models"])
+    for name in dict.fromkeys(fig3 + table_models + [lik["fig12"]["model"]]):
+        spec = models[name]
+        settings = training.TrainSettings.from_spec(spec)
+        machine = machine_for(spec)
+        batch = x[: settings.batch_size]
+        chains = None
+        if settings.method == "pcd":
+            from tapmachine import contrastive
+
+            chains = contrastive.PersistentChains.from_data(
+                x[:1000], n_chains=settings.batch_size, generator=g
+            )
+        if settings.method == "tap":
+
+            def step(it, settings=settings, machine=machine, batch=batch):
+                s = dataclasses.replace(settings, train_iterations=it)
+                training._gradients(machine, batch, s, None, g)
+
+            one = _timed(lambda step=step: step(1), reps)
+            eleven = _timed(lambda step=step: step(11), reps)
+            per_iter = max(0.0, (eleven - one) / 10)
+            iters = settings.train_iterations
+            if iters == "converge":
+                iters = PAPER_ITERATIONS["train_converge"]
+            per_batch = one + per_iter * (iters - 1)
+        else:
+
+            def step_cd(settings=settings, machine=machine, batch=batch, chains=chains):
+                training._gradients(machine, batch, settings, chains, g)
+
+            per_batch = _timed(step_cd, reps)
+            iters = None
+        n_batches = n_train // settings.batch_size
+        # Per-epoch evaluation: TAP from eval_samples images (eq. 39, Fig. 3).
+        nh = spec["hidden"][0]["units"]
+        rows = min(settings.eval_samples, x.shape[0])
+        probe = x[:rows]
+        W = 0.05 * torch.randn(784, nh, generator=g)
+        rbm = RBM(W, Bernoulli(torch.zeros(784) - 1.0), Bernoulli(torch.zeros(nh)))
+        per_eval_iter = _timed(
+            lambda rbm=rbm, probe=probe: tap.solve(rbm, probe, tol=0.0, max_iter=1), reps
+        )
+        per_eval_iter *= settings.eval_samples / rows
+        eval_epoch = per_eval_iter * PAPER_ITERATIONS["eval"]
+        train_epoch = per_batch * n_batches
+        jobs[f"train {name}"] = settings.epochs * (train_epoch + eval_epoch)
+        detail[name] = {
+            "epochs": settings.epochs,
+            "train_iterations": iters,
+            "seconds_per_batch": per_batch,
+            "train_seconds_per_epoch": train_epoch,
+            "eval_seconds_per_epoch": eval_epoch,
+            "eval_samples": settings.eval_samples,
+        }
+
+    # Harvest (Figs. 5-7): float64 TAP from n_init images at each listed epoch.
+    h = harvest_cfg["bmnist_h100"]
+    rows = min(h["n_init"], x.shape[0])
+    W = 0.05 * torch.randn(784, 100, generator=g, dtype=torch.float64)
+    rbm = RBM(
+        W,
+        Bernoulli(torch.zeros(784, dtype=torch.float64) - 1.0),
+        Bernoulli(torch.zeros(100, dtype=torch.float64)),
+    )
+    xd = x[:rows].double()
+    per_iter = _timed(lambda: tap.solve(rbm, xd, tol=0.0, max_iter=1), reps)
+    per_iter *= h["n_init"] / rows
+    jobs["harvest bmnist_h100"] = len(h["epochs"]) * per_iter * PAPER_ITERATIONS["harvest"]
+    detail["harvest"] = {
+        "epochs": len(h["epochs"]),
+        "n_init": h["n_init"],
+        "seconds_per_iteration": per_iter,
+    }
+
+    # Scoring (Fig. 12 per epoch; the table once per model): AIS + TAP ln Z + PL + data terms.
+    def score_seconds(section: dict, nh: int) -> tuple[float, dict]:
+        W = 0.01 * torch.randn(784, nh, generator=g)
+        rbm = RBM(W, Bernoulli(torch.zeros(784) - 1.0), Bernoulli(torch.zeros(nh)))
+        ais = section["ais"]
+        n_betas = ais["n_betas"] or len(estimators.salakhutdinov_schedule())
+        probe_betas = likelihood.ais_schedule("linear", 50 if quick else 200)
+        t = _timed(
+            lambda: estimators.ais_log_partition(
+                rbm, n_runs=ais["n_runs"], betas=probe_betas, generator=g
+            ),
+            1,
+        )
+        ais_s = t * n_betas / len(probe_betas)
+        rows = min(section["tap_inits"], x.shape[0])
+        it = _timed(lambda: tap.solve(rbm, x[:rows], tol=0.0, max_iter=1), reps)
+        tap_s = it * section["tap_inits"] / rows * PAPER_ITERATIONS["eval"]
+        n_images = (section["n_train"] or n_train) + (section["n_test"] or 10000)
+        pl_s = (
+            _timed(
+                lambda: likelihood.pseudo_log_likelihood_blocks(
+                    rbm, x[:100], section["pl_sites"], g
+                ),
+                reps,
+            )
+            * n_images
+            / 100
+        )
+        return ais_s + tap_s + pl_s, {"ais": ais_s, "tap": tap_s, "pl": pl_s, "betas": n_betas}
+
+    fig12_model = lik["fig12"]["model"]
+    per_epoch, parts = score_seconds(lik["fig12"], models[fig12_model]["hidden"][0]["units"])
+    n_scored = (
+        models[fig12_model]["epochs"]
+        if lik["fig12"]["epochs"] == "all"
+        else len(lik["fig12"]["epochs"])
+    )
+    jobs[f"score_epochs {fig12_model}"] = n_scored * per_epoch
+    detail["fig12_scoring"] = {"epochs": n_scored, "seconds_per_epoch": per_epoch, **parts}
+    table_each, parts = score_seconds(lik["table"], 500)
+    for name in table_models:
+        jobs[f"score_final {name}"] = table_each
+    detail["table_scoring"] = {"seconds_per_model": table_each, **parts}
+
+    serial = sum(jobs.values())
+    chain = jobs[f"train {fig12_model}"] + jobs[f"score_epochs {fig12_model}"]
+    wall = max(serial / 2.0, chain)
+    return {
+        "name": "paper_profile",
+        "seconds": serial,
+        "gflops": None,
+        "ratio_to_matmul": None,
+        "targets": list(PAPER_TARGETS),
+        "assumed_iterations": PAPER_ITERATIONS,
+        "jobs_hours": {k: v / 3600 for k, v in sorted(jobs.items(), key=lambda kv: -kv[1])},
+        "detail": detail,
+        "serial_hours": serial / 3600,
+        "longest_chain_hours": chain / 3600,
+        "wall_hours_2_cores": wall / 3600,
+        "goal_hours": 2.0,
+        "data": source,
+    }
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "harvest": bench_harvest,
     "ais": bench_ais,
     "priors": bench_priors,
+    "paper_profile": bench_paper_profile,
 }
 
 

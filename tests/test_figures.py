@@ -197,3 +197,12 @@ def test_umap_embeds_and_maps_new_points():
     # The two clusters stay apart.
     gap = np.linalg.norm(Y[:15].mean(0) - Y[15:].mean(0))
     assert gap > 3 * max(Y[:15].std(0).max(), Y[15:].std(0).max())
+
+
+def test_claim_verdicts_and_size_notes():
+    assert common.claim("x", 1.0, held=True)["held"] == "held"
+    assert common.claim("x", 1.0, held=False)["held"] == "not held"
+    assert common.claim("x", 1.0)["held"] == ""
+    assert common.size_note(100, 10000) == ""
+    note = common.size_note(20, 5000)
+    assert "20 of 100 epochs" in note and "5,000 of 10,000 initialisations" in note

@@ -99,10 +99,17 @@ def dataset_label(dataset: str, substitute: str) -> str:
     return f"{dataset} [SUBSTITUTE: {substitute}]" if substitute else dataset
 
 
-def claim(name: str, value, model: str = "", detail: str = "", epoch=None) -> dict:
-    """A row of the claims part of a figure's table."""
+def claim(
+    name: str, value, model: str = "", detail: str = "", epoch=None, held: bool | None = None
+) -> dict:
+    """A row of the claims part of a figure's table.
+
+    ``held`` is the verdict on the paper's claim that this number tests ("held" / "not held"
+    in the ``held`` column); None for numbers that are context, not a test.
+    """
     if isinstance(value, bool | np.bool_):
         value = float(value)
+    verdict = "" if held is None else ("held" if bool(held) else "not held")
     return {
         "kind": "claim",
         "claim": name,
@@ -110,7 +117,29 @@ def claim(name: str, value, model: str = "", detail: str = "", epoch=None) -> di
         "epoch": epoch,
         "value": value,
         "detail": detail,
+        "held": verdict,
     }
+
+
+#: The sizes behind the first paper's Figs. 3 and 5-7 (Table 1, Sec. VII.2).
+PAPER_EPOCHS = 100
+PAPER_INITIALISATIONS = 10000
+
+
+def size_note(epochs: int | None = None, initialisations: int | None = None) -> str:
+    """A title line saying the figure is below paper size, or "" at paper size.
+
+    Claims such as Fig. 5's many solutions and two bands, or Fig. 3's slope after epoch 20,
+    need the paper's 100 epochs and 10,000 initialisations; a reduced run shows their start.
+    """
+    short = []
+    if epochs is not None and epochs < PAPER_EPOCHS:
+        short.append(f"{epochs} of {PAPER_EPOCHS} epochs")
+    if initialisations is not None and initialisations < PAPER_INITIALISATIONS:
+        short.append(f"{initialisations:,} of {PAPER_INITIALISATIONS:,} initialisations")
+    if not short:
+        return ""
+    return f"REDUCED SIZE ({', '.join(short)}): the paper's claim needs paper size"
 
 
 def table(drawn, claims: Iterable[dict]):

@@ -186,13 +186,15 @@ def make(
 
     for dataset in dict.fromkeys(i.dataset for i, _, _ in infos):
         members = [(nh, s) for i, s, nh in infos if i.dataset == dataset]
+        rho = _spearman([m[0] for m in members], [m[1] for m in members])
         claims.append(
             claim(
                 "spearman_hidden_units_vs_median_spread",
-                _spearman([m[0] for m in members], [m[1] for m in members]),
+                rho,
                 "",
                 f"dataset {dataset}: negative = more localisation with larger Nh "
                 f"({len(members)} models; NaN with fewer than 3)",
+                held=(rho < 0) if math.isfinite(rho) else None,
             )
         )
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from tapmachine.embed import embed
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.fig5 import load_epochs
+from tapmachine.figures.fig5 import _note, load_epochs
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
 
@@ -104,7 +104,7 @@ def make(
     )
     coords = [*mapped, fitted]
 
-    drawn, claims = [], []
+    drawn, claims, correlations = [], [], []
     for (e, X, F, mult), Y in zip(points, coords, strict=True):
         F = np.asarray(F, dtype=np.float64)
         for g in range(X.shape[0]):
@@ -121,6 +121,7 @@ def make(
                 }
             )
         dist, corr = pairwise_stats(X)
+        correlations.append(corr)
         claims += [
             claim("n_unique", X.shape[0], info.name, "", e),
             claim(
@@ -150,6 +151,16 @@ def make(
             ),
             claim("linear_r2_free_energy_on_embedding", _linear_r2(Y, F), info.name, "", e),
         ]
+    claims.append(
+        claim(
+            "correlation_falls_first_to_last",
+            correlations[-1] - correlations[0],
+            info.name,
+            "mean pairwise correlation, last minus first shown epoch; paper: solutions start "
+            "correlated, then spread (< 0)",
+            held=correlations[-1] < correlations[0],
+        )
+    )
     claims.append(
         claim(
             "embedding_method",
@@ -192,7 +203,7 @@ def make(
         ax.set_axis_off()
     fig.suptitle(
         f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
-        f"{describe(info)}",
+        f"{describe(info)}" + _note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
         fontsize=9,
     )
     return FigureResult(

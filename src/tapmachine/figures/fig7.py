@@ -25,7 +25,7 @@ import numpy as np
 
 from tapmachine.embed import embed
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.fig5 import load_epochs
+from tapmachine.figures.fig5 import _note, load_epochs
 from tapmachine.figures.montage import tile
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
@@ -201,6 +201,7 @@ def make(
                 info.name,
                 "< 1: solutions inside dense regions of the data",
                 e,
+                held=data_nn1 > 0 and sol_nn1 / data_nn1 < 1,
             ),
             claim(
                 f"nn{K_DENSITY}_ratio_solution_over_data",
@@ -280,7 +281,7 @@ def make(
     fig.suptitle(
         f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
         f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
-        f"{describe(info)}",
+        f"{describe(info)}" + _note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
         fontsize=9,
     )
     return FigureResult(

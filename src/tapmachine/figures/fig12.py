@@ -29,6 +29,7 @@ from tapmachine.figures.common import (
     dataset_label,
     model_info,
     new_figure,
+    size_note,
     table,
 )
 
@@ -220,7 +221,8 @@ def make(scores_csv, model_file) -> FigureResult:
     fig.suptitle(
         f"Fig. 12: TAP, AIS and pseudo-likelihood after each epoch (epochs {first}-{last}) -- "
         f"{info.name} on {dataset_label(info.dataset, info.substitute)}\n"
-        f"AIS: {description}; PL: {pl_sites} of {nv} sites; rise together: {verdict}",
+        f"AIS: {description}; PL: {pl_sites} of {nv} sites; rise together: {verdict}"
+        + (f"\n{note}" if (note := size_note(last)) else ""),
         fontsize=9,
     )
     return FigureResult(
@@ -269,6 +271,7 @@ def _claims(model: str, split: str, stats: dict) -> list[dict]:
             bool(stats["rise_together"]),
             model,
             "1 = every measure rises from first to last epoch and every pairwise Spearman > 0",
+            held=bool(stats["rise_together"]),
         )
     )
     return out

@@ -115,7 +115,7 @@ def make(
         raise FigureError(f"fig4 spread must be one of {SPREADS}, not {spread!r}")
     if len(model_files) != len(data_files) or not model_files:
         raise FigureError("fig4 needs one dataset file per model.pt (and at least one model)")
-    infos, rows, claims = [], [], []
+    infos, rows, claims, few = [], [], [], []
     panels = []
     for pfile, dfile in zip(model_files, data_files, strict=True):
         info = model_info(pfile)
@@ -183,6 +183,8 @@ def make(
             claim("hidden_units", W.shape[1], info.name, ""),
         ]
         infos.append((info, float(np.median(measure) / nv), W.shape[1]))
+        if info.substitute:
+            few.append(f"{info.name}: {ds.x_train.shape[0]} substitute training images")
 
     for dataset in dict.fromkeys(i.dataset for i, _, _ in infos):
         members = [(nh, s) for i, s, nh in infos if i.dataset == dataset]
@@ -219,7 +221,13 @@ def make(
     datasets = ", ".join(dict.fromkeys(dataset_label(i.dataset, i.substitute) for i, _, _ in infos))
     fig.suptitle(
         f"Fig. 4: receptive fields ranked by l_0.1 spread ({spread} fields) and by mean "
-        f"activation\n{datasets}",
+        f"activation\n{datasets}"
+        + (
+            f"\n{'; '.join(few)}: too few for the paper's varied fields (fields share the mean "
+            "image; see README)"
+            if few
+            else ""
+        ),
         fontsize=9,
     )
     return FigureResult(

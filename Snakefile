@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/denoise.smk"
 
 
 localrules:
@@ -34,6 +35,10 @@ localrules:
     likelihood_table,
     harvest,
     figures,
+    fig8,
+    fig9,
+    fig_denoise_real,
+    denoise,
 
 
 rule all:
@@ -44,4 +49,5 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
+        rules.denoise.input,
     default_target: True

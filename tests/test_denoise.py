@@ -274,3 +274,173 @@ def test_tap_denoise_gaussian_weak_coupling_matches_pointwise():
     )
     A, B = denoise.gaussian_tilt(y, 0.2)
     torch.testing.assert_close(state.a[0], prior.moments(B, A)[0])
+
+
+def test_euclidean_nearest_neighbour():
+    g = _gen(14)
+    x_train = torch.rand(200, 30, generator=g)
+    y = x_train[:25] + 0.05 * torch.randn(25, 30, generator=g)
+    got = denoise.nearest_neighbours(y, x_train, k=1, metric="euclidean", block=7)
+    d = ((y[:, None, :] - x_train[None]) ** 2).sum(-1)
+    assert torch.equal(got, x_train[d.argmin(1)])
+
+
+# --- noise-augmented TAP training (train_noise) --------------------------------------------
+
+
+def test_noisy_initialisations_flip_only_the_fraction():
+    from tapmachine import training
+
+    machine = _rbm(784, 5, 0.0, 0)
+    x = torch.bernoulli(torch.full((200, 784), 0.3, dtype=DT), generator=_gen(20))
+    y = training.noisy_initialisations(machine, x, {"fraction": 0.25, "p": 0.2}, _gen(21))
+    assert torch.equal(y[50:], x[50:])
+    rate = float((y[:50] != x[:50]).double().mean())
+    assert abs(rate - 0.2) < 5 * math.sqrt(0.2 * 0.8 / (50 * 784))
+    assert torch.equal(
+        training.noisy_initialisations(machine, x, {"fraction": 0.0, "p": 0.2}, _gen(21)), x
+    )
+
+
+def test_train_noise_changes_only_the_model_term():
+    """The data term of the TAP gradient keeps the clean batch: with p = 0.5 on every row the
+    initialisations are pure noise, yet the visible-bias gradient's data part is unchanged."""
+    from tapmachine import tap, training
+
+    machine = _rbm(30, 6, 0.2, 22)
+    x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
+    noise = {"fraction": 1.0, "p": 0.5}
+    settings = training.TrainSettings(train_noise=noise, train_iterations=3)
+    g1, g2 = _gen(24), _gen(24)
+    got = training._gradients(machine, x, settings, None, g1)
+    init = training.noisy_initialisations(machine, x, noise, g2)
+    states = tap.solve(machine, init, damping=0.5, tol=1e-12, max_iter=3)
+    want = tap.tap_gradients(machine, x, states)
+    torch.testing.assert_close(got["weights"][0], want["weights"][0])
+    assert not torch.allclose(init, x)
+
+
+def test_train_noise_rejected_for_real_valued_visible_units():
+    from tapmachine import training
+
+    tgb = RBM(
+        torch.zeros(3, 2, dtype=DT),
+        TruncatedGaussBernoulli(torch.full((3,), 0.5), torch.zeros(3), torch.ones(3)),
+        Bernoulli(torch.zeros(2, dtype=DT)),
+    )
+    with pytest.raises(training.TrainingError, match="train_noise"):
+        training.check_train_noise(tgb, {"fraction": 0.5, "p": 0.1})
+    with pytest.raises(training.TrainingError, match=r"train_noise.p = 0.7"):
+        training.check_train_noise(_rbm(3, 2, 0.0, 0), {"fraction": 0.5, "p": 0.7})
+
+
+@pytest.mark.parametrize(
+    "path, value, key",
+    [
+        (("models", "bmnist_h500_noiseaug", "train_noise", "p"), 0.6, "p"),
+        (("models", "bmnist_h500_noiseaug", "train_noise", "fraction"), 1.5, "fraction"),
+        (("denoise", "fig8", "ps"), [0.1, 0.7], "ps"),
+        (("denoise", "fig8", "n_images"), 0, "n_images"),
+        (("denoise", "real", "sigmas"), [0.0], "sigmas"),
+    ],
+)
+def test_config_rejects_bad_denoise_values(path, value, key):
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from tapmachine.configuration import ConfigError, validate
+
+    root = Path(__file__).resolve().parents[1]
+    config = copy.deepcopy(yaml.safe_load((root / "config.yaml").read_text()))
+    node = config
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=key):
+        validate(config, root / "workflow" / "schemas" / "config.schema.yaml")
+
+
+# --- the stage and its figures, on tiny files ------------------------------------------------
+
+
+def _tiny_files(tmp_path, real=False):
+    from tapmachine import training
+    from tapmachine.data import Dataset, save_dataset
+
+    g = np.random.default_rng(0)
+    if real:
+        x = (g.integers(0, 256, size=(260, 16)) * (g.random((260, 16)) < 0.5) / 255.0).astype(
+            np.float32
+        )
+        visible = TruncatedGaussBernoulli(
+            torch.full((16,), 0.5), torch.zeros(16), torch.full((16,), 4.0)
+        )
+    else:
+        x = (g.random((260, 16)) < 0.3).astype(np.float32)
+        visible = Bernoulli(torch.full((16,), -0.8))
+    ds = Dataset(x[:200], np.zeros(200, int), x[200:], np.zeros(60, int), (4, 4), {}, "tiny")
+    data = save_dataset(ds, tmp_path / "tiny.npz")
+    machine = RBM(0.2 * torch.randn(16, 5, generator=_gen(0)), visible, Bernoulli(torch.zeros(5)))
+    model = tmp_path / "m" / "model.pt"
+    model.parent.mkdir()
+    spec = {"train_noise": None}
+    torch.save({"machine": training.machine_state(machine), "name": "m", "spec": spec}, model)
+    return data, model
+
+
+def test_stage_bsc_baselines_and_figures(tmp_path):
+    from tapmachine.figures import fig8, fig9
+    from tapmachine.stages import denoise as stage
+
+    data, model = _tiny_files(tmp_path)
+    s = stage.bsc_settings('{"ps": [0.0, 0.1, 0.3, 0.5], "n_images": 40, "fig9_image": 3}')
+    out = stage.run_bsc(model, data, s, tmp_path / "b.csv", tmp_path / "b.npz")
+    assert out["mcc"].shape == (4, 40) and np.all(out["mcc"][0] == 1.0)  # p = 0: exact
+    base = stage.run_baselines(data, s, tmp_path / "o.csv", tmp_path / "o.npz")
+    assert np.all(base["mcc_ope"][0] == 1.0)
+    assert np.array_equal(out["fig9_noisy"], base["fig9_noisy"])  # the same realisation
+    res = fig8.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], ["tap_nh5"])
+    drawn = res.table[res.table["kind"] == "drawn"]
+    assert set(drawn["method"]) == {"ope", "1nn", "tap_nh5"}
+    assert {"method", "p", "mcc", "mcc_se"} <= set(drawn.columns) and len(drawn) == 12
+    res9 = fig9.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [0.1, 0.5], ["tap_nh5"])
+    same = res9.table[res9.table["claim"] == "same_noise_every_method"]["value"]
+    assert float(same.iloc[0]) == 1.0
+
+
+def test_stage_rejects_bad_input_before_writing(tmp_path):
+    from tapmachine.stages import denoise as stage
+
+    data, model = _tiny_files(tmp_path)
+    with pytest.raises(denoise.DenoiseError, match="ps"):
+        stage.bsc_settings('{"ps": [0.1, 0.7]}')
+    with pytest.raises(denoise.DenoiseError, match="unknown settings"):
+        stage.bsc_settings('{"p": [0.1]}')
+    s = stage.bsc_settings('{"n_images": 500}')
+    with pytest.raises(denoise.DenoiseError, match="n_images = 500"):
+        stage.run_bsc(model, data, s, tmp_path / "b.csv", tmp_path / "b.npz")
+    (tmp_path / "r").mkdir()
+    real_data, real_model = _tiny_files(tmp_path / "r", real=True)
+    )
+    s = stage.bsc_settings('{"n_images": 10}')
+    with pytest.raises(denoise.DenoiseError, match="Bernoulli"):
+        stage.run_bsc(real_model, data, s, tmp_path / "b.csv", tmp_path / "b.npz")
+    with pytest.raises(denoise.DenoiseError, match=r"\{0, 1\}"):
+        stage.run_bsc(model, real_data, s, tmp_path / "b.csv", tmp_path / "b.npz")
+    assert not (tmp_path / "b.csv").exists() and not (tmp_path / "b.npz").exists()
+
+
+def test_stage_real_channel(tmp_path):
+    from tapmachine.figures import fig_denoise_real
+    from tapmachine.stages import denoise as stage
+
+    data, model = _tiny_files(tmp_path, real=True)
+    s = stage.real_settings('{"sigmas": [0.1, 0.4], "n_images": 30}')
+    out = stage.run_real(model, data, s, tmp_path / "r.csv", tmp_path / "r.npz")
+    assert out["mse_tap"].shape == (2, 30)
+    # Any sensible denoiser beats the noisy input itself at sigma = 0.4.
+    assert out["mse_pointwise"][1].mean() < out["mse_noisy"][1].mean()
+    res = fig_denoise_real.make(tmp_path / "r.npz", model)
+    assert {"pointwise", "1nn", "tap", "noisy"} == set(res.table["method"].dropna())

@@ -270,6 +270,9 @@ def _parser() -> argparse.ArgumentParser:
         f.add_argument("--tracking", default=None)
         f.set_defaults(func=_cmd_figure)
     _add_likelihood_parsers(sub, figs)
+    from tapmachine.stages import denoise as denoise_stage
+
+    denoise_stage.register(sub, figs)
     return p
 
 
@@ -374,6 +377,7 @@ def _add_likelihood_parsers(sub, figs) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from tapmachine.data import DataError
+    from tapmachine.denoise import DenoiseError
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
     from tapmachine.training import TrainingError
@@ -387,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainingError,
         HarvestError,
         FigureError,
+        DenoiseError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

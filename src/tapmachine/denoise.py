@@ -131,25 +131,33 @@ def ope(y: Tensor, p, m: Tensor) -> Tensor:
     return torch.sigmoid(logit + channel_field(y, p).to(torch.float64)).to(y.dtype)
 
 
-def nearest_neighbours(y: Tensor, x_train: Tensor, k: int = 1, block: int = 1024) -> Tensor:
-    """Mean of the k training rows nearest to each row of ``y`` in Hamming distance.
+def nearest_neighbours(
+    y: Tensor, x_train: Tensor, k: int = 1, metric: str = "hamming", block: int = 512
+) -> Tensor:
+    """Mean of the k training rows nearest to each row of ``y``.
 
-    For {0, 1} rows, |y - x|_1 = |y|_1 + |x|_1 - 2 y.x: one (block x N) @ (N x M) matmul per
-    block of rows gives all distances (blocks bound the memory to block x M); ties go to the
-    lowest training index (topk on a stable order of distance then index).
+    ``metric="hamming"`` for {0, 1} rows: |y - x|_1 = |y|_1 + |x|_1 - 2 y.x, integers, ties to
+    the lowest training index. ``metric="euclidean"``: |y - x|^2 = |y|^2 + |x|^2 - 2 y.x (the
+    real-valued channel). Either way one (block x N) @ (N x M) matmul per block of rows gives
+    all distances (blocks bound the memory to block x M).
     """
     _check_images(y, x_train.shape[1], "noisy images")
     if not 1 <= k <= x_train.shape[0]:
         raise DenoiseError(f"k = {k} must be in [1, {x_train.shape[0]}]")
+    if metric not in ("hamming", "euclidean"):
+        raise DenoiseError(f"metric must be hamming or euclidean, got {metric!r}")
+    hamming = metric == "hamming"
     xt = x_train.to(torch.float32)
-    norms = xt.sum(1)
+    norms = xt.sum(1) if hamming else xt.square().sum(1)
     # Integer distances are exact in float32 up to 2^24; index / M < 1 breaks ties by index.
     tiebreak = torch.arange(xt.shape[0], dtype=torch.float64, device=xt.device) / xt.shape[0]
     out = []
     for start in range(0, y.shape[0], block):
         yb = y[start : start + block].to(torch.float32)
-        d = (yb.sum(1, keepdim=True) + norms).addmm_(yb, xt.T, alpha=-2.0)
-        d = d.round().to(torch.float64) + tiebreak
+        own = yb.sum(1, keepdim=True) if hamming else yb.square().sum(1, keepdim=True)
+        d = (own + norms).addmm_(yb, xt.T, alpha=-2.0)
+        if hamming:
+            d = d.round().to(torch.float64).add_(tiebreak)
         idx = torch.topk(d, k, dim=1, largest=False).indices
         out.append(x_train[idx].to(y.dtype).mean(1))
     return torch.cat(out, 0)

@@ -423,7 +423,6 @@ def test_stage_rejects_bad_input_before_writing(tmp_path):
         stage.run_bsc(model, data, s, tmp_path / "b.csv", tmp_path / "b.npz")
     (tmp_path / "r").mkdir()
     real_data, real_model = _tiny_files(tmp_path / "r", real=True)
-    )
     s = stage.bsc_settings('{"n_images": 10}')
     with pytest.raises(denoise.DenoiseError, match="Bernoulli"):
         stage.run_bsc(real_model, data, s, tmp_path / "b.csv", tmp_path / "b.npz")

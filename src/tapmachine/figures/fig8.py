@@ -191,8 +191,8 @@ def _claims(ps, mcc, info, knn) -> list[dict]:
                 plain[big],
                 f"Nh={big} minus best smaller ({best}) over p >= {LARGE_P}: "
                 f"{diff:+.3f} +- {se:.3f} "
-                f"({'held' if diff < -2 * se else 'not held'}: worse at large p); at p = "
-                f"{ps[first]:g}: {low:+.3f} +- {low_se:.3f}",
+                f"({'held' if diff < -2 * se else 'not held'}; held = worse at large p); at p = "
+                f"{ps[first]:g}: {low:+.4f} +- {low_se:.4f}",
             )
         )
     for label, i in info.items():

@@ -443,3 +443,27 @@ def test_stage_real_channel(tmp_path):
     assert out["mse_pointwise"][1].mean() < out["mse_noisy"][1].mean()
     res = fig_denoise_real.make(tmp_path / "r.npz", model)
     assert {"pointwise", "1nn", "tap", "noisy"} == set(res.table["method"].dropna())
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    from tapmachine import cli
+
+    data, model = _tiny_files(tmp_path)
+    argv = [
+        "denoise",
+        "bsc",
+        "--model-file",
+        str(model),
+        "--data",
+        str(data),
+        "--settings",
+        '{"ps": [0.2, 0.9]}',
+        "--out-csv",
+        str(tmp_path / "b.csv"),
+        "--out-npz",
+        str(tmp_path / "b.npz"),
+    ]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "tapmachine: error:" in err and "0.9" in err
+    assert not (tmp_path / "b.csv").exists()

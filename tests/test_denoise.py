@@ -467,3 +467,18 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "tapmachine: error:" in err and "0.9" in err
     assert not (tmp_path / "b.csv").exists()
+
+
+def test_half_rows_solved_once_and_equal_to_a_lone_solve():
+    """At p = 0.5 every image gets the same solution (no field, same start); the copy equals a
+    solve of that row alone, and the other rows are unaffected."""
+    machine = _rbm(20, 8, 0.4, 15)
+    x = torch.bernoulli(torch.full((6, 20), 0.4, dtype=DT), generator=_gen(16))
+    y, p_rows, _ = denoise.stack_noise(x, [0.1, 0.5], _gen(17))
+    m = torch.full((20,), 0.35, dtype=DT)
+    state = denoise.tap_denoise(machine, y, p_rows, m, tol=1e-14)
+    alone = denoise.tap_denoise(machine, y[6:7], 0.5, m, tol=1e-14)
+    for k in range(6, 12):
+        torch.testing.assert_close(state.a[0][k], alone.a[0][0])
+    first = denoise.tap_denoise(machine, y[:6], 0.1, m, tol=1e-14)
+    torch.testing.assert_close(state.a[0][:6], first.a[0], atol=1e-9, rtol=0)

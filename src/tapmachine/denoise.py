@@ -195,7 +195,8 @@ def tap_denoise(
     Iterated (damping 0.5, as Alg. 1 in the paper's experiments) until the mean squared step of
     the magnetisations is below ``tol`` or ``max_iter`` iterations (``state.converged`` says which
     rows converged). p = 0 fixes the visible means at y; p = 0.5 has no field (D = 0): the result
-    is the TAP solution of the machine itself reached from the OPE, i.e. from the prior means.
+    is the TAP solution of the machine itself reached from the OPE, i.e. from the prior means,
+    the same for every image (one such row is solved and copied to the others).
 
     Returns the TAPState; ``state.a[0]`` are the posterior means, ``state.a[0].round()`` the
     binary estimates.
@@ -210,8 +211,20 @@ def tap_denoise(
     if m.shape[-1] != n:
         raise DenoiseError(f"magnetisations have {m.shape[-1]} sites, the machine {n}")
     y = y.to(dtype=machine.dtype, device=machine.device)
-    D = channel_field(y, p)
-    init = ope(y, p, m.to(y))
+    K = y.shape[0]
+    p_rows = _rows(_check_p(p), K, y).reshape(K).cpu()
+    half = p_rows == 0.5
+    if int(half.sum()) > 1:
+        # Rows at p = 0.5 know nothing of their image: all start at the OPE (= m) with D = 0
+        # and reach the same solution. One of them is solved (in the same batch) and copied.
+        rows = torch.cat([torch.nonzero(~half).flatten(), torch.nonzero(half).flatten()[:1]])
+        pos = torch.empty(K, dtype=torch.long)
+        pos[~half] = torch.arange(K - int(half.sum()))
+        pos[half] = rows.numel() - 1
+        state = tap_denoise(machine, y[rows], p_rows[rows], m, damping, tol, max_iter)
+        return state.select(pos.to(y.device))
+    D = channel_field(y, p_rows)
+    init = ope(y, p_rows, m.to(y))
     zeros = torch.zeros_like(D)
     return tap.solve(
         machine, init, damping=damping, tol=tol, max_iter=max_iter, visible_tilt=(zeros, D)

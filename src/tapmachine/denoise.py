@@ -225,9 +225,8 @@ def tap_denoise(
         return state.select(pos.to(y.device))
     D = channel_field(y, p_rows)
     init = ope(y, p_rows, m.to(y))
-    zeros = torch.zeros_like(D)
     return tap.solve(
-        machine, init, damping=damping, tol=tol, max_iter=max_iter, visible_tilt=(zeros, D)
+        machine, init, damping=damping, tol=tol, max_iter=max_iter, visible_tilt=(None, D)
     )
 
 

@@ -204,8 +204,8 @@ def solve(
         B_0 += B_ext, so the visible moments are f_a(B_0 + B_ext, A_0 + A_ext): the TAP
         equations of the machine whose visible prior is P_0(x) exp(-A_ext x^2 / 2 + B_ext x)
         (eq. 47 for the binary symmetric channel). Single-site terms carry no Onsager
-        correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. The state's
-        visible A, B include the tilt. Ignored when clamped.
+        correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. Either may be
+        None (no such term). The state's visible A, B include the tilt. Ignored when clamped.
 
     Returns
     -------
@@ -229,7 +229,9 @@ def solve(
     K = a_visible.shape[0]
     tilt = None
     if visible_tilt is not None and not clamped:
-        tilt = [_as_rows(t, K, sizes[0], dtype, device) for t in visible_tilt]
+        tilt = [
+            None if t is None else _as_rows(t, K, sizes[0], dtype, device) for t in visible_tilt
+        ]
     if isinstance(a_hidden, Tensor):
         a_hidden = [a_hidden]
     if isinstance(c_hidden, Tensor):
@@ -280,8 +282,9 @@ def solve(
             for l in order:
                 A[l], B[l] = _layer_fields(l, a, c, weights, neg_squares)
                 if l == 0 and tilt is not None:
-                    A[0].add_(tilt[0])
-                    B[0].add_(tilt[1])
+                    for field, extra in zip((A[0], B[0]), tilt, strict=True):
+                        if extra is not None:
+                            field.add_(extra)
                 a_new, c_new = priors[l].moments(B[l], A[l])
                 # a <- a + (1 - damping) (f_a - a); the squared step is taken from the same
                 # difference (one pass fewer than lerp, subtract, square, sum).
@@ -318,7 +321,7 @@ def solve(
                     a, c = [x[pending] for x in a], [x[pending] for x in c]
                     A, B = [x[pending] for x in A], [x[pending] for x in B]
                     if tilt is not None:
-                        tilt = [x[pending] for x in tilt]
+                        tilt = [None if x is None else x[pending] for x in tilt]
                     pending = torch.ones(n_left, dtype=torch.bool, device=device)
 
     return TAPState(*out, iterations, converged, clamped=clamped)

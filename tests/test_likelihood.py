@@ -144,7 +144,7 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     assert (df["ais_description"].str.contains("1500 betas, 100 runs")).all()
     assert not list(out.parent.glob("*.tmp"))
 
-    blob = torch.load(trained / "model.pt", weights_only=False)
+    blob = torch.load(trained / "model.pt", weights_only=True)
     uri, _ = tracking.experiment_id(store, "train")
     client = mlflow.MlflowClient(uri)
     history = client.get_metric_history(blob["mlflow_run_id"], "eval.ais_ll_test")

@@ -293,9 +293,11 @@ def _cmd_score(args) -> None:
         section = json.loads(args.settings)
     except json.JSONDecodeError as err:
         raise UsageError(f"--settings is not JSON: {err}") from err
+    from tapmachine.modelfile import ModelFile, model_path
+
     model_dir = Path(args.model_dir)
-    blob = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=False)
-    settings = likelihood.ScoreSettings.from_config(section, blob.get("spec"))
+    spec = ModelFile.load(model_path(model_dir)).spec
+    settings = likelihood.ScoreSettings.from_config(section, spec)
     common = dict(
         data_path=args.data,
         out_csv=args.out,
@@ -307,7 +309,7 @@ def _cmd_score(args) -> None:
     )
     try:
         if args.epochs is None:
-            likelihood.score_model(model_dir / "model.pt", **common)
+            likelihood.score_model(model_path(model_dir), **common)
         else:
             epochs = args.epochs
             if epochs not in ("all", "last"):
@@ -376,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.data import DataError
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
+    from tapmachine.modelfile import ModelFileError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -387,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainingError,
         HarvestError,
         FigureError,
+        ModelFileError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

@@ -317,12 +317,17 @@ _UNIQUE_FIELDS = [
 
 
 def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
-    """(model.pt blob, checkpoint blob), checked to belong to the same training run."""
+    """(ModelFile, Checkpoint), checked to belong to the same training run."""
+    from tapmachine.modelfile import Checkpoint, ModelFile, ModelFileError
+
     if not model_file.exists():
         raise HarvestError(f"{model_file} not found: train the model first")
-    blob = torch.load(model_file, map_location="cpu", weights_only=False)
-    name = blob.get("name", model_file.parent.name)
-    n_epochs = len(blob.get("history", []))
+    try:
+        model = ModelFile.load(model_file)
+    except ModelFileError as err:
+        raise HarvestError(str(err)) from err
+    name = model.name
+    n_epochs = len(model.history)
     if epoch < 1 or (n_epochs and epoch > n_epochs):
         raise HarvestError(
             f"model {name}: harvest epoch {epoch} is outside its {n_epochs} trained epochs"
@@ -332,18 +337,21 @@ def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
             f"{checkpoint} not found: harvesting epoch {epoch} of model {name} needs the "
             "checkpoint that training writes after that epoch (delete model.pt to retrain)"
         )
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    if int(ckpt.get("epoch", -1)) != epoch:
-        raise HarvestError(f"{checkpoint} holds epoch {ckpt.get('epoch')}, not {epoch}")
+    try:
+        ckpt = Checkpoint.load(checkpoint)
+    except ModelFileError as err:
+        raise HarvestError(str(err)) from err
+    if ckpt.epoch != epoch:
+        raise HarvestError(f"{checkpoint} holds epoch {ckpt.epoch}, not {epoch}")
     # The checkpoint's history must be the start of the final model's: same training run.
-    final = blob.get("history", [])
-    mine = ckpt.get("history", [])
+    final = model.history
+    mine = ckpt.history
     if final and [h.get("tap_ll") for h in mine] != [h.get("tap_ll") for h in final[:epoch]]:
         raise HarvestError(
             f"{checkpoint} comes from another training run than {model_file} "
             "(stale checkpoints): retrain the model"
         )
-    return blob, ckpt
+    return model, ckpt
 
 
 def run_harvest(
@@ -361,13 +369,12 @@ def run_harvest(
 ) -> dict:
     """Harvest one epoch of one model: read, solve, write npz + CSV, log to MLflow; summary."""
     from tapmachine import data, tracking
-    from tapmachine.training import machine_from_state
 
     model_file, checkpoint = Path(model_file), Path(checkpoint)
-    blob, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
-    name = blob.get("name", model_file.parent.name)
+    model, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
+    name = model.name
     torch_dtype = getattr(torch, dtype)
-    machine = machine_from_state(ckpt["machine"], device=device, dtype=torch_dtype)
+    machine = ckpt.machine(device=device, dtype=torch_dtype)
     ds = data.load_dataset(data_path)
     if ds.x_train.shape[1] != machine.sizes[0]:
         raise HarvestError(
@@ -383,8 +390,8 @@ def run_harvest(
             file=sys.stderr,
         )
     x = torch.as_tensor(ds.x_train[:n], dtype=torch_dtype)
-    substitute = ds.provenance.get("substitute") or blob.get("substitute") or ""
-    train_run_id = blob.get("mlflow_run_id") or ""
+    substitute = ds.provenance.get("substitute") or model.substitute or ""
+    train_run_id = model.mlflow_run_id or ""
     params = {
         "model": name,
         "epoch": epoch,

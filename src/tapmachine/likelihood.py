@@ -35,6 +35,7 @@ from torch import Tensor
 from tapmachine import estimators, tap
 from tapmachine.files import write_csv
 from tapmachine.machine import BoltzmannMachine
+from tapmachine.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.priors import Bernoulli, Spin
 
 __all__ = [
@@ -284,21 +285,12 @@ def score_machine(
 # ----------------------------------------------------------------------------------------------
 
 
-def checkpoint_path(model_dir: str | os.PathLike, epoch: int) -> Path:
-    """The per-epoch checkpoint of the training loop (``training.train``)."""
-    return Path(model_dir) / "checkpoints" / f"epoch_{epoch}.pt"
-
-
-def _load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def _data_for(model_blob: dict, data_path, settings: ScoreSettings, dtype):
+def _data_for(model: ModelFile, data_path, settings: ScoreSettings, dtype):
     """(images by split, TAP initialisations, AIS base data) for a model's dataset."""
     from tapmachine import data
 
     ds = data.load_dataset(data_path)
-    spec = model_blob.get("spec", {})
+    spec = model.spec
     x_train = torch.as_tensor(ds.x_train, dtype=dtype)
     if spec.get("n_train"):
         x_train = x_train[: spec["n_train"]]  # the rows the model was trained on
@@ -373,12 +365,11 @@ def score_checkpoints(
     ``eval.``) and to a run of experiment ``likelihood``, whose artifact is the CSV.
     """
     from tapmachine import tracking
-    from tapmachine.training import load_model
 
     model_dir = Path(model_dir)
-    blob = _load(model_dir / "model.pt")
-    name = blob.get("name", model_dir.name)
-    n_epochs = len(blob.get("history", [])) or int(blob["spec"]["epochs"])
+    blob = ModelFile.load(model_path(model_dir))
+    name = blob.name
+    n_epochs = blob.n_epochs
     chosen = resolve_epochs(epochs, n_epochs)
     missing = [str(checkpoint_path(model_dir, e)) for e in chosen]
     missing = [p for p in missing if not Path(p).exists()]
@@ -387,14 +378,14 @@ def score_checkpoints(
     torch_dtype = getattr(torch, dtype)
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
     params = {"model": name, "epochs": chosen, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "per-epoch"}
-    train_run = tracking.attach_run(manifest, blob.get("mlflow_run_id"))
+    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "per-epoch"}
+    train_run = tracking.attach_run(manifest, blob.mlflow_run_id)
     rows = []
     with tracking.start_run(manifest, "likelihood", f"{name}-epochs", params, tags) as run:
         for epoch in chosen:
             t0 = time.perf_counter()
             ckpt = checkpoint_path(model_dir, epoch)
-            machine = load_model(ckpt, device=device, dtype=torch_dtype)
+            machine = Checkpoint.load(ckpt).machine(device=device, dtype=torch_dtype)
             row = {"model": name, "epoch": epoch, "dataset": ds.name}
             row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
             row.update(_settings_columns(settings))
@@ -416,7 +407,7 @@ def score_checkpoints(
 
 
 def score_model(
-    model_path: str | os.PathLike,
+    model_file: str | os.PathLike,
     data_path: str | os.PathLike,
     out_csv: str | os.PathLike,
     settings: ScoreSettings,
@@ -432,15 +423,13 @@ def score_model(
     prefixed ``final.``, to the model's training run.
     """
     from tapmachine import tracking
-    from tapmachine.training import load_model
 
-    model_path = Path(model_path)
-    blob = _load(model_path)
-    name = blob.get("name", model_path.parent.name)
-    spec = blob.get("spec", {})
+    blob = ModelFile.load(model_file)
+    name = blob.name
+    spec = blob.spec
     torch_dtype = getattr(torch, dtype)
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
-    machine = load_model(model_path, device=device, dtype=torch_dtype)
+    machine = blob.machine(device=device, dtype=torch_dtype)
     t0 = time.perf_counter()
     method = spec.get("method", "tap")
     row = {
@@ -450,14 +439,14 @@ def score_model(
         "sampling_steps": spec.get("sampling_steps", 1) if method in ("cd", "pcd") else "",
         "hidden_units": machine.sizes[1],
         "n_train": base.shape[0],
-        "epochs": len(blob.get("history", [])) or spec.get("epochs"),
+        "epochs": blob.n_epochs,
         "batch_size": spec.get("batch_size", 100),
         "learning_rate": spec.get("learning_rate"),
-        "mlflow_run_id": blob.get("mlflow_run_id"),
+        "mlflow_run_id": blob.mlflow_run_id,
     }
     row["updates"] = int(row["epochs"]) * max(1, row["n_train"] // int(row["batch_size"]))
     params = {"model": name, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "final"}
+    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "final"}
     with tracking.start_run(manifest, "likelihood", f"{name}-final", params, tags) as run:
         row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
         row.update(_settings_columns(settings))
@@ -472,9 +461,7 @@ def score_model(
             flush=True,
         )
         run.log_metrics(_metrics(row, ""))
-        tracking.attach_run(manifest, blob.get("mlflow_run_id")).log_metrics(
-            _metrics(row, "final.")
-        )
+        tracking.attach_run(manifest, blob.mlflow_run_id).log_metrics(_metrics(row, "final."))
         write_csv([row], out_csv)
         run.log_artifact(out_csv)
     return row

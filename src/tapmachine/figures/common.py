@@ -69,22 +69,27 @@ def new_figure(width: float, height: float):
 
 def model_info(model_file) -> ModelInfo:
     """The ModelInfo of a trained ``model.pt``."""
-    import torch
+    model = load_model_file(model_file)
+    return ModelInfo(
+        name=model.name,
+        dataset=model.dataset,
+        substitute=str(model.substitute or ""),
+        train_run_id=str(model.mlflow_run_id or ""),
+        sizes=model.sizes,
+    )
+
+
+def load_model_file(model_file):
+    """The ModelFile at ``model_file``; a FigureError if it is missing or unreadable."""
+    from tapmachine.modelfile import ModelFile, ModelFileError
 
     path = Path(model_file)
     if not path.exists():
         raise FigureError(f"{path} not found: train the model first")
-    blob = torch.load(path, map_location="cpu", weights_only=False)
-    sizes = tuple(int(W.shape[0]) for W in blob["machine"]["weights"][:1]) + tuple(
-        int(W.shape[1]) for W in blob["machine"]["weights"]
-    )
-    return ModelInfo(
-        name=str(blob.get("name", path.parent.name)),
-        dataset=str(blob.get("dataset", "?")),
-        substitute=str(blob.get("substitute") or ""),
-        train_run_id=str(blob.get("mlflow_run_id") or ""),
-        sizes=sizes,
-    )
+    try:
+        return ModelFile.load(path)
+    except ModelFileError as err:
+        raise FigureError(str(err)) from err
 
 
 def describe(info: ModelInfo) -> str:

@@ -364,11 +364,15 @@ def run_harvest(
     out_csv,
     device: str = "cpu",
     dtype: str = "float64",
-    manifest=None,
+    on_start=None,
     progress: bool = True,
 ) -> dict:
-    """Harvest one epoch of one model: read, solve, write npz + CSV, log to MLflow; summary."""
-    from tapmachine import data, tracking
+    """Harvest one epoch of one model: read, solve, write npz + CSV; the summary.
+
+    ``on_start(params, tags)`` is called before solving and may return a run id, stored in the
+    npz as ``harvest_run_id`` (``tapmachine.stages.harvest`` passes one that opens an MLflow run).
+    """
+    from tapmachine import data
 
     model_file, checkpoint = Path(model_file), Path(checkpoint)
     model, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
@@ -405,52 +409,44 @@ def run_harvest(
     tags = {"model": name, "epoch": str(epoch), "dataset": ds.name, "train_run_id": train_run_id}
     if substitute:
         tags["substitute"] = str(substitute)
-    with tracking.start_run(
-        manifest, "harvest", f"{name}/epoch_{epoch}", params=params, tags=tags
-    ) as run:
-        t0 = time.perf_counter()
-        arrays = harvest(machine, x, settings, progress=progress)
-        summary = summarise(arrays)
-        summary["seconds"] = time.perf_counter() - t0
-        if summary["n_not_converged"]:
-            print(
-                f"harvest {name} epoch {epoch}: {summary['n_not_converged']} of {n} "
-                f"initialisations did not converge within max_iter={settings.max_iter} "
-                f"(MSE >= {settings.tol:g}); counted, excluded from every statistic",
-                file=sys.stderr,
-            )
-        meta = {
-            "init_index": np.arange(n, dtype=np.int64),
-            "labels": np.asarray(ds.y_train[:n], dtype=np.int64),
-            "image_shape": np.asarray(ds.image_shape, dtype=np.int64),
-            "epoch": np.int64(epoch),
-            "model": name,
-            "dataset": ds.name,
-            "substitute": str(substitute),
-            "train_run_id": train_run_id,
-            "harvest_run_id": run.run_id or "",
-            "dtype": dtype,
-            "summary": summary,
-        }
-        save_solutions(out_npz, arrays, meta)
-        try:
-            write_csv(unique_table({**arrays, **meta}), out_csv, _UNIQUE_FIELDS)
-        except BaseException:
-            Path(out_npz).unlink(missing_ok=True)
-            raise
+    harvest_run_id = on_start(params, tags) if on_start is not None else None
+    t0 = time.perf_counter()
+    arrays = harvest(machine, x, settings, progress=progress)
+    summary = summarise(arrays)
+    summary["seconds"] = time.perf_counter() - t0
+    if summary["n_not_converged"]:
         print(
-            f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
-            f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "
-            f"{summary['helmholtz']:.4f} +- {summary['free_energy_std']:.4f} (std), "
-            f"{summary['mean_iterations']:.1f} iterations on average, closest pair of unique "
-            f"solutions {summary['min_separation']:.3g} (dedup_tol {settings.dedup_tol:g}), "
-            f"{summary['seconds']:.1f} s",
+            f"harvest {name} epoch {epoch}: {summary['n_not_converged']} of {n} "
+            f"initialisations did not converge within max_iter={settings.max_iter} "
+            f"(MSE >= {settings.tol:g}); counted, excluded from every statistic",
             file=sys.stderr,
         )
-        run.log_metrics(summary, step=epoch)
-        run.log_artifact(out_npz)
-        run.log_artifact(out_csv)
-    train_run = tracking.attach_run(manifest, train_run_id)
-    keys = ("n_unique", "helmholtz", "free_energy_std", "n_not_converged", "mean_iterations")
-    train_run.log_metrics({f"harvest_{k}": summary[k] for k in keys}, step=epoch)
+    meta = {
+        "init_index": np.arange(n, dtype=np.int64),
+        "labels": np.asarray(ds.y_train[:n], dtype=np.int64),
+        "image_shape": np.asarray(ds.image_shape, dtype=np.int64),
+        "epoch": np.int64(epoch),
+        "model": name,
+        "dataset": ds.name,
+        "substitute": str(substitute),
+        "train_run_id": train_run_id,
+        "harvest_run_id": harvest_run_id or "",
+        "dtype": dtype,
+        "summary": summary,
+    }
+    save_solutions(out_npz, arrays, meta)
+    try:
+        write_csv(unique_table({**arrays, **meta}), out_csv, _UNIQUE_FIELDS)
+    except BaseException:
+        Path(out_npz).unlink(missing_ok=True)
+        raise
+    print(
+        f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
+        f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "
+        f"{summary['helmholtz']:.4f} +- {summary['free_energy_std']:.4f} (std), "
+        f"{summary['mean_iterations']:.1f} iterations on average, closest pair of unique "
+        f"solutions {summary['min_separation']:.3g} (dedup_tol {settings.dedup_tol:g}), "
+        f"{summary['seconds']:.1f} s",
+        file=sys.stderr,
+    )
     return summary

@@ -330,7 +330,8 @@ _TRACKED = (
 )
 
 
-def _metrics(row: dict, prefix: str) -> dict:
+def tracked_metrics(row: dict, prefix: str = "") -> dict:
+    """The numbers of a score row worth logging, keys prefixed with ``prefix``."""
     return {f"{prefix}{k}": row[k] for k in _TRACKED if k in row and row[k] is not None}
 
 
@@ -356,16 +357,16 @@ def score_checkpoints(
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | os.PathLike | None = None,
+    on_start=None,
+    on_row=None,
 ) -> list[dict]:
     """Score the parameters after each epoch (the checkpoints of ``model_dir``): Fig. 12.
 
-    Writes ``out_csv`` with one row per epoch (only once every epoch is scored), logs each
-    epoch's numbers with ``step = epoch`` to the model's training run (metric names prefixed
-    ``eval.``) and to a run of experiment ``likelihood``, whose artifact is the CSV.
+    Writes ``out_csv`` with one row per epoch (only once every epoch is scored).
+    ``on_start(params, tags, model)`` is called before the first epoch (``model``: the
+    ModelFile), ``on_row(epoch, row)`` after each; ``tapmachine.stages.likelihood`` passes
+    callbacks that log to MLflow.
     """
-    from tapmachine import tracking
-
     model_dir = Path(model_dir)
     blob = ModelFile.load(model_path(model_dir))
     name = blob.name
@@ -379,30 +380,29 @@ def score_checkpoints(
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
     params = {"model": name, "epochs": chosen, **dataclasses.asdict(settings), "seed": seed}
     tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "per-epoch"}
-    train_run = tracking.attach_run(manifest, blob.mlflow_run_id)
+    if on_start is not None:
+        on_start(params, tags, blob)
     rows = []
-    with tracking.start_run(manifest, "likelihood", f"{name}-epochs", params, tags) as run:
-        for epoch in chosen:
-            t0 = time.perf_counter()
-            ckpt = checkpoint_path(model_dir, epoch)
-            machine = Checkpoint.load(ckpt).machine(device=device, dtype=torch_dtype)
-            row = {"model": name, "epoch": epoch, "dataset": ds.name}
-            row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
-            row.update(_settings_columns(settings))
-            row["seconds"] = time.perf_counter() - t0
-            rows.append(row)
-            print(
-                f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
-                f"AIS {row.get('ais_ll_test', math.nan):.2f} "
-                f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
-                f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-            run.log_metrics(_metrics(row, ""), step=epoch)
-            train_run.log_metrics(_metrics(row, "eval."), step=epoch)
-        write_csv(rows, out_csv)
-        run.log_artifact(out_csv)
+    for epoch in chosen:
+        t0 = time.perf_counter()
+        ckpt = checkpoint_path(model_dir, epoch)
+        machine = Checkpoint.load(ckpt).machine(device=device, dtype=torch_dtype)
+        row = {"model": name, "epoch": epoch, "dataset": ds.name}
+        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
+        row.update(_settings_columns(settings))
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(
+            f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
+            f"AIS {row.get('ais_ll_test', math.nan):.2f} "
+            f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
+            f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if on_row is not None:
+            on_row(epoch, row)
+    write_csv(rows, out_csv)
     return rows
 
 
@@ -414,16 +414,14 @@ def score_model(
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | os.PathLike | None = None,
+    on_start=None,
 ) -> dict:
     """Score a final model (``model.pt``), one CSV row with its training settings: the table.
 
     The row carries the model's method, sampling steps, hidden units, training images and epochs
-    so that a table can be built from the CSVs alone; it is logged to a ``likelihood`` run and,
-    prefixed ``final.``, to the model's training run.
+    so that a table can be built from the CSVs alone. ``on_start(params, tags, model)`` is
+    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there).
     """
-    from tapmachine import tracking
-
     blob = ModelFile.load(model_file)
     name = blob.name
     spec = blob.spec
@@ -447,21 +445,19 @@ def score_model(
     row["updates"] = int(row["epochs"]) * max(1, row["n_train"] // int(row["batch_size"]))
     params = {"model": name, **dataclasses.asdict(settings), "seed": seed}
     tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "final"}
-    with tracking.start_run(manifest, "likelihood", f"{name}-final", params, tags) as run:
-        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
-        row.update(_settings_columns(settings))
-        row["seconds"] = time.perf_counter() - t0
-        print(
-            f"{name}: AIS test {row.get('ais_ll_test', math.nan):.2f} nats "
-            f"[{row.get('ais_ll_test_lower', math.nan):.2f}, "
-            f"{row.get('ais_ll_test_upper', math.nan):.2f}] ({row['ais_description']}), "
-            f"TAP {row.get('tap_ll_test', math.nan):.2f}, PL {row.get('pl_test', math.nan):.2f}; "
-            f"{row['seconds']:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        run.log_metrics(_metrics(row, ""))
-        tracking.attach_run(manifest, blob.mlflow_run_id).log_metrics(_metrics(row, "final."))
-        write_csv([row], out_csv)
-        run.log_artifact(out_csv)
+    if on_start is not None:
+        on_start(params, tags, blob)
+    row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
+    row.update(_settings_columns(settings))
+    row["seconds"] = time.perf_counter() - t0
+    print(
+        f"{name}: AIS test {row.get('ais_ll_test', math.nan):.2f} nats "
+        f"[{row.get('ais_ll_test_lower', math.nan):.2f}, "
+        f"{row.get('ais_ll_test_upper', math.nan):.2f}] ({row['ais_description']}), "
+        f"TAP {row.get('tap_ll_test', math.nan):.2f}, PL {row.get('pl_test', math.nan):.2f}; "
+        f"{row['seconds']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    write_csv([row], out_csv)
     return row

@@ -449,10 +449,18 @@ def train_from_spec(
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | None = None,
+    on_start=None,
+    on_epoch=None,
 ) -> BoltzmannMachine:
-    """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv."""
-    from tapmachine import data, tracking
+    """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv.
+
+    ``on_start(params, tags)`` is called once the initial machine is built, before the first
+    epoch, with a description of the run; it may return the run's id, stored in model.pt as its
+    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. The stage layer
+    (``tapmachine.stages.train``) passes callbacks that log to MLflow; this module knows nothing
+    of tracking.
+    """
+    from tapmachine import data
 
     settings = TrainSettings.from_spec(spec)
     torch_dtype = getattr(torch, dtype)
@@ -482,28 +490,23 @@ def train_from_spec(
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
-    with tracking.start_run(manifest, "train", name, params=params, tags=tags) as run:
-
-        def log_epoch(epoch, metrics, machine):
-            run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
-
-        machine, history = train(
-            machine,
-            x_train,
-            settings,
-            generator,
-            checkpoint_dir=modelfile.checkpoint_dir(outdir),
-            on_epoch=log_epoch,
-        )
-        ModelFile.from_machine(
-            machine,
-            name,
-            spec=spec,
-            history=history,
-            dataset=ds.name,
-            substitute=ds.provenance.get("substitute"),
-            mlflow_run_id=run.run_id,
-        ).save(modelfile.model_path(outdir))
-        write_csv(history, outdir / "metrics.csv")
-        run.log_artifact(outdir / "metrics.csv")
+    run_id = on_start(params, tags) if on_start is not None else None
+    machine, history = train(
+        machine,
+        x_train,
+        settings,
+        generator,
+        checkpoint_dir=modelfile.checkpoint_dir(outdir),
+        on_epoch=on_epoch,
+    )
+    ModelFile.from_machine(
+        machine,
+        name,
+        spec=spec,
+        history=history,
+        dataset=ds.name,
+        substitute=ds.provenance.get("substitute"),
+        mlflow_run_id=run_id,
+    ).save(modelfile.model_path(outdir))
+    write_csv(history, outdir / "metrics.csv")
     return machine

@@ -84,7 +84,11 @@ class TrainSettings:
 
 
 def seeded_generator(seed: int, *labels: str, device="cpu") -> torch.Generator:
-    """A generator seeded from (config seed, model, stage, ...): same config, same numbers."""
+    """A generator seeded from (config seed, model, stage, ...): same config, same numbers.
+
+    Kept as a sha256 of the labels rather than ``numpy.random.SeedSequence``: SeedSequence takes
+    integers, not labels, and would change every random stream (and so every result) of a run.
+    """
     digest = hashlib.sha256("/".join([str(seed), *labels]).encode()).digest()
     g = torch.Generator(device=device)
     g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))

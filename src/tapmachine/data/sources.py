@@ -294,6 +294,9 @@ def _fashion_registry(cache: Path, timeout: float) -> tuple:
 # --------------------------------------------------------------------------------------------
 
 
+# Own code rather than pooch: the published checksums are of the *uncompressed* idx files while
+# the mirrors serve .gz (pooch checks the downloaded bytes), and the wheel and Debian sources are
+# not URLs pooch can fetch.
 def _http_get(url: str, timeout: float) -> bytes:
     """GET ``url``; network and HTTP failures become _Unavailable."""
     try:

@@ -37,6 +37,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -44,4 +45,3 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
-    default_target: True

@@ -25,23 +25,23 @@ rule score_epochs:
         tracking=TRACKING,
     output:
         scores=f"{RESULTS}/eval/{{model}}/scores.csv",
+    log:
+        "logs/likelihood/score_epochs_{model}.log",
+    benchmark:
+        "benchmarks/likelihood/score_epochs_{model}.tsv"
     wildcard_constraints:
         model=FIG12_MODEL or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=240,
     params:
         model_dir=lambda w: f"{RESULTS}/models/{w.model}",
         epochs=FIG12_EPOCHS,
         settings=SCORE_SETTINGS["fig12"],
         device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
-    log:
-        "logs/likelihood/score_epochs_{model}.log",
-    benchmark:
-        "benchmarks/likelihood/score_epochs_{model}.tsv"
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=240,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--epochs {params.epochs} --settings {params.settings:q} --out {output.scores} "
@@ -55,22 +55,22 @@ rule score_final:
         tracking=TRACKING,
     output:
         scores=f"{RESULTS}/eval/{{model}}/final.csv",
-    wildcard_constraints:
-        model="|".join(TABLE_MODELS) or "^$",
-    params:
-        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
-        settings=SCORE_SETTINGS["table"],
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/likelihood/score_final_{model}.log",
     benchmark:
         "benchmarks/likelihood/score_final_{model}.tsv"
+    wildcard_constraints:
+        model="|".join(TABLE_MODELS) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=4000,
         runtime=120,
+    params:
+        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
+        settings=SCORE_SETTINGS["table"],
+        device=DEVICE_ARGS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--settings {params.settings:q} --out {output.scores} "
@@ -84,12 +84,12 @@ rule draw_fig12:
         tracking=TRACKING,
     output:
         **figure_outputs("fig12"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig12.log",
     benchmark:
         "benchmarks/figures/fig12.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -107,18 +107,18 @@ rule draw_likelihood_table:
         tracking=TRACKING,
     output:
         **figure_outputs("likelihood_table"),
-    params:
-        reference="" if LIKELIHOOD["table"]["reference"] else "--no-reference",
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/likelihood_table.log",
     benchmark:
         "benchmarks/figures/likelihood_table.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        reference="" if LIKELIHOOD["table"]["reference"] else "--no-reference",
     shell:
         "tapmachine figure likelihood_table --scores {input.scores} --model-files {input.models} "
         "{params.reference} --png {output.png} --pdf {output.pdf} --csv {output.csv} "

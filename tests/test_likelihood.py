@@ -1,4 +1,4 @@
-"""Likelihood yardsticks on tiny enumerable RBMs: AIS vs exact, per-epoch scores, Fig. 12, table."""
+"""The likelihood stage on tiny enumerable RBMs: AIS vs exact, per-epoch scores, Fig. 12, table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Likelihood yardsticks of a trained RBM: TAP, AIS, pseudo-likelihood and exact (App. F, Fig. 12).
+"""Likelihood of a trained RBM: TAP, AIS, pseudo-likelihood and exact (App. F, Fig. 12).
 
 One set of parameters (a ``model.pt`` or a per-epoch checkpoint) is scored on training and/or
 test images by
@@ -204,7 +204,7 @@ def score_machine(
     settings: ScoreSettings,
     seed_labels: tuple = (0, "score"),
 ) -> dict:
-    """Every yardstick for one parameter set; a flat dict of numbers (nats per image).
+    """Every likelihood estimate for one parameter set; a flat dict of numbers (nats per image).
 
     ``images``: split name -> rows to score; ``tap_init``: rows TAP starts from; ``base_data``:
     rows the AIS base-rate model is fitted to (the training data). Random streams (AIS runs, PL

@@ -1,6 +1,6 @@
-# Likelihood yardsticks (first paper, App. F): TAP vs AIS vs pseudo-likelihood after every epoch of
+# Likelihood stage (first paper, App. F): TAP vs AIS vs pseudo-likelihood after every epoch of
 # one RBM (Fig. 12), and the AIS test log-likelihood of TAP-, CD- and PCD-trained RBMs beside the
-# published CD-25 value (the likelihood table). Scores land in results/eval/{model}/, figures in
+# published CD-25 value (the likelihood table). Scores land in results/likelihood/{model}/, figures in
 # results/figures/. Settings: config `likelihood` (workflow/schemas/config.schema.yaml).
 
 LIKELIHOOD = config["likelihood"]
@@ -24,7 +24,7 @@ rule score_epochs:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        scores=f"{RESULTS}/eval/{{model}}/scores.csv",
+        scores=f"{RESULTS}/likelihood/{{model}}/scores.csv",
     log:
         "logs/likelihood/score_epochs_{model}.log",
     benchmark:
@@ -54,7 +54,7 @@ rule score_final:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        scores=f"{RESULTS}/eval/{{model}}/final.csv",
+        scores=f"{RESULTS}/likelihood/{{model}}/final.csv",
     log:
         "logs/likelihood/score_final_{model}.log",
     benchmark:
@@ -79,7 +79,7 @@ rule score_final:
 
 rule draw_fig12:
     input:
-        scores=f"{RESULTS}/eval/{FIG12_MODEL}/scores.csv",
+        scores=f"{RESULTS}/likelihood/{FIG12_MODEL}/scores.csv",
         model=f"{RESULTS}/models/{FIG12_MODEL}/model.pt",
         tracking=TRACKING,
     output:
@@ -102,7 +102,7 @@ rule draw_fig12:
 
 rule draw_likelihood_table:
     input:
-        scores=expand(f"{RESULTS}/eval/{{model}}/final.csv", model=TABLE_MODELS),
+        scores=expand(f"{RESULTS}/likelihood/{{model}}/final.csv", model=TABLE_MODELS),
         models=expand(f"{RESULTS}/models/{{model}}/model.pt", model=TABLE_MODELS),
         tracking=TRACKING,
     output:

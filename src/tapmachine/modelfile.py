@@ -111,6 +111,15 @@ def _read(path: Path, what: str) -> dict:
     return blob
 
 
+def _blob(record) -> dict:
+    """A ModelFile or Checkpoint as the dict stored on disk: its fields, ``machine_state`` under
+    the key ``machine``."""
+    return {
+        "machine" if f.name == "machine_state" else f.name: getattr(record, f.name)
+        for f in dataclasses.fields(record)
+    }
+
+
 def _write(blob: dict, path: Path) -> None:
     atomic_write(path, lambda fh: torch.save(blob, fh))
 
@@ -146,18 +155,7 @@ class ModelFile:
         )
 
     def save(self, path: str | os.PathLike) -> None:
-        _write(
-            {
-                "machine": self.machine_state,
-                "spec": self.spec,
-                "name": self.name,
-                "history": self.history,
-                "mlflow_run_id": self.mlflow_run_id,
-                "dataset": self.dataset,
-                "substitute": self.substitute,
-            },
-            Path(path),
-        )
+        _write(_blob(self), Path(path))
 
     def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
         return machine_from_state(self.machine_state, device=device, dtype=dtype)
@@ -204,19 +202,7 @@ class Checkpoint:
         )
 
     def save(self, path: str | os.PathLike) -> None:
-        _write(
-            {
-                "machine": self.machine_state,
-                "velocity": self.velocity,
-                "generator": self.generator,
-                "chains": self.chains,
-                "history": self.history,
-                "epoch": self.epoch,
-                "settings": self.settings,
-                "fingerprint": self.fingerprint,
-            },
-            Path(path),
-        )
+        _write(_blob(self), Path(path))
 
     def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
         return machine_from_state(self.machine_state, device=device, dtype=dtype)

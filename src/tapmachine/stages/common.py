@@ -33,6 +33,11 @@ def add_numeric_args(s, dtype: str = "float32") -> None:
     s.add_argument("--threads", type=int, default=1)
 
 
+def job_kwargs(args) -> dict:
+    """The device, dtype and tracking manifest of a numeric command's arguments."""
+    return {"device": args.device, "dtype": args.dtype, "manifest": args.tracking}
+
+
 class LazyRun:
     """An MLflow run opened when the library calls ``on_start(params, tags, ...)``.
 

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import contextlib
 
-from tapmachine.stages.common import LazyRun, set_threads
+from tapmachine.stages.common import LazyRun, job_kwargs, set_threads
 
 
 def harvest_epoch(
-    model_file,
-    checkpoint,
-    epoch: int,
-    data_path,
-    settings,
-    out_npz,
-    out_csv,
-    device: str = "cpu",
-    dtype: str = "float64",
-    manifest=None,
-    progress: bool = True,
+    model_file, checkpoint, epoch: int, data_path, settings, out_npz, out_csv, manifest=None, **kw
 ) -> dict:
     """``harvest.run_harvest`` inside a run of experiment "harvest" (summary as metrics, npz and
     CSV as artifacts); the summary also goes to the model's training run, step = epoch."""
@@ -35,10 +25,8 @@ def harvest_epoch(
             settings,
             out_npz,
             out_csv,
-            device=device,
-            dtype=dtype,
             on_start=tracked.on_start,
-            progress=progress,
+            **kw,
         )
         tracked.run.log_metrics(summary, step=epoch)
         tracked.run.log_artifact(out_npz)
@@ -62,16 +50,14 @@ def run(args) -> None:
         damping=args.damping,
     )
     harvest_epoch(
-        model_file=args.model_file,
-        checkpoint=args.checkpoint,
-        epoch=args.epoch,
-        data_path=args.data,
-        settings=settings,
-        out_npz=args.out_npz,
-        out_csv=args.out_csv,
-        device=args.device,
-        dtype=args.dtype,
-        manifest=args.tracking,
+        args.model_file,
+        args.checkpoint,
+        args.epoch,
+        args.data,
+        settings,
+        args.out_npz,
+        args.out_csv,
+        **job_kwargs(args),
     )
 
 

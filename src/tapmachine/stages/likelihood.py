@@ -13,6 +13,7 @@ from tapmachine.stages.common import (
     LazyRun,
     UsageError,
     add_numeric_args,
+    job_kwargs,
     parse_json,
     set_threads,
 )
@@ -80,9 +81,7 @@ def score(args) -> None:
         out_csv=args.out,
         settings=settings,
         seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
-        manifest=args.tracking,
+        **job_kwargs(args),
     )
     try:
         if args.epochs is None:

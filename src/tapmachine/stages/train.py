@@ -5,7 +5,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from tapmachine.stages.common import LazyRun, add_numeric_args, parse_json, set_threads
+from tapmachine.stages.common import (
+    LazyRun,
+    add_numeric_args,
+    job_kwargs,
+    parse_json,
+    set_threads,
+)
 
 
 def train_model(
@@ -46,16 +52,7 @@ def train_model(
 def train(args) -> None:
     set_threads(args.threads)
     spec = parse_json(args.spec, "--spec")
-    train_model(
-        args.model,
-        spec,
-        args.data,
-        args.outdir,
-        seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
-        manifest=args.tracking,
-    )
+    train_model(args.model, spec, args.data, args.outdir, seed=args.seed, **job_kwargs(args))
 
 
 def register(subparsers) -> None:

@@ -42,6 +42,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -50,4 +51,3 @@ rule all:
         rules.harvest.input,
         rules.figures.input,
         rules.denoise.input,
-    default_target: True

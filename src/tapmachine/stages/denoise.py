@@ -17,6 +17,7 @@ MLflow: one run per denoised model (and one for the baselines) in experiment ``d
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -25,6 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from tapmachine.stages.common import add_numeric_args, set_threads
 
 __all__ = ["register", "bsc_settings", "real_settings", "run_bsc", "run_baselines", "run_real"]
 
@@ -132,21 +135,20 @@ def _load_images(data_path, settings: dict, binary: bool, dtype):
 
 
 def _load_machine(model_file, n_visible: int, dtype):
-    import torch
-
-    from tapmachine import training
+    """(machine, ModelFile) of ``model_file``, read through ``tapmachine.modelfile``."""
     from tapmachine.denoise import DenoiseError
+    from tapmachine.modelfile import ModelFile
 
     path = Path(model_file)
     if not path.is_file():
         raise DenoiseError(f"model file not found: {path}")
-    blob = torch.load(path, map_location="cpu", weights_only=False)
-    machine = training.machine_from_state(blob["machine"], dtype=dtype)
+    record = ModelFile.load(path)
+    machine = record.machine(dtype=dtype)
     if machine.sizes[0] != n_visible:
         raise DenoiseError(
             f"{path}: the machine has {machine.sizes[0]} visible units, the images {n_visible}"
         )
-    return machine, blob
+    return machine, record
 
 
 def _noise_generator(seed: int, channel: str):
@@ -223,7 +225,7 @@ def run_bsc(
 
     tdtype = getattr(torch, dtype)
     x, ref, ds = _load_images(data_path, settings, binary=True, dtype=tdtype)
-    machine, blob = _load_machine(model_file, x.shape[1], tdtype)
+    machine, record = _load_machine(model_file, x.shape[1], tdtype)
     if not isinstance(machine.visible, Bernoulli):
         raise denoise.DenoiseError(
             f"{model_file}: the binary symmetric channel needs Bernoulli visible units, "
@@ -249,7 +251,7 @@ def run_bsc(
     mcc = denoise.mcc(means.round(), clean).reshape(len(ps), n).numpy()
     iters = state.iterations.cpu().reshape(len(ps), n).double()
     conv = state.converged.cpu().reshape(len(ps), n).double()
-    name = str(blob.get("name", Path(model_file).parent.name))
+    name = record.name or Path(model_file).parent.name
     rows = _summary_rows(
         "tap",
         ps,
@@ -270,7 +272,7 @@ def run_bsc(
         "fig9_clean": x[settings["fig9_image"]].numpy(),
         "image_shape": np.asarray(ds.image_shape),
         "model": np.asarray(name),
-        "train_noise": np.asarray(json.dumps((blob.get("spec") or {}).get("train_noise"))),
+        "train_noise": np.asarray(json.dumps((record.spec or {}).get("train_noise"))),
         "sizes": np.asarray(machine.sizes),
         "seconds": np.asarray(seconds),
     }
@@ -281,7 +283,7 @@ def run_bsc(
     )
     _write_outputs(rows, arrays, out_csv, out_npz, write_csv)
     params = {"model": name, "ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
-    tags = {"model": name, "train_run_id": str(blob.get("mlflow_run_id") or ""), "channel": "bsc"}
+    tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "bsc"}
     run_id = _track(
         manifest,
         f"{name}-bsc",
@@ -388,7 +390,7 @@ def run_real(
 
     tdtype = getattr(torch, dtype)
     x, ref, ds = _load_images(data_path, settings, binary=False, dtype=tdtype)
-    machine, blob = _load_machine(model_file, x.shape[1], tdtype)
+    machine, record = _load_machine(model_file, x.shape[1], tdtype)
     machine = machine.to(device=device)
     sigmas = settings["sigmas"]
     n = x.shape[0]
@@ -412,7 +414,7 @@ def run_real(
     tap_means = state.a[0].cpu()
     estimates = {"pointwise": pointwise, f"{settings['k']}nn": knn, "tap": tap_means, "noisy": y}
     mses = {k: denoise.mse(v, clean).reshape(len(sigmas), n).numpy() for k, v in estimates.items()}
-    name = str(blob.get("name", Path(model_file).parent.name))
+    name = record.name or Path(model_file).parent.name
     rows = []
     for method, v in mses.items():
         for r in _summary_rows(method, sigmas, v, "sigma"):
@@ -442,7 +444,7 @@ def run_real(
         "sigmas": sigmas,
         **{k: v for k, v in settings.items() if k != "sigmas"},
     }
-    tags = {"model": name, "train_run_id": str(blob.get("mlflow_run_id") or ""), "channel": "gauss"}
+    tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "gauss"}
     series = {f"mse.{k}": v.mean(1) for k, v in mses.items()}
     series.update(
         {f"psnr.{k}": [denoise.psnr(float(e)) for e in v.mean(1)] for k, v in mses.items()}
@@ -458,9 +460,7 @@ def run_real(
 
 
 def _cmd_bsc(args) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
+    set_threads(args.threads)
     settings = bsc_settings(args.settings)
     run_bsc(
         args.model_file,
@@ -477,9 +477,7 @@ def _cmd_bsc(args) -> None:
 
 
 def _cmd_baselines(args) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
+    set_threads(args.threads)
     settings = bsc_settings(args.settings)
     run_baselines(
         args.data, settings, args.out_csv, args.out_npz, args.seed, args.dtype, args.tracking
@@ -488,9 +486,7 @@ def _cmd_baselines(args) -> None:
 
 
 def _cmd_real(args) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
+    set_threads(args.threads)
     settings = real_settings(args.settings)
     run_real(
         args.model_file,
@@ -507,51 +503,32 @@ def _cmd_real(args) -> None:
 
 
 def _cmd_figure(args) -> None:
-    import torch
-
+    """Draw through ``stages.figures.draw`` (the FIGURES table), then attach the three files to
+    every denoise run the figure was drawn from."""
     from tapmachine import tracking
-    from tapmachine.figures import common
+    from tapmachine.stages import figures
 
-    torch.set_num_threads(max(1, args.threads))
-    if args.figure == "fig8":
-        from tapmachine.figures import fig8
-
-        result = fig8.make(args.tap, args.baselines, args.model_files, args.labels)
-        sources = [*args.tap, args.baselines]
-    elif args.figure == "fig9":
-        from tapmachine.figures import fig9
-
-        result = fig9.make(args.tap, args.baselines, args.model_files, args.ps, args.labels)
-        sources = [*args.tap, args.baselines]
-    else:
-        from tapmachine.figures import fig_denoise_real
-
-        result = fig_denoise_real.make(args.results, args.model_file)
-        sources = [args.results]
-    paths = common.save(result, args.png, args.pdf, args.csv)
-    common.track(args.tracking, args.figure, result, paths)
-    # The figure is also an artifact of every denoise run it was drawn from.
+    figures.draw(args)
+    sources = [args.results] if args.figure == "fig_denoise_real" else [*args.tap, args.baselines]
     for src in sources:
         with np.load(src, allow_pickle=False) as npz:
             run_id = str(npz["mlflow_run_id"]) if "mlflow_run_id" in npz.files else ""
         run = tracking.attach_run(args.tracking, run_id)
-        for p in paths:
+        for p in (args.png, args.pdf, args.csv):
             run.log_artifact(p, "figures")
-    claims = result.table[result.table["kind"] == "claim"]
-    print(claims[["claim", "model", "value", "detail"]].to_string(index=False))
-    print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-def _numeric(s) -> None:
-    s.add_argument("--device", default="cpu")
-    s.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)")
+def _figure_parsers(subparsers):
+    """The sub-subparsers of ``tapmachine figure`` (added by ``stages.figures.register``)."""
+    parser = subparsers.choices.get("figure")
+    if parser is None:
+        raise RuntimeError("stages.figures.register must run before stages.denoise.register")
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
-def register(subparsers, figure_parsers=None) -> None:
-    """Add ``denoise {bsc,baselines,real}`` and, under ``figure``, fig8, fig9, fig_denoise_real."""
+def register(subparsers) -> None:
+    """Add ``denoise {bsc,baselines,real}`` and, under ``figure``, fig8, fig9, fig_denoise_real
+    (drawn through ``stages.figures.FIGURES``)."""
     s = subparsers.add_parser("denoise", help="denoising with a trained machine (Sec. VII.4)")
     sub = s.add_subparsers(dest="denoise_command", required=True)
     settings_help = "JSON settings (the config's denoise.fig8 / denoise.real section)"
@@ -565,10 +542,12 @@ def register(subparsers, figure_parsers=None) -> None:
         p.add_argument("--settings", default="{}", help=settings_help)
         p.add_argument("--out-csv", required=True)
         p.add_argument("--out-npz", required=True)
-        _numeric(p)
+        add_numeric_args(p)
+        p.add_argument(
+            "--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)"
+        )
         p.set_defaults(func=func)
-    if figure_parsers is None:
-        return
+    figure_parsers = _figure_parsers(subparsers)
     f8 = figure_parsers.add_parser("fig8", help="mean MCC vs flip probability (Fig. 8)")
     f9 = figure_parsers.add_parser("fig9", help="one digit denoised at several p (Fig. 9)")
     for f in (f8, f9):

@@ -43,6 +43,18 @@ def _likelihood_table(m, a):
     return m.make(a.scores, a.model_files, not a.no_reference)
 
 
+def _fig8(m, a):
+    return m.make(a.tap, a.baselines, a.model_files, a.labels)
+
+
+def _fig9(m, a):
+    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels)
+
+
+def _fig_denoise_real(m, a):
+    return m.make(a.results, a.model_file)
+
+
 #: figure name -> (module under tapmachine.figures, call of its make with the parsed arguments)
 FIGURES = {
     "fig3": _fig3,
@@ -52,6 +64,9 @@ FIGURES = {
     "fig7": _fig7,
     "fig12": _fig12,
     "likelihood_table": _likelihood_table,
+    "fig8": _fig8,  # parsers in stages.denoise
+    "fig9": _fig9,
+    "fig_denoise_real": _fig_denoise_real,
 }
 
 

@@ -17,6 +17,7 @@ LIBRARY = [
     "harvest",
     "likelihood",
     "embed",
+    "denoise",
     "modelfile",
     "data",
     "configuration",
@@ -28,6 +29,9 @@ LIBRARY = [
     "figures.fig7",
     "figures.fig12",
     "figures.likelihood_table",
+    "figures.fig8",
+    "figures.fig9",
+    "figures.fig_denoise_real",
 ]
 
 SCRIPT = textwrap.dedent(

@@ -363,6 +363,9 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     fields = dataclasses.asdict(settings)
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
+    if not fields.get("train_noise"):
+        # Without noise the run is the one before train_noise existed: its checkpoints resume.
+        fields.pop("train_noise", None)
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())

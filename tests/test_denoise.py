@@ -342,6 +342,10 @@ def test_train_noise_rejected_for_real_valued_visible_units():
         (("denoise", "fig8", "ps"), [0.1, 0.7], "ps"),
         (("denoise", "fig8", "n_images"), 0, "n_images"),
         (("denoise", "real", "sigmas"), [0.0], "sigmas"),
+        (("denoise", "fig8", "models", "tap_nh25"), "nope", r"denoise\.fig8\.models\.tap_nh25"),
+        (("denoise", "fig8", "models", "tap_nh25"), "rmnist_h100", "needs bernoulli"),
+        (("denoise", "real", "model"), "nope", r"denoise\.real\.model: 'nope'"),
+        (("denoise", "fig9", "ps"), [0.05, 0.33], r"denoise\.fig9\.ps: 0\.33"),
     ],
 )
 def test_config_rejects_bad_denoise_values(path, value, key):

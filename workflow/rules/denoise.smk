@@ -1,25 +1,13 @@
 # Denoising with trained machines as priors (first paper, Sec. VII.4): the binary symmetric
 # channel on binary-MNIST test digits (Figs. 8-9: OPE, 1-NN and one TAP denoiser per RBM, all p
 # of one model in one batched solve) and, beyond the paper, a Gaussian channel on real-valued
-# MNIST (fig_denoise_real). Results land in results/eval/, figures in results/figures/; each
-# denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`.
+# MNIST (fig_denoise_real). Results land in results/denoise/, figures in results/figures/; each
+# denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`
+# (cross-key checks in tapmachine.configuration).
 
 DENOISE = config["denoise"]
 DENOISE_TAP = DENOISE["fig8"]["models"]  # method label -> model
 DENOISE_REAL_MODEL = DENOISE["real"]["model"]
-for _label, _model in DENOISE_TAP.items():
-    if _model not in config["models"]:
-        raise ValueError(f"config error at denoise.fig8.models.{_label}: no model {_model!r}")
-    if config["models"][_model]["visible"]["prior"] != "bernoulli":
-        raise ValueError(
-            f"config error at denoise.fig8.models.{_label}: {_model!r} needs bernoulli visible "
-            f"units for the binary symmetric channel"
-        )
-if DENOISE_REAL_MODEL is not None and DENOISE_REAL_MODEL not in config["models"]:
-    raise ValueError(f"config error at denoise.real.model: no model {DENOISE_REAL_MODEL!r}")
-for _p in DENOISE["fig9"]["ps"] or []:
-    if _p not in DENOISE["fig8"]["ps"]:
-        raise ValueError(f"config error at denoise.fig9.ps: {_p} is not in denoise.fig8.ps")
 _BSC_KEYS = ("ps", "n_images", "n_reference", "k", "tol", "max_iter", "damping")
 DENOISE_BSC_SETTINGS = json.dumps(
     {**{k: DENOISE["fig8"][k] for k in _BSC_KEYS}, "fig9_image": DENOISE["fig9"]["image"]},
@@ -34,10 +22,10 @@ DENOISE_BSC_DATA = (
 
 
 def denoise_bsc_file(model, ext="npz"):
-    return f"{RESULTS}/eval/{model}/denoise_bsc.{ext}"
+    return f"{RESULTS}/denoise/{model}/denoise_bsc.{ext}"
 
 
-DENOISE_BASELINES = f"{RESULTS}/eval/denoise_baselines/bsc.npz"
+DENOISE_BASELINES = f"{RESULTS}/denoise/baselines/bsc.npz"
 
 
 rule denoise_bsc:
@@ -46,23 +34,23 @@ rule denoise_bsc:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/eval/{{model}}/denoise_bsc.csv",
-        npz=f"{RESULTS}/eval/{{model}}/denoise_bsc.npz",
-    wildcard_constraints:
-        model="|".join(DENOISE_TAP.values()) or "^$",
-    params:
-        settings=DENOISE_BSC_SETTINGS,
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
+        csv=f"{RESULTS}/denoise/{{model}}/denoise_bsc.csv",
+        npz=f"{RESULTS}/denoise/{{model}}/denoise_bsc.npz",
     log:
         "logs/denoise/bsc_{model}.log",
     benchmark:
         "benchmarks/denoise/bsc_{model}.tsv"
+    wildcard_constraints:
+        model="|".join(DENOISE_TAP.values()) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=6000,
         runtime=60,
+    params:
+        settings=DENOISE_BSC_SETTINGS,
+        device=DEVICE_ARGS,
     shell:
         "tapmachine denoise bsc --model-file {input.model} --data {input.data} "
         "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
@@ -74,21 +62,21 @@ rule denoise_baselines:
         data=dataset_file(DENOISE_BSC_DATA) if DENOISE_BSC_DATA else [],
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/eval/denoise_baselines/bsc.csv",
+        csv=f"{RESULTS}/denoise/baselines/bsc.csv",
         npz=DENOISE_BASELINES,
-    params:
-        settings=DENOISE_BSC_SETTINGS,
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/denoise/baselines.log",
     benchmark:
         "benchmarks/denoise/baselines.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=6000,
         runtime=30,
+    params:
+        settings=DENOISE_BSC_SETTINGS,
+        device=DEVICE_ARGS,
     shell:
         "tapmachine denoise baselines --data {input.data} --settings {params.settings:q} "
         "--out-csv {output.csv} --out-npz {output.npz} {params.device} --threads {threads} "
@@ -101,23 +89,23 @@ rule denoise_real:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/eval/{{model}}/denoise_real.csv",
-        npz=f"{RESULTS}/eval/{{model}}/denoise_real.npz",
-    wildcard_constraints:
-        model=DENOISE_REAL_MODEL or "^$",
-    params:
-        settings=DENOISE_REAL_SETTINGS,
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
+        csv=f"{RESULTS}/denoise/{{model}}/denoise_real.csv",
+        npz=f"{RESULTS}/denoise/{{model}}/denoise_real.npz",
     log:
         "logs/denoise/real_{model}.log",
     benchmark:
         "benchmarks/denoise/real_{model}.tsv"
+    wildcard_constraints:
+        model=DENOISE_REAL_MODEL or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=6000,
         runtime=60,
+    params:
+        settings=DENOISE_REAL_SETTINGS,
+        device=DEVICE_ARGS,
     shell:
         "tapmachine denoise real --model-file {input.model} --data {input.data} "
         "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
@@ -132,18 +120,18 @@ rule draw_fig8:
         tracking=TRACKING,
     output:
         **figure_outputs("fig8"),
-    params:
-        labels=" ".join(DENOISE_TAP),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig8.log",
     benchmark:
         "benchmarks/figures/fig8.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        labels=" ".join(DENOISE_TAP),
     shell:
         "tapmachine figure fig8 --tap {input.tap} --labels {params.labels} "
         "--model-files {input.models} --baselines {input.baselines} "
@@ -159,19 +147,19 @@ rule draw_fig9:
         tracking=TRACKING,
     output:
         **figure_outputs("fig9"),
-    params:
-        labels=" ".join(DENOISE_TAP),
-        ps=option_list("--ps", DENOISE["fig9"]["ps"]),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig9.log",
     benchmark:
         "benchmarks/figures/fig9.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        labels=" ".join(DENOISE_TAP),
+        ps=option_list("--ps", DENOISE["fig9"]["ps"]),
     shell:
         "tapmachine figure fig9 --tap {input.tap} --labels {params.labels} "
         "--model-files {input.models} --baselines {input.baselines} {params.ps} "
@@ -181,17 +169,17 @@ rule draw_fig9:
 
 rule draw_fig_denoise_real:
     input:
-        results=f"{RESULTS}/eval/{DENOISE_REAL_MODEL}/denoise_real.npz",
+        results=f"{RESULTS}/denoise/{DENOISE_REAL_MODEL}/denoise_real.npz",
         model=f"{RESULTS}/models/{DENOISE_REAL_MODEL}/model.pt",
         tracking=TRACKING,
     output:
         **figure_outputs("fig_denoise_real"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig_denoise_real.log",
     benchmark:
         "benchmarks/figures/fig_denoise_real.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,

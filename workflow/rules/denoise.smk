@@ -3,29 +3,7 @@
 # of one model in one batched solve) and, beyond the paper, a Gaussian channel on real-valued
 # MNIST (fig_denoise_real). Results land in results/denoise/, figures in results/figures/; each
 # denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`
-# (cross-key checks in tapmachine.configuration).
-
-DENOISE = config["denoise"]
-DENOISE_TAP = DENOISE["fig8"]["models"]  # method label -> model
-DENOISE_REAL_MODEL = DENOISE["real"]["model"]
-_BSC_KEYS = ("ps", "n_images", "n_reference", "k", "tol", "max_iter", "damping")
-DENOISE_BSC_SETTINGS = json.dumps(
-    {**{k: DENOISE["fig8"][k] for k in _BSC_KEYS}, "fig9_image": DENOISE["fig9"]["image"]},
-    sort_keys=True,
-)
-DENOISE_REAL_SETTINGS = json.dumps(
-    {k: v for k, v in DENOISE["real"].items() if k != "model"}, sort_keys=True
-)
-DENOISE_BSC_DATA = (
-    config["models"][next(iter(DENOISE_TAP.values()))]["dataset"] if DENOISE_TAP else None
-)
-
-
-def denoise_bsc_file(model, ext="npz"):
-    return f"{RESULTS}/denoise/{model}/denoise_bsc.{ext}"
-
-
-DENOISE_BASELINES = f"{RESULTS}/denoise/baselines/bsc.npz"
+# (cross-key checks in tapmachine.configuration; settings and paths in common.smk).
 
 
 rule denoise_bsc:

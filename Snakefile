@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/denoise.smk"
 
 
 localrules:
@@ -34,9 +35,14 @@ localrules:
     likelihood_table,
     harvest,
     figures,
+    fig8,
+    fig9,
+    fig_denoise_real,
+    denoise,
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -44,4 +50,4 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
-    default_target: True
+        rules.denoise.input,

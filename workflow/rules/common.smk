@@ -2,7 +2,15 @@
 import json
 from pathlib import Path
 
+from snakemake.settings.types import DeploymentMethod
+
 from tapmachine.configuration import RAW_DATASETS, validate
+from tapmachine.stages.workflow import jobs_run_checkout
+
+# Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
+# this checkout's package, through workflow/bin/tapmachine.
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    jobs_run_checkout(workflow.basedir)
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
@@ -96,3 +104,27 @@ def option_list(option, values):
 
 def option_value(option, value):
     return f"{option} {value}" if value is not None else ""
+
+
+# Denoising (denoise.smk).
+DENOISE = config["denoise"]
+DENOISE_TAP = DENOISE["fig8"]["models"]  # method label -> model
+DENOISE_REAL_MODEL = DENOISE["real"]["model"]
+_BSC_KEYS = ("ps", "n_images", "n_reference", "k", "tol", "max_iter", "damping")
+DENOISE_BSC_SETTINGS = json.dumps(
+    {**{k: DENOISE["fig8"][k] for k in _BSC_KEYS}, "fig9_image": DENOISE["fig9"]["image"]},
+    sort_keys=True,
+)
+DENOISE_REAL_SETTINGS = json.dumps(
+    {k: v for k, v in DENOISE["real"].items() if k != "model"}, sort_keys=True
+)
+DENOISE_BSC_DATA = (
+    config["models"][next(iter(DENOISE_TAP.values()))]["dataset"] if DENOISE_TAP else None
+)
+
+
+def denoise_bsc_file(model, ext="npz"):
+    return f"{RESULTS}/denoise/{model}/denoise_bsc.{ext}"
+
+
+DENOISE_BASELINES = f"{RESULTS}/denoise/baselines/bsc.npz"

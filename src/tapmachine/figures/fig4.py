@@ -28,6 +28,7 @@ from tapmachine.figures.common import (
     FigureResult,
     claim,
     dataset_label,
+    load_model_file,
     model_info,
     new_figure,
     table,
@@ -78,9 +79,8 @@ def hidden_activation(model_file, x: np.ndarray) -> np.ndarray:
     import torch
 
     from tapmachine import tap
-    from tapmachine.training import load_model
 
-    machine = load_model(model_file, dtype=torch.float64)
+    machine = load_model_file(model_file).machine(dtype=torch.float64)
     xt = torch.as_tensor(np.asarray(x, dtype=np.float64))
     means = []
     with torch.no_grad():
@@ -107,7 +107,6 @@ def make(
 ):
     """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order);
     fields ranked by ``spread_l01(W, scale=spread)``."""
-    import torch
 
     from tapmachine.data import load_dataset
 
@@ -120,8 +119,7 @@ def make(
     for pfile, dfile in zip(model_files, data_files, strict=True):
         info = model_info(pfile)
         ds = load_dataset(dfile)
-        blob = torch.load(pfile, map_location="cpu", weights_only=False)
-        W = blob["machine"]["weights"][0].double().numpy()
+        W = load_model_file(pfile).machine_state["weights"][0].double().numpy()
         if W.shape[0] != int(np.prod(ds.image_shape)):
             raise FigureError(
                 f"{pfile}: {W.shape[0]} visible units do not match the images "

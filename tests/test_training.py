@@ -166,6 +166,33 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
     assert run(3) != first  # other numerics: retrained from scratch
 
 
+def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
+    """train_noise, rho_step and the converged mode's keys are left out of the fingerprint where
+    they leave the numbers as before they existed; set otherwise, they count."""
+    x = bars_and_stripes()
+    m = training.build_machine(SPEC, x, 0.01, training.seeded_generator(7, "fp"))
+    base = settings()
+    fp = training._fingerprint(m, x, base)
+    # Fixed iterations: the converged mode's tolerance, cap and weighting are not used.
+    unused = dataclasses.replace(base, train_tol=1e-3, train_max_iter=7, train_unique=False)
+    assert training._fingerprint(m, x, unused) == fp
+    assert training._fingerprint(m, x, dataclasses.replace(base, rho_step="plain")) != fp
+    conv = dataclasses.replace(base, train_iterations="converge")
+    assert training._fingerprint(m, x, conv) != fp
+    tighter = dataclasses.replace(conv, train_tol=1e-6)
+    assert training._fingerprint(m, x, tighter) != training._fingerprint(m, x, conv)
+    # The default run's identity is the one of settings without the new fields at all.
+    new = {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique"}
+
+    class Before:
+        @staticmethod
+        def asdict(obj):
+            return {k: v for k, v in dataclasses.asdict(obj).items() if k not in new}
+
+    monkeypatch.setattr(training, "dataclasses", Before)
+    assert training._fingerprint(m, x, base) == fp
+
+
 def test_more_epochs_extend_a_finished_run(tmp_path):
     x = bars_and_stripes()
     g = training.seeded_generator(4, "extend")

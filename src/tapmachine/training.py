@@ -447,6 +447,13 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     if not fields.get("train_noise"):
         # Without noise the run is the one before train_noise existed: its checkpoints resume.
         fields.pop("train_noise", None)
+    if settings.train_iterations != "converge":
+        # The converged mode's tolerance, cap and weighting do not touch fixed-iteration numbers.
+        for key in ("train_tol", "train_max_iter", "train_unique"):
+            fields.pop(key, None)
+    if settings.rho_step == "logit":
+        # The logit step is the rho update from before rho_step existed: its checkpoints resume.
+        fields.pop("rho_step", None)
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())

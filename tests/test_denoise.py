@@ -320,6 +320,39 @@ def test_train_noise_changes_only_the_model_term():
     assert not torch.allclose(init, x)
 
 
+def test_train_noise_feeds_the_converged_mode_too():
+    """With train_iterations: converge the noisy initialisations (same draws) are what Alg. 1
+    iterates to convergence; the data term keeps the clean batch."""
+    from tapmachine import training
+
+    machine = _rbm(30, 6, 0.2, 22)
+    x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
+    noise = {"fraction": 0.5, "p": 0.3}
+    settings = training.TrainSettings(train_noise=noise, train_iterations="converge")
+    g1, g2 = _gen(25), _gen(25)
+    got = training._gradients(machine, x, settings, None, g1)
+    init = training.noisy_initialisations(machine, x, noise, g2)
+    want = training.converged_tap_gradients(
+        machine,
+        x,
+        init,
+        tol=settings.train_tol,
+        max_iter=settings.train_max_iter,
+        unique_tol=settings.dedup_tol,
+    )
+    torch.testing.assert_close(got["weights"][0], want["weights"][0])
+    clean = training.converged_tap_gradients(
+        machine,
+        x,
+        x,
+        tol=settings.train_tol,
+        max_iter=settings.train_max_iter,
+        unique_tol=settings.dedup_tol,
+    )
+    assert not torch.allclose(init, x)
+    assert not torch.allclose(got["weights"][0], clean["weights"][0])
+
+
 def test_train_noise_rejected_for_real_valued_visible_units():
     from tapmachine import training
 

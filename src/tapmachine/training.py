@@ -62,6 +62,7 @@ class TrainSettings:
     max_iter: int = 500
     dedup_tol: float = 1e-2
     eval_samples: int = 1000
+    inference: str = "tap"
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
@@ -199,7 +200,12 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
     if settings.method == "tap":
         K = settings.n_solutions or x.shape[0]
         init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
-        states = tap.solve(
+        solver = tap.solve
+        if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
+            from tapmachine import adatap
+
+            solver = adatap.solve
+        states = solver(
             machine,
             init,
             damping=settings.damping,
@@ -321,7 +327,7 @@ def _save_atomic(obj, path: Path) -> None:
 
 
 #: Modules whose code decides the numbers a training run produces.
-_NUMERIC_MODULES = ("priors", "machine", "tap", "contrastive", "training")
+_NUMERIC_MODULES = ("priors", "machine", "tap", "contrastive", "training", "adatap", "pretrain")
 
 
 def _code_digest() -> bytes:
@@ -508,6 +514,10 @@ def train_from_spec(
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
     with tracking.start_run(manifest, "train", name, params=params, tags=tags) as run:
+        if spec.get("pretrain"):  # deep TAP machines: greedy pretraining first (Alg. 4)
+            from tapmachine.pretrain import pretrain_from_spec
+
+            machine = pretrain_from_spec(machine, x_train, spec, settings, generator, outdir, run)
 
         def log_epoch(epoch, metrics, machine):
             run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)

@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/dbm.smk"
 
 
 localrules:
@@ -34,6 +35,8 @@ localrules:
     likelihood_table,
     harvest,
     figures,
+    fig10,
+    fig11,
 
 
 rule all:
@@ -44,4 +47,6 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
+        rules.fig10.input,
+        rules.fig11.input,
     default_target: True

@@ -1,0 +1,137 @@
+# adaTAP vs TAP (Fig. 10, App. D) and deep TAP machines (Fig. 11, App. E). The models are ordinary
+# `models` entries (trained by train.smk; `inference: adatap`, `pretrain:` and several `hidden`
+# layers are settings of a model). A job reads checkpoints/epoch_{e}.pt, which training writes but
+# does not declare (see train.smk); model.pt is the declared input. Settings: config `deep`.
+DEEP = config["deep"]
+FIG10 = DEEP.get("fig10")
+FIG11 = DEEP.get("fig11")
+FIG10_MODELS = FIG10["models"] if FIG10 else []
+FIG11_MODELS = FIG11["models"] if FIG11 else []
+
+
+def deep_curve_args(wildcards):
+    """--measure and its sizes: pseudo-likelihood for Fig. 10 models, TAP train/test for Fig. 11."""
+    if wildcards.model in FIG10_MODELS:
+        sites = FIG10["pl_sites"]
+        return f"--measure pl --n-train {FIG10['n_images']}" + (
+            f" --pl-sites {sites}" if sites else ""
+        )
+    return (
+        f"--measure tap --n-train {FIG11['n_train']} --n-test {FIG11['n_test']} "
+        f"--tap-inits {FIG11['tap_inits']}"
+    )
+
+
+rule deep_curve:
+    input:
+        model=f"{RESULTS}/models/{{model}}/model.pt",
+        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        tracking=TRACKING,
+    output:
+        csv=f"{RESULTS}/eval/{{model}}/curve.csv",
+    wildcard_constraints:
+        model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
+    params:
+        settings=deep_curve_args,
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/dbm/curve_{model}.log",
+    benchmark:
+        "benchmarks/dbm/curve_{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=60,
+    shell:
+        "tapmachine deep-curve --model-file {input.model} --data {input.data} {params.settings} "
+        "--seed {params.seed} --threads {threads} --out {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule deep_timing:
+    input:
+        tracking=TRACKING,
+    output:
+        csv=f"{RESULTS}/eval/fig10_timing.csv",
+    params:
+        timing=lambda w: (
+            f"--visible {FIG10['timing']['visible_units']} "
+            f"--hidden {FIG10['timing']['hidden_units']} "
+            f"--batch-sizes {' '.join(str(b) for b in FIG10['timing']['batch_sizes'])} "
+            f"--repeats {FIG10['timing']['repeats']} "
+            f"--tap-iterations {FIG10['timing']['tap_iterations']} "
+            f"--adatap-iterations {FIG10['timing']['adatap_iterations']}"
+        ),
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/dbm/timing.log",
+    benchmark:
+        "benchmarks/dbm/timing.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    shell:
+        "tapmachine deep-timing {params.timing} --seed {params.seed} --threads {threads} "
+        "--out {output.csv} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_fig10:
+    input:
+        curves=expand(f"{RESULTS}/eval/{{model}}/curve.csv", model=FIG10_MODELS),
+        models=model_files(FIG10_MODELS),
+        timing=rules.deep_timing.output.csv,
+        tracking=TRACKING,
+    output:
+        **figure_outputs("fig10"),
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/fig10.log",
+    benchmark:
+        "benchmarks/figures/fig10.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "tapmachine figure fig10 --curves {input.curves} --model-files {input.models} "
+        "--timing {input.timing} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_fig11:
+    input:
+        curves=expand(f"{RESULTS}/eval/{{model}}/curve.csv", model=FIG11_MODELS),
+        models=model_files(FIG11_MODELS),
+        tracking=TRACKING,
+    output:
+        **figure_outputs("fig11"),
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/fig11.log",
+    benchmark:
+        "benchmarks/figures/fig11.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "tapmachine figure fig11 --curves {input.curves} --model-files {input.models} "
+        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule fig10:
+    input:
+        rules.draw_fig10.output if FIG10 else [],
+
+
+rule fig11:
+    input:
+        rules.draw_fig11.output if FIG11 else [],

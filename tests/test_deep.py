@@ -255,6 +255,12 @@ def test_pretraining_feeds_magnetisations_and_resumes(tmp_path):
         torch.testing.assert_close(u, v, rtol=0, atol=0)
     rbm = RBM(a.W, a.visible, a.hidden)
     torch.testing.assert_close(pretrain.layer_inputs(rbm, x), torch.sigmoid(x @ a.W + a.hidden.U))
+    drawn = pretrain.layer_inputs(rbm, x, sample=True, generator=_gen(13))
+    assert set(drawn.unique().tolist()) <= {0.0, 1.0}
+    # Alg. 4's literal variant: the next RBM trains on one draw of binary states
+    pre_s = pretrain.PretrainSettings(epochs=2, learning_rate=0.05, inputs="samples")
+    c, _ = pretrain.pretrain(m0, x, settings, pre_s, _gen(14), progress=False)
+    assert c.sizes == a.sizes and not torch.equal(c.weights[1], a.weights[1])
 
 
 def test_adatap_inference_trains_an_rbm():

@@ -120,7 +120,12 @@ def test_shipped_configs_declare_figs_10_11():
         0.001,
         100,
     )
-    assert paper["models"]["bmnist_dbm2"]["pretrain"] == {"epochs": 50, "learning_rate": 0.001}
+    assert paper["models"]["bmnist_dbm2"]["pretrain"] == {
+        "epochs": 50,
+        "learning_rate": 0.001,
+        "inputs": "samples",
+    }
+    assert paper["deep"]["fig10"]["timing"]["adatap_method"] == "joint"
 
 
 def test_timing_rows_and_curves():

@@ -24,6 +24,10 @@ leaves the correction to joint training. We follow Alg. 4 (no scaling).
 Composition. Layer 0 keeps the first RBM's visible prior; hidden layer l takes the prior it had
 as the hidden layer of RBM l (its visible prior in RBM l+1, fitted to the same layer's
 magnetisations from above, is discarded), and W_l is RBM l's coupling matrix.
+
+Departure (config key ``pretrain.inputs``): the default ``magnetisations`` follows the issue's
+TAP-machine reading; ``samples`` is Alg. 4's literal draw (one draw per training row, made
+once), the value in ``workflow/config/paper.yaml``.
 """
 
 from __future__ import annotations
@@ -42,20 +46,26 @@ __all__ = ["PretrainSettings", "layer_inputs", "pretrain", "pretrain_from_spec"]
 
 @dataclasses.dataclass(frozen=True)
 class PretrainSettings:
-    """A model's ``pretrain:`` entry: epochs and step size of every greedy RBM."""
+    """A model's ``pretrain:`` entry: epochs and step size of every greedy RBM, and what the next
+    RBM is trained on: the layer's magnetisations (default) or one draw of binary states from
+    them (Alg. 4's literal H ~ P(h | ...), the paper's value)."""
 
     epochs: int = 50
     learning_rate: float = 0.001
+    inputs: str = "magnetisations"
 
     @classmethod
     def from_spec(cls, spec: dict) -> PretrainSettings:
         return cls(**spec)
 
 
-def layer_inputs(rbm: BoltzmannMachine, x: Tensor) -> Tensor:
-    """The clamped TAP (exact) magnetisations f_a(W^T x, 0) of an RBM's hidden layer."""
+def layer_inputs(rbm: BoltzmannMachine, x: Tensor, sample: bool = False, generator=None) -> Tensor:
+    """The clamped TAP (exact) magnetisations f_a(W^T x, 0) of an RBM's hidden layer, or with
+    ``sample`` one draw of the hidden units from P(h | x) (``Prior.sample``)."""
     with torch.no_grad():
         B = x @ rbm.W
+        if sample:
+            return rbm.hidden.sample(B, torch.zeros_like(B), generator=generator)
         return rbm.hidden.moments(B, torch.zeros_like(B))[0]
 
 
@@ -114,7 +124,7 @@ def pretrain(
         priors.append(rbm.hidden)
         weights.append(rbm.W)
         histories.append(history)
-        inputs = layer_inputs(rbm, inputs)
+        inputs = layer_inputs(rbm, inputs, pre.inputs == "samples", generator)
     return machine.replace(priors=priors, weights=weights), histories
 
 

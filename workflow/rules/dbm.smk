@@ -62,7 +62,8 @@ rule deep_timing:
             f"--batch-sizes {' '.join(str(b) for b in FIG10['timing']['batch_sizes'])} "
             f"--repeats {FIG10['timing']['repeats']} "
             f"--tap-iterations {FIG10['timing']['tap_iterations']} "
-            f"--adatap-iterations {FIG10['timing']['adatap_iterations']}"
+            f"--adatap-iterations {FIG10['timing']['adatap_iterations']} "
+            f"--adatap-method {FIG10['timing']['adatap_method']}"
         ),
         seed=config["seed"],
     conda:

@@ -110,6 +110,7 @@ def _cmd_timing(args) -> None:
         tap_iterations=args.tap_iterations,
         adatap_iterations=args.adatap_iterations,
         dtype=getattr(torch, args.dtype),
+        adatap_method=args.adatap_method,
     )
     write_csv(rows, args.out)
     with tracking.start_run(
@@ -172,6 +173,7 @@ def register(subparsers, figures=None) -> None:
     s.add_argument("--repeats", type=int, default=3)
     s.add_argument("--tap-iterations", type=int, default=20)
     s.add_argument("--adatap-iterations", type=int, default=2)
+    s.add_argument("--adatap-method", default="bipartite", choices=["bipartite", "joint"])
     s.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=1)

@@ -2,24 +2,13 @@
 # `models` entries (trained by train.smk; `inference: adatap`, `pretrain:` and several `hidden`
 # layers are settings of a model). A job reads checkpoints/epoch_{e}.pt, which training writes but
 # does not declare (see train.smk); model.pt is the declared input. Settings: config `deep`.
+from tapmachine.stages.deep import curve_args
+
 DEEP = config["deep"]
 FIG10 = DEEP.get("fig10")
 FIG11 = DEEP.get("fig11")
 FIG10_MODELS = FIG10["models"] if FIG10 else []
 FIG11_MODELS = FIG11["models"] if FIG11 else []
-
-
-def deep_curve_args(wildcards):
-    """--measure and its sizes: pseudo-likelihood for Fig. 10 models, TAP train/test for Fig. 11."""
-    if wildcards.model in FIG10_MODELS:
-        sites = FIG10["pl_sites"]
-        return f"--measure pl --n-train {FIG10['n_images']}" + (
-            f" --pl-sites {sites}" if sites else ""
-        )
-    return (
-        f"--measure tap --n-train {FIG11['n_train']} --n-test {FIG11['n_test']} "
-        f"--tap-inits {FIG11['tap_inits']}"
-    )
 
 
 rule deep_curve:
@@ -32,7 +21,7 @@ rule deep_curve:
     wildcard_constraints:
         model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
     params:
-        settings=deep_curve_args,
+        settings=lambda w: curve_args(DEEP, w.model),
         seed=config["seed"],
     conda:
         "../../envs/tapmachine.yaml"

@@ -16,11 +16,26 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["register", "DeepStageError"]
+__all__ = ["register", "curve_args", "DeepStageError"]
 
 
 class DeepStageError(Exception):
     """Inputs of the deep / adaTAP stage are missing or inconsistent."""
+
+
+def curve_args(deep: dict, model: str) -> str:
+    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for dbm.smk):
+    pseudo-likelihood for a Fig. 10 model, TAP train/test likelihood for a Fig. 11 model."""
+    fig10 = deep.get("fig10") or {}
+    if model in fig10.get("models", []):
+        sites = fig10["pl_sites"]
+        extra = f" --pl-sites {sites}" if sites else ""
+        return f"--measure pl --n-train {fig10['n_images']}{extra}"
+    fig11 = deep["fig11"]
+    return (
+        f"--measure tap --n-train {fig11['n_train']} --n-test {fig11['n_test']} "
+        f"--tap-inits {fig11['tap_inits']}"
+    )
 
 
 def _threads(n: int) -> None:

@@ -181,7 +181,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         ""
         if sizes and sizes[-1] >= 500
         else (
-            " | REDUCED size: the paper's Nh=500 on 5,000 images needs --configfile "
+            "\nREDUCED size: the paper's Nh=500 on 5,000 images needs --configfile "
             "workflow/config/paper.yaml (adaTAP-100 at Nh=500 is hours on CPU)"
         )
     )

@@ -93,7 +93,7 @@ def make(curve_csvs, model_files) -> FigureResult:
     small = all(max(i.sizes[1:]) < 500 for i in infos)
     note = (
         (
-            " | REDUCED sizes and epochs: the paper's 50 pretraining + 3000 joint epochs need "
+            "\nREDUCED sizes and epochs: the paper's 50 pretraining + 3000 joint epochs need "
             "--configfile workflow/config/paper.yaml"
         )
         if small

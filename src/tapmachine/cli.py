@@ -272,7 +272,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_likelihood_parsers(sub, figs)
     from tapmachine.stages import deep
 
-    deep.register(sub, figs)
+    deep.register(sub)
     return p
 
 

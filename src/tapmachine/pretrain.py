@@ -41,7 +41,7 @@ from torch import Tensor
 from tapmachine.machine import RBM, BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
 
-__all__ = ["PretrainSettings", "layer_inputs", "pretrain", "pretrain_from_spec"]
+__all__ = ["PretrainSettings", "layer_inputs", "prefixed", "pretrain", "pretrain_from_spec"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,26 +128,24 @@ def pretrain(
     return machine.replace(priors=priors, weights=weights), histories
 
 
-def pretrain_from_spec(machine, x, spec: dict, settings, generator, outdir, run=None):
+def prefixed(layer: int, metrics: dict) -> dict:
+    """A greedy RBM's epoch metrics named ``pretrain_l{layer}.<metric>`` (for logging)."""
+    return {f"pretrain_l{layer}.{k}": v for k, v in metrics.items() if k != "epoch"}
+
+
+def pretrain_from_spec(machine, x, spec: dict, settings, generator, outdir, on_epoch=None):
     """``pretrain`` with a model's ``pretrain:`` settings, checkpoints in ``outdir/pretrain``;
-    each RBM's metrics go to ``run`` (a tracking run, or None) as ``pretrain_l{l}.<metric>``
-    with the pretraining epoch as step. Returns the stacked machine."""
+    ``on_epoch(layer, epoch, metrics)`` after each greedy RBM epoch (e.g. logging
+    ``prefixed(layer, metrics)`` with the epoch as step). Returns the stacked machine."""
     import sys
 
     pre = PretrainSettings.from_spec(spec["pretrain"])
-
-    def log(layer, epoch, metrics):
-        if run is not None:
-            run.log_metrics(
-                {f"pretrain_l{layer}.{k}": v for k, v in metrics.items() if k != "epoch"},
-                step=epoch,
-            )
-
     print(
-        f"greedy pretraining: {pre.epochs} epochs per RBM at lr {pre.learning_rate}",
+        f"greedy pretraining: {pre.epochs} epochs per RBM at lr {pre.learning_rate}, "
+        f"inputs {pre.inputs}",
         file=sys.stderr,
     )
     stacked, _ = pretrain(
-        machine, x, settings, pre, generator, Path(outdir) / "pretrain", on_epoch=log
+        machine, x, settings, pre, generator, Path(outdir) / "pretrain", on_epoch=on_epoch
     )
     return stacked

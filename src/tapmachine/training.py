@@ -515,9 +515,14 @@ def train_from_spec(
         tags["substitute"] = str(ds.provenance["substitute"])
     with tracking.start_run(manifest, "train", name, params=params, tags=tags) as run:
         if spec.get("pretrain"):  # deep TAP machines: greedy pretraining first (Alg. 4)
-            from tapmachine.pretrain import pretrain_from_spec
+            from tapmachine import pretrain
 
-            machine = pretrain_from_spec(machine, x_train, spec, settings, generator, outdir, run)
+            def log_pretrain(layer, epoch, metrics):
+                run.log_metrics(pretrain.prefixed(layer, metrics), step=epoch)
+
+            machine = pretrain.pretrain_from_spec(
+                machine, x_train, spec, settings, generator, outdir, on_epoch=log_pretrain
+            )
 
         def log_epoch(epoch, metrics, machine):
             run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)

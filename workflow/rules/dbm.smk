@@ -17,7 +17,7 @@ rule deep_curve:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/eval/{{model}}/curve.csv",
+        csv=f"{RESULTS}/dbm/{{model}}/curve.csv",
     wildcard_constraints:
         model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
     params:
@@ -43,7 +43,7 @@ rule deep_timing:
     input:
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/eval/fig10_timing.csv",
+        csv=f"{RESULTS}/dbm/fig10_timing.csv",
     params:
         timing=lambda w: (
             f"--visible {FIG10['timing']['visible_units']} "
@@ -72,7 +72,7 @@ rule deep_timing:
 
 rule draw_fig10:
     input:
-        curves=expand(f"{RESULTS}/eval/{{model}}/curve.csv", model=FIG10_MODELS),
+        curves=expand(f"{RESULTS}/dbm/{{model}}/curve.csv", model=FIG10_MODELS),
         models=model_files(FIG10_MODELS),
         timing=rules.deep_timing.output.csv,
         tracking=TRACKING,
@@ -96,7 +96,7 @@ rule draw_fig10:
 
 rule draw_fig11:
     input:
-        curves=expand(f"{RESULTS}/eval/{{model}}/curve.csv", model=FIG11_MODELS),
+        curves=expand(f"{RESULTS}/dbm/{{model}}/curve.csv", model=FIG11_MODELS),
         models=model_files(FIG11_MODELS),
         tracking=TRACKING,
     output:

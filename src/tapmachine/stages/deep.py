@@ -163,9 +163,24 @@ def _cmd_figure(args) -> None:
     print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+def _figure_subparsers(subparsers):
+    """The subparsers of an existing ``figure`` command, if any (argparse keeps them in the
+    parser's actions; there is no public accessor)."""
+    import argparse
+
+    parser = subparsers.choices.get("figure")
+    if parser is None:
+        return None
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return None
+
+
 def register(subparsers, figures=None) -> None:
     """Add ``deep-curve`` and ``deep-timing`` to ``subparsers`` and fig10/fig11 to ``figures``
-    (the ``figure`` command's subparsers)."""
+    (the ``figure`` command's subparsers; found in ``subparsers`` when not given, so calling
+    ``register(sub)`` after the figure command exists is enough)."""
     s = subparsers.add_parser("deep-curve", help="per-epoch PL or TAP likelihood (Figs. 10-11)")
     s.add_argument("--model-file", required=True, help="results/models/{model}/model.pt")
     s.add_argument("--data", required=True, help="the model's dataset (.npz)")
@@ -196,6 +211,8 @@ def register(subparsers, figures=None) -> None:
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_timing)
 
+    if figures is None:
+        figures = _figure_subparsers(subparsers)
     if figures is None:
         return
     f10 = figures.add_parser("fig10", help="adaTAP vs TAP: pseudo-likelihood and timing")

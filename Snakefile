@@ -40,6 +40,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -49,4 +50,3 @@ rule all:
         rules.figures.input,
         rules.fig10.input,
         rules.fig11.input,
-    default_target: True

@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
     from tapmachine.modelfile import ModelFileError
-    from tapmachine.stages.deep import DeepStageError
     from tapmachine.stages.common import UsageError
+    from tapmachine.stages.deep import DeepStageError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)

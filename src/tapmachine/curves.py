@@ -22,20 +22,14 @@ from torch import Tensor
 
 from tapmachine import adatap, tap
 from tapmachine.machine import RBM, BoltzmannMachine
+from tapmachine.modelfile import Checkpoint, checkpoint_epochs
 from tapmachine.priors import Bernoulli
 
 __all__ = [
-    "checkpoints",
     "inference_timing",
     "pseudo_likelihood_curve",
     "tap_likelihood_curve",
 ]
-
-
-def checkpoints(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
-    """(epoch, path) of every ``epoch_{e}.pt`` in ``ckpt_dir``, by epoch."""
-    found = [(int(p.stem.split("_")[1]), p) for p in Path(ckpt_dir).glob("epoch_*.pt")]
-    return sorted(found)
 
 
 def _mean_se(v: Tensor) -> tuple[float, float]:
@@ -161,11 +155,10 @@ def inference_timing(
 
 
 def load_checkpoint_machines(ckpt_dir, dtype=None) -> list[tuple[int, BoltzmannMachine]]:
-    """(epoch, machine) of every checkpoint in ``ckpt_dir``."""
-    from tapmachine.training import machine_from_state
-
+    """(epoch, machine) of every checkpoint ``epoch_{e}.pt`` in ``ckpt_dir``, by epoch (read
+    through ``modelfile.Checkpoint``)."""
     out = []
-    for epoch, path in checkpoints(ckpt_dir):
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-        out.append((epoch, machine_from_state(blob["machine"], dtype=dtype)))
+    for epoch in checkpoint_epochs(ckpt_dir):
+        ckpt = Checkpoint.load(Path(ckpt_dir) / f"epoch_{epoch}.pt")
+        out.append((epoch, ckpt.machine(dtype=dtype)))
     return out

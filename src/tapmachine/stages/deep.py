@@ -7,7 +7,8 @@ Commands (``register`` adds them):
   trained model, to one CSV; logged to the model's training run's experiment ("train") as a run
   ``curve/{model}``.
 - ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
-- ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs.
+- ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
+  ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from tapmachine.stages import figures as figures_stage
+from tapmachine.stages.common import set_threads
 
 __all__ = ["register", "curve_args", "DeepStageError"]
 
@@ -38,27 +42,21 @@ def curve_args(deep: dict, model: str) -> str:
     )
 
 
-def _threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, n))
-
-
 def _cmd_curve(args) -> None:
     import torch
 
-    from tapmachine import curves, data, tracking
+    from tapmachine import curves, data, modelfile, tracking
     from tapmachine.files import write_csv
     from tapmachine.training import seeded_generator
 
-    _threads(args.threads)
+    set_threads(args.threads)
     model_file = Path(args.model_file)
     if not model_file.exists():
         raise DeepStageError(f"{model_file} not found: train the model first")
-    blob = torch.load(model_file, map_location="cpu", weights_only=False)
-    name = str(blob.get("name", model_file.parent.name))
-    spec = blob.get("spec", {})
-    ckpt_dir = model_file.parent / "checkpoints"
+    model = modelfile.ModelFile.load(model_file)
+    name = model.name
+    spec = model.spec
+    ckpt_dir = modelfile.checkpoint_dir(model_file.parent)
     dtype = getattr(torch, args.dtype)
     machines = curves.load_checkpoint_machines(ckpt_dir, dtype=dtype)
     if not machines:
@@ -95,7 +93,7 @@ def _cmd_curve(args) -> None:
     rows = [{**info, **r} for r in rows]
     write_csv(rows, args.out)
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
-    tags = {"model": name, "train_run": str(blob.get("mlflow_run_id") or "")}
+    tags = {"model": name, "train_run": str(model.mlflow_run_id or "")}
     with tracking.start_run(
         args.tracking, "train", f"curve/{name}", params=params, tags=tags
     ) as run:
@@ -114,7 +112,7 @@ def _cmd_timing(args) -> None:
     from tapmachine.files import write_csv
     from tapmachine.training import seeded_generator
 
-    _threads(args.threads)
+    set_threads(args.threads)
     gen = seeded_generator(args.seed, "fig10", "timing")
     rows = curves.inference_timing(
         args.visible,
@@ -145,22 +143,12 @@ def vars_of(args) -> dict:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
-def _cmd_figure(args) -> None:
-    from tapmachine.figures import common
+def _fig10(m, a):
+    return m.make(a.curves, a.model_files, a.timing)
 
-    if args.figure == "fig10":
-        from tapmachine.figures import fig10
 
-        result = fig10.make(args.curves, args.model_files, args.timing)
-    else:
-        from tapmachine.figures import fig11
-
-        result = fig11.make(args.curves, args.model_files)
-    paths = common.save(result, args.png, args.pdf, args.csv)
-    common.track(args.tracking, args.figure, result, paths)
-    claims = result.table[result.table["kind"] == "claim"]
-    print(claims[["claim", "model", "value", "detail"]].to_string(index=False))
-    print(f"wrote {', '.join(str(p) for p in paths)}")
+def _fig11(m, a):
+    return m.make(a.curves, a.model_files)
 
 
 def _figure_subparsers(subparsers):
@@ -215,6 +203,7 @@ def register(subparsers, figures=None) -> None:
         figures = _figure_subparsers(subparsers)
     if figures is None:
         return
+    figures_stage.FIGURES.update(fig10=_fig10, fig11=_fig11)
     f10 = figures.add_parser("fig10", help="adaTAP vs TAP: pseudo-likelihood and timing")
     f10.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
     f10.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
@@ -227,4 +216,4 @@ def register(subparsers, figures=None) -> None:
         f.add_argument("--pdf", required=True)
         f.add_argument("--csv", required=True)
         f.add_argument("--tracking", default=None)
-        f.set_defaults(func=_cmd_figure)
+        f.set_defaults(func=figures_stage.draw)

@@ -161,18 +161,14 @@ def test_outlier_rule():
 
 
 def _model_file(tmp_path, name, sizes):
-    from tapmachine.training import machine_state
+    from tapmachine.modelfile import ModelFile
 
     ps = [Bernoulli(torch.zeros(n)) for n in sizes]
     ws = [torch.zeros(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
     path = tmp_path / name / "model.pt"
     path.parent.mkdir(parents=True)
-    blob = {
-        "machine": machine_state(BoltzmannMachine(tuple(ps), tuple(ws))),
-        "name": name,
-        "dataset": "binary_mnist",
-    }
-    torch.save(blob, path)
+    machine = BoltzmannMachine(tuple(ps), tuple(ws))
+    ModelFile.from_machine(machine, name, dataset="binary_mnist").save(path)
     return path
 
 

@@ -18,21 +18,21 @@ rule deep_curve:
         tracking=TRACKING,
     output:
         csv=f"{RESULTS}/dbm/{{model}}/curve.csv",
-    wildcard_constraints:
-        model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
-    params:
-        settings=lambda w: curve_args(DEEP, w.model),
-        seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/dbm/curve_{model}.log",
     benchmark:
         "benchmarks/dbm/curve_{model}.tsv"
+    wildcard_constraints:
+        model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=3000,
         runtime=60,
+    params:
+        settings=lambda w: curve_args(DEEP, w.model),
+        seed=config["seed"],
     shell:
         "tapmachine deep-curve --model-file {input.model} --data {input.data} {params.settings} "
         "--seed {params.seed} --threads {threads} --out {output.csv} "
@@ -44,6 +44,16 @@ rule deep_timing:
         tracking=TRACKING,
     output:
         csv=f"{RESULTS}/dbm/fig10_timing.csv",
+    log:
+        "logs/dbm/timing.log",
+    benchmark:
+        "benchmarks/dbm/timing.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
     params:
         timing=lambda w: (
             f"--visible {FIG10['timing']['visible_units']} "
@@ -55,16 +65,6 @@ rule deep_timing:
             f"--adatap-method {FIG10['timing']['adatap_method']}"
         ),
         seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
-    log:
-        "logs/dbm/timing.log",
-    benchmark:
-        "benchmarks/dbm/timing.tsv"
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=60,
     shell:
         "tapmachine deep-timing {params.timing} --seed {params.seed} --threads {threads} "
         "--out {output.csv} --tracking {input.tracking} > {log} 2>&1"
@@ -78,12 +78,12 @@ rule draw_fig10:
         tracking=TRACKING,
     output:
         **figure_outputs("fig10"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig10.log",
     benchmark:
         "benchmarks/figures/fig10.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -101,12 +101,12 @@ rule draw_fig11:
         tracking=TRACKING,
     output:
         **figure_outputs("fig11"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig11.log",
     benchmark:
         "benchmarks/figures/fig11.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,

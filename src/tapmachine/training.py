@@ -322,12 +322,15 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     ``NUMERICS_VERSION``.
 
     The number of epochs is left out when the step size is constant, so a finished run can be
-    extended; a decaying schedule depends on it, so there it counts.
+    extended; a decaying schedule depends on it, so there it counts. ``inference`` is left out
+    at its default ``tap``, so checkpoints written before the setting existed still resume.
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
+    if fields["inference"] == "tap":  # the default: fingerprints from before the setting existed
+        fields.pop("inference")
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())
@@ -466,9 +469,8 @@ def train_from_spec(
     provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. A model with
     ``pretrain:`` settings (a deep TAP machine) is first pretrained greedily (Alg. 4,
     ``pretrain.pretrain_from_spec``), calling ``on_pretrain_epoch(layer, epoch, metrics)`` after
-    each greedy RBM epoch. The stage layer
-    (``tapmachine.stages.train``) passes callbacks that log to MLflow; this module knows nothing
-    of tracking.
+    each greedy RBM epoch. The stage layer (``tapmachine.stages.train``) passes callbacks that
+    log to MLflow; this module knows nothing of tracking.
     """
     from tapmachine import data
 

@@ -225,3 +225,14 @@ def test_figures_from_synthetic_curves(tmp_path):
     assert rises["d2"] == 1.0 and rises["d3"] == 0.0
     gap = c[c["claim"] == "train_test_gap"].set_index("model")["value"]
     assert gap["d2"] == pytest.approx(0.02)
+    # the same figure through the command line: `figure fig11` is dispatched by stages.figures
+    from tapmachine import cli
+
+    out = tmp_path / "cli"
+    paths = [out / f"fig11.{ext}" for ext in ("png", "pdf", "csv")]
+    argv = ["figure", "fig11", "--curves", *map(str, deep_csvs)]
+    argv += ["--model-files", *map(str, deep_models)]
+    argv += ["--png", str(paths[0]), "--pdf", str(paths[1]), "--csv", str(paths[2])]
+    assert cli.main(argv) == 0
+    drawn = pd.read_csv(paths[2])
+    assert drawn[drawn["claim"] == "train_rises"].set_index("model")["value"]["d2"] == 1.0

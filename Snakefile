@@ -24,6 +24,7 @@ include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/denoise.smk"
+include: "workflow/rules/dbm.smk"
 
 
 localrules:
@@ -39,6 +40,8 @@ localrules:
     fig9,
     fig_denoise_real,
     denoise,
+    fig10,
+    fig11,
 
 
 rule all:
@@ -51,3 +54,5 @@ rule all:
         rules.harvest.input,
         rules.figures.input,
         rules.denoise.input,
+        rules.fig10.input,
+        rules.fig11.input,

@@ -611,6 +611,50 @@ def bench_denoise(device, quick: bool) -> dict:
     }
 
 
+def bench_adatap(device, quick: bool) -> dict:
+    """One adaTAP (VAMP, Alg. 3) iteration on a 784 x 500 binary RBM at batch K = 100 (Fig. 10).
+
+    Operation count per row (Schur complement onto the 500 hidden units, ``adatap``): forming
+    S = D_h - W^T D_v^{-1} W (2 Nv Nh^2), its inverse (2 Nh^3, LU and solve), D_v^{-1} W S^{-1}
+    (2 Nv Nh^2). The matmul reference is the float32 rate on (Nh x Nv) @ (Nv x Nh). Also the
+    time of one TAP iteration at the same batch, and their ratio (the paper: ~3 orders).
+    """
+    from tapmachine import adatap
+
+    nv, nh = 784, 500
+    k = 20 if quick else 100
+    g = torch.Generator().manual_seed(0)
+    W = 0.01 * torch.randn(nv, nh, generator=g)
+    machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
+    x, source = binary_mnist(k)
+    x = x.to(device)
+    adatap.solve(machine, x, tol=0.0, max_iter=1)  # warm-up
+    iters = 2
+    _sync(device)
+    t0 = time.perf_counter()
+    adatap.solve(machine, x, tol=0.0, max_iter=iters)
+    _sync(device)
+    seconds = (time.perf_counter() - t0) / iters
+    t0 = time.perf_counter()
+    tap.solve(machine, x, tol=0.0, max_iter=50)
+    _sync(device)
+    tap_seconds = (time.perf_counter() - t0) / 50
+    flops = k * (4.0 * nv * nh * nh + 2.0 * nh**3)
+    gflops = flops / seconds / 1e9
+    ref = matmul_gflops(nh, nv, nh, device, repeats=5)
+    return {
+        "name": "adatap",
+        "seconds": seconds,
+        "gflops": gflops,
+        "ratio_to_matmul": gflops / ref,
+        "matmul_gflops": ref,
+        "batch": k,
+        "tap_seconds_per_iteration": tap_seconds,
+        "adatap_over_tap": seconds / tap_seconds,
+        "data": source,
+    }
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "denoise": bench_denoise,
@@ -618,6 +662,7 @@ BENCHMARKS = {
     "ais": bench_ais,
     "priors": bench_priors,
     "paper_profile": bench_paper_profile,
+    "adatap": bench_adatap,
 }
 
 

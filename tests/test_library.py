@@ -32,6 +32,11 @@ LIBRARY = [
     "figures.fig8",
     "figures.fig9",
     "figures.fig_denoise_real",
+    "adatap",
+    "pretrain",
+    "curves",
+    "figures.fig10",
+    "figures.fig11",
 ]
 
 SCRIPT = textwrap.dedent(
@@ -73,6 +78,15 @@ SCRIPT = textwrap.dedent(
     model = ModelFile.load(out / "toy" / "model.pt")
     assert seen == [1, 2] and len(model.history) == 2, (seen, model.history)
     assert model.mlflow_run_id is None
+    deep = {**spec, "hidden": [{"prior": "bernoulli", "units": 4}] * 2,
+            "pretrain": {"epochs": 1, "learning_rate": 0.05}}
+    pre = []
+    training.train_from_spec(
+        "toydeep", deep, str(out / "toy.npz"), str(out / "toydeep"),
+        on_pretrain_epoch=lambda layer, epoch, metrics: pre.append((layer, epoch)),
+    )
+    assert pre == [(1, 1), (2, 1)], pre
+    assert ModelFile.load(out / "toydeep" / "model.pt").sizes == (9, 4, 4)
     loaded = [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]
     assert not loaded and "tapmachine.tracking" not in sys.modules, loaded
     print("ok", model.sizes)

@@ -14,7 +14,16 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tapmachine.stages import data, denoise, figures, harvest, likelihood, tracking, train
+    from tapmachine.stages import (
+        data,
+        deep,
+        denoise,
+        figures,
+        harvest,
+        likelihood,
+        tracking,
+        train,
+    )
 
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -25,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     likelihood.register(sub)
     figures.register(sub)
     denoise.register(sub)
+    deep.register(sub)
     return p
 
 
@@ -35,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.harvest import HarvestError
     from tapmachine.modelfile import ModelFileError
     from tapmachine.stages.common import UsageError
+    from tapmachine.stages.deep import DeepStageError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -48,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         FigureError,
         ModelFileError,
         DenoiseError,
+        DeepStageError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

@@ -78,6 +78,7 @@ class TrainSettings:
     dedup_tol: float = 1e-2
     eval_samples: int = 1000
     train_noise: dict | None = None
+    inference: str = "tap"
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
@@ -203,6 +204,11 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
     if settings.method == "tap":
         K = settings.n_solutions or x.shape[0]
         init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
+        solver = tap.solve
+        if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
+            from tapmachine import adatap
+
+            solver = adatap.solve
         if settings.train_noise:
             init = noisy_initialisations(machine, init, settings.train_noise, generator)
         if settings.train_iterations == "converge":
@@ -215,8 +221,9 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
                 max_iter=settings.train_max_iter,
                 unique_tol=settings.dedup_tol if settings.train_unique else None,
                 stats=stats,
+                solver=solver,
             )
-        states = tap.solve(
+        states = solver(
             machine,
             init,
             damping=settings.damping,
@@ -238,6 +245,7 @@ def converged_tap_gradients(
     max_iter: int = 100,
     unique_tol: float | None = None,
     stats: dict | None = None,
+    solver=tap.solve,
 ) -> dict:
     """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
 
@@ -251,9 +259,10 @@ def converged_tap_gradients(
     how many data points fall into them). If no row converged, all rows are used and the step
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
-    ``solutions`` (sum of solutions used) and ``unconverged_steps``.
+    ``solutions`` (sum of solutions used) and ``unconverged_steps``. ``solver`` is
+    ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
     """
-    states = tap.solve(machine, init, damping=damping, tol=tol, max_iter=max_iter)
+    states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
     converged = states.converged
     if bool(converged.any()):
         if unique_tol is not None:
@@ -438,7 +447,8 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     ``NUMERICS_VERSION``.
 
     The number of epochs is left out when the step size is constant, so a finished run can be
-    extended; a decaying schedule depends on it, so there it counts.
+    extended; a decaying schedule depends on it, so there it counts. ``inference`` is left out
+    at its default ``tap``, so checkpoints written before the setting existed still resume.
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
@@ -454,6 +464,8 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     if settings.rho_step == "logit":
         # The logit step is the rho update from before rho_step existed: its checkpoints resume.
         fields.pop("rho_step", None)
+    if fields["inference"] == "tap":  # the default: fingerprints from before the setting existed
+        fields.pop("inference")
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())
@@ -591,14 +603,17 @@ def train_from_spec(
     dtype: str = "float32",
     on_start=None,
     on_epoch=None,
+    on_pretrain_epoch=None,
 ) -> BoltzmannMachine:
     """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv.
 
     ``on_start(params, tags)`` is called once the initial machine is built, before the first
     epoch, with a description of the run; it may return the run's id, stored in model.pt as its
-    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. The stage layer
-    (``tapmachine.stages.train``) passes callbacks that log to MLflow; this module knows nothing
-    of tracking.
+    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. A model with
+    ``pretrain:`` settings (a deep TAP machine) is first pretrained greedily (Alg. 4,
+    ``pretrain.pretrain_from_spec``), calling ``on_pretrain_epoch(layer, epoch, metrics)`` after
+    each greedy RBM epoch. The stage layer (``tapmachine.stages.train``) passes callbacks that
+    log to MLflow; this module knows nothing of tracking.
     """
     from tapmachine import data
 
@@ -632,6 +647,12 @@ def train_from_spec(
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
     run_id = on_start(params, tags) if on_start is not None else None
+    if spec.get("pretrain"):  # deep TAP machines: greedy pretraining first (Alg. 4)
+        from tapmachine import pretrain
+
+        machine = pretrain.pretrain_from_spec(
+            machine, x_train, spec, settings, generator, outdir, on_epoch=on_pretrain_epoch
+        )
     machine, history = train(
         machine,
         x_train,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -154,3 +156,30 @@ def test_rejects_unsupported_priors_and_shapes():
         adatap.solve(good, torch.rand(2, 5, dtype=DT))
     with pytest.raises(ValueError, match="damping"):
         adatap.solve(good, torch.rand(2, 4, dtype=DT), damping=1.0)
+
+
+def test_converged_training_gradients_use_adatap():
+    """inference: adatap with train_iterations: converge: Alg. 2's gradient from adaTAP fixed
+    points iterated to train_tol (every row converges here), not from TAP's."""
+    from tapmachine import training
+
+    m = _machine(Bernoulli, (7, 5), 0.4, 3)
+    x = _data(m, 6, 4)
+    s = training.TrainSettings(
+        batch_size=6,
+        train_iterations="converge",
+        train_tol=1e-20,
+        train_max_iter=2000,
+        train_unique=False,
+        inference="adatap",
+    )
+    got = training._gradients(m, x, s, None, _gen(5))
+    st = adatap.solve(m, x, damping=s.damping, tol=1e-20, max_iter=2000)
+    assert st.converged.all()
+    want = tap.tap_gradients(m, x, st)
+    tap_grads = training._gradients(m, x, dataclasses.replace(s, inference="tap"), None, _gen(5))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+    # The coupling gradients (eq. 40) of the two solvers' fixed points differ.
+    dW_tap, dW_ada = tap_grads["weights"][0], want["weights"][0]
+    assert not torch.allclose(dW_tap, dW_ada, rtol=1e-6, atol=1e-9), "adaTAP was not used"

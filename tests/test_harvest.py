@@ -228,15 +228,24 @@ def test_harvest_defaults_are_filled():
     }
 
 
+def _beyond_training(c):
+    """bmnist_h100 harvested one epoch after its last (the default config's epochs + 1)."""
+    c["harvest"]["bmnist_h100"].update(epochs=[1, c["models"]["bmnist_h100"]["epochs"] + 1])
+
+
+_EPOCHS = yaml.safe_load((ROOT / "config.yaml").read_text())["models"]["bmnist_h100"]["epochs"]
+_N_INIT = yaml.safe_load((ROOT / "config.yaml").read_text())["harvest"]["bmnist_h100"]["n_init"]
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda c: c["harvest"]["bmnist_h100"].update(epochs=[1, 11]), r"\[11\] exceed .* 10"),
+        (_beyond_training, rf"\[{_EPOCHS + 1}\] exceed .* {_EPOCHS}"),
         (lambda c: c["harvest"].update(nope={"epochs": [1]}), "not a model"),
         (lambda c: c["figures"]["fig6"].update(epochs=[7]), r"fig6.epochs: \[7\] are not"),
         (lambda c: c["figures"]["fig5"].update(model="bmnist_h25"), "no `harvest` entry"),
         (lambda c: c["figures"]["fig3"].update(models=["bmnist_h25", "x"]), "'x' is not"),
-        (lambda c: c["figures"]["fig7"].update(n_images=5000), "exceeds harvest"),
+        (lambda c: c["figures"]["fig7"].update(n_images=_N_INIT + 1), "exceeds harvest"),
         (lambda c: c["figures"]["fig6"].update(embedding="tsne"), "fig6.embedding"),
         (lambda c: c["figures"].update(fig99={}), "fig99"),
         (lambda c: c["harvest"]["bmnist_h100"].update(dedup=0.1), "dedup"),

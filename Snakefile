@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/ucd.smk"
 
 
 localrules:
@@ -34,6 +35,7 @@ localrules:
     likelihood_table,
     harvest,
     figures,
+    ucd_fig1,
 
 
 rule all:
@@ -44,4 +46,5 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
+        rules.ucd_fig1.input,
     default_target: True

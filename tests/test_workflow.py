@@ -65,8 +65,9 @@ TINY = {
             "tap_inits": 20,
         },
     },
+    "ucd": {"fig1": {"dims": [1, 4, 12], "reps": 20, "cap": 50}},
 }
-FIGURES = ["fig3", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table"]
+FIGURES = ["fig3", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table", "ucd_fig1"]
 
 
 def snakemake(workdir, *args, config="config.yaml", timeout=900):
@@ -163,6 +164,10 @@ def test_harvest_and_every_figure(finished_run):
     assert sorted(r.info.run_name for r in figure_runs) == sorted(FIGURES)
     assert all(r.info.status == "FINISHED" for r in figure_runs)
     assert len(client.search_runs([experiments["harvest"]])) == 2
+    ucd_runs = client.search_runs([experiments["ucd"]])
+    assert sorted(r.info.run_name for r in ucd_runs) == sorted(
+        ["fig1", "fig1_gibbs", "fig1_gibbs_lmi", "fig1_mh", "fig1_mh_lmi"]
+    )
     (train_run,) = client.search_runs([experiments["train"]])
     steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
     assert sorted(m.step for m in steps) == [1, 2]

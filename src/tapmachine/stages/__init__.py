@@ -1,0 +1,1 @@
+"""Stage wiring: what the CLI calls (read files, call the library, write outputs, track)."""

@@ -312,11 +312,77 @@ def bench_priors(device, quick: bool) -> dict:
     }
 
 
+def bench_ucd_coupling(device, quick: bool) -> dict:
+    """UCD-LMI estimate of grad ln Z for a 784 x 500 RBM from 1,000 chains (second paper, Alg. 2).
+
+    The machine is initialised as the paper trains it (spin units, orthogonal W, Logistic(0, 0.5)
+    biases). One estimate = local search (Alg. 1) + one Gibbs sweep + the MH coupling (Alg. 3) of
+    the marginalised estimator (eq. 27, the default ``UCDSettings``); the plain estimator (eq. 11)
+    is timed too. Operation count (matmuls only, per chain, in units of Nv Nh): local search
+    4 per step (two fields per step), the Gibbs sweep 4, and per marginalised target the energy of
+    X_0 and of the first proposal (2 + 2), the statistic f(X_0) (2 for the conditional mean of the
+    summed layer, 2 for the outer product) and 10 per further coupling step (tau - 1, bounded by
+    the larger tau of the two targets). ``corrected_fraction``: chains whose estimate has a
+    correction term (tau > 1).
+    """
+    from tapmachine import ucd
+    from tapmachine.training import seeded_generator
+
+    nv, nh = 784, 500
+    chains = 200 if quick else 1000
+    repeats = 2 if quick else 5
+    machine = ucd.random_machine([nv, nh], seeded_generator(0, "bench_ucd")).to(device=device)
+    g = seeded_generator(0, "bench_ucd", "chains", device=device)
+    out = {}
+    for label, settings in (
+        ("marginalised", ucd.UCDSettings()),
+        ("plain", ucd.UCDSettings(marginalise=False)),
+    ):
+        ucd.model_expectation(machine, chains, settings, g)  # warm-up
+        best, est = float("inf"), None
+        for _ in range(repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            est = ucd.model_expectation(machine, chains, settings, g)
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
+        targets = 2 if settings.marginalise else 1
+        per_target = 8 if settings.marginalise else 6
+        units = (
+            4 * float(est.steps.sum())
+            + 4 * chains
+            + targets * (per_target * chains + 10 * float((est.tau - 1).sum()))
+        )
+        out[label] = {
+            "seconds": best,
+            "gflops": units * nv * nh / best / 1e9,
+            **est.summary(),
+        }
+    ref = matmul_gflops(chains, nv, nh, device)
+    main = out["marginalised"]
+    return {
+        "name": "ucd_coupling",
+        "seconds": main["seconds"],
+        "gflops": main["gflops"],
+        "ratio_to_matmul": main["gflops"] / ref,
+        "matmul_gflops": ref,
+        "chains": chains,
+        "T_mean": main["T_mean"],
+        "tau_mean": main["tau_mean"],
+        "corrected_fraction": main["corrected_fraction"],
+        "plain_seconds": out["plain"]["seconds"],
+        "plain_ratio_to_matmul": out["plain"]["gflops"] / ref,
+        "plain_tau_mean": out["plain"]["tau_mean"],
+        "plain_corrected_fraction": out["plain"]["corrected_fraction"],
+    }
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "harvest": bench_harvest,
     "ais": bench_ais,
     "priors": bench_priors,
+    "ucd_coupling": bench_ucd_coupling,
 }
 
 

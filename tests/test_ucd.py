@@ -171,6 +171,56 @@ def test_coupled_chains_keep_the_exact_marginal(name):
         assert pvalue > LEVEL, f"{name}: chi2 {chi2:.1f}, p {pvalue:.2e}"
 
 
+@pytest.mark.parametrize("parity", [0, 1])
+@pytest.mark.parametrize("clamp", [False, True])
+def test_marginal_energy_sums_out_the_other_parity(parity, clamp):
+    """exp(-E_even), exp(-E_odd) (eqs. 20-26) against sums of exp(-E) over the summed layers."""
+    m = machine((3, 2, 2), 23, gain=2.0)
+    target = Target.marginal(m, parity, clamp_visible=clamp)
+    joint = all_states(m, list(range(m.n_layers)))
+    if clamp:
+        keep = (joint[0] == joint[0][5]).all(-1)  # one visible configuration
+        joint = [x[keep] for x in joint]
+    log_p = -m.energy(joint)
+    shown = [l for l in range(m.n_layers) if l not in target.summed]
+    key = torch.cat([joint[l] for l in shown], 1)
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+    summed = torch.full((uniq.shape[0],), -float("inf"), dtype=DT)
+    summed = summed.scatter_reduce(0, inverse, log_p, reduce="amax")
+    summed = (
+        summed
+        + torch.zeros_like(summed).index_add(0, inverse, torch.exp(log_p - summed[inverse])).log()
+    )
+    first = [None] * m.n_layers
+    col = 0
+    for l in shown:
+        first[l] = uniq[:, col : col + m.sizes[l]]
+        col += m.sizes[l]
+    got = -target.energy(first)
+    diff = got - summed
+    assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-10)
+
+
+def test_mh_coupling_keeps_marginalised_targets_exact():
+    """The MH coupling on E_even of a DBM: X_t started at exp(-E_even) stays there (chi-square)."""
+    m = machine((2, 2, 2), 29)
+    target = Target.marginal(m, 0, clamp_visible=False)
+    states = all_states(m, [0, 2])
+    full = [states[0], None, states[1]]
+    p = torch.softmax(-target.energy(full), 0)
+    g = gen(30)
+    n = 40_000
+    draw = torch.multinomial(p, n, replacement=True, generator=g)
+    x0 = [full[0][draw], None, full[2][draw]]
+    kernel = ucd.MHCoupling(target, g)
+    xs, ys = _run(kernel, target, x0, 3)
+    powers = 2 ** torch.arange(3, -1, -1)  # all_states orders configurations as binary numbers
+    for st in (xs[3], ys[2]):
+        idx = ((torch.cat([st[0], st[2]], 1) > 0).long() * powers).sum(1)
+        counts = torch.bincount(idx, minlength=16).double()
+        assert stats.chisquare(counts.numpy(), (p * n).numpy()).pvalue > LEVEL
+
+
 def test_coupled_chains_detect_a_wrong_marginal():
     """The chi-square test has power: frequencies of a tempered model are rejected."""
     m = machine((3, 2), 5)

@@ -29,7 +29,9 @@ rule ucd_coupling_steps:
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=30,
+        # minutes: the capped Gibbs points dominate (about 3e6 chain-steps a minute on one core)
+        runtime=30
+        + UCD_FIG1["cap"] * UCD_FIG1["reps"] * len(UCD_FIG1["dims"]) // 3_000_000,
     shell:
         "tapmachine ucd steps --method {wildcards.method} --dims {params.dims} "
         "{params.settings} {params.device} --threads {threads} --out {output.steps} "

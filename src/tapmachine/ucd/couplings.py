@@ -28,7 +28,15 @@ __all__ = ["MHCoupling", "GibbsCoupling", "maximal_coupling"]
 
 
 class MHCoupling:
-    """Metropolis-Hastings with a uniform independent proposal, maximally coupled (Algs. 3-4)."""
+    """Metropolis-Hastings with a uniform independent proposal, maximally coupled (Algs. 3-4).
+
+    Started at x_0 = y_0, ``first`` gives x_1; when that proposal is rejected x_1 = y_0 and the
+    chains have met with tau = 1 (the text of Sec. 3.3; the printed repeat-until of Alg. 3 would
+    run one more coupled step and say tau = 2, with the same estimate). From a local mode in high
+    dimension nearly every proposal is rejected, so tau = 1 almost always and the estimate is
+    f(x_0): unbiasedness rests on the rare chains with tau > 1, which ``Estimate.corrected``
+    marks and callers log (``estimator`` module docstring).
+    """
 
     name = "mh"
 

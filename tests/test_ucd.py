@@ -263,6 +263,17 @@ def test_maximal_coupling_of_identical_conditionals_is_the_identity():
     assert torch.equal(bx[1], by[1]) and left == 0
 
 
+def test_cap_is_reported_when_hit():
+    """Gibbs couplings of a 60 x 60 RBM do not meet in 5 steps: tau = cap, flagged capped."""
+    m = machine((60, 60), 31, gain=1.0)
+    est = ucd.coupling_steps(m, "gibbs", 50, 5, gen(32))
+    assert est.capped.any()
+    assert (est.tau[est.capped] == 5).all() and (est.tau <= 5).all()
+    summary = est.summary()
+    assert summary["capped"] == float(est.capped.sum())
+    assert summary["corrected_fraction"] == pytest.approx(float((est.tau > 1).double().mean()))
+
+
 def test_mh_first_rejection_gives_tau_one():
     """tau = 1 exactly for the chains whose first proposal is rejected (x_1 = y_0)."""
     m = machine((30, 30), 11, gain=1.0)

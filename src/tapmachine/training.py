@@ -1,4 +1,5 @@
-"""One training loop for every gradient method: TAP (Alg. 2), CD-k and PCD-k.
+"""One training loop for every gradient method: TAP (Alg. 2), CD-k and PCD-k, and for DBMs
+UCD-LMI and its PCD baselines (second paper; ``tapmachine.ucd.dbm``).
 
 The loop owns everything around the gradient: minibatches, the update rule of Alg. 2 (step size,
 l2 penalty and momentum on the couplings), learning-rate schedules, per-epoch evaluation by the
@@ -62,6 +63,10 @@ class TrainSettings:
     max_iter: int = 500
     dedup_tol: float = 1e-2
     eval_samples: int = 1000
+    #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
+    ucd: dict | None = None
+    #: Run the per-epoch TAP evaluation (off where a DBM run is scored elsewhere).
+    evaluate: bool = True
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
@@ -209,12 +214,20 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
         return tap.tap_gradients(machine, x, states)
     from tapmachine import contrastive
 
+    if settings.method in _DBM_METHODS:
+        from tapmachine.ucd import dbm
+
+        options = dbm.DBMOptions.from_dict(settings.ucd)
+        return dbm.gradients(
+            machine, x, settings.method, options, chains, settings.sampling_steps, generator
+        )
     if settings.method == "cd":
         return contrastive.cd_gradients(machine, x, settings.sampling_steps, generator)
     return contrastive.pcd_gradients(machine, x, chains, settings.sampling_steps, generator)
 
 
 _RHO_RANGE = (1e-6, 1.0 - 1e-6)
+_DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
 
 
 def _step_prior_parameter(name: str, value: Tensor, grad: Tensor, lr: float) -> Tensor:
@@ -321,7 +334,15 @@ def _save_atomic(obj, path: Path) -> None:
 
 
 #: Modules whose code decides the numbers a training run produces.
-_NUMERIC_MODULES = ("priors", "machine", "tap", "contrastive", "training")
+_NUMERIC_MODULES = (
+    "priors",
+    "machine",
+    "tap",
+    "contrastive",
+    "training",
+    "ucd/dbm",
+    "ucd/estimator",
+)
 
 
 def _code_digest() -> bytes:
@@ -369,6 +390,7 @@ def train(
     x_eval: Tensor | None = None,
     on_epoch=None,
     progress: bool = True,
+    on_step=None,
 ) -> tuple[BoltzmannMachine, list[dict]]:
     """Train ``machine`` on the rows of ``x_train``; returns the final machine and metrics.
 
@@ -377,7 +399,8 @@ def train(
     statistics and timings. With ``checkpoint_dir``, the full state (machine, momentum, chains,
     generator, metrics) is saved after every epoch and a later call resumes from the last one,
     giving results identical to an uninterrupted run. ``on_epoch(epoch, metrics, machine)`` is
-    called after each epoch (logging).
+    called after each epoch (logging); ``on_step(step, metrics)`` after each update with the
+    DBM methods' per-step metrics (tau, T, corrected fraction, start energy gap, norm).
     """
     from tqdm import tqdm
 
@@ -390,6 +413,13 @@ def train(
 
         chains = contrastive.PersistentChains.from_data(
             x_train, n_chains=settings.batch_size, generator=generator
+        )
+    elif settings.method in _DBM_METHODS:
+        from tapmachine.ucd import dbm
+
+        options = dbm.DBMOptions.from_dict(settings.ucd)
+        chains = dbm.init_state(
+            machine, x_train, settings.method, options, settings.batch_size, generator
         )
     history: list[dict] = []
     start = 1
@@ -438,17 +468,22 @@ def train(
             grads = _gradients(machine, x, settings, chains, generator)
             machine = _apply_update(machine, grads, velocity, lr, settings)
             _check_finite(machine, epoch, b)
+            if on_step is not None:
+                metrics = dict(getattr(chains, "metrics", None) or {})
+                on_step((epoch - 1) * n_batches + b + 1, metrics)
         train_seconds = time.perf_counter() - t0
         metrics = {"epoch": epoch, "learning_rate": lr, "train_seconds": train_seconds}
-        metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
+        if settings.evaluate:
+            metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
         metrics.update(_weight_stats(machine))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         history.append(metrics)
-        print(
-            f"epoch {epoch}: tap_ll {metrics['tap_ll']:.5f} +- {metrics['tap_ll_stderr']:.5f}, "
-            f"{metrics['n_unique']} unique solutions, {metrics['epoch_seconds']:.1f} s",
-            file=sys.stderr,
-        )
+        if settings.evaluate:
+            print(
+                f"epoch {epoch}: tap_ll {metrics['tap_ll']:.5f} +- {metrics['tap_ll_stderr']:.5f}, "
+                f"{metrics['n_unique']} unique solutions, {metrics['epoch_seconds']:.1f} s",
+                file=sys.stderr,
+            )
         if ckpt_dir is not None:
             blob = {
                 "machine": machine_state(machine),

@@ -105,7 +105,8 @@ class Estimate:
     leading chain dimension); tau: coupling time per chain (the larger of the two couplings of a
     marginalised estimate); steps: local-search steps T (0 for a uniform start); capped: the
     coupling cap was hit (estimate truncated); corrected: the correction sum of eq. 10 has at least
-    one term (tau > 1).
+    one term (tau > 1); start_energy: the plain target's energy of X_0 = Y_0 per chain (the
+    joint energy, the data row included for the posterior).
     """
 
     grads: dict
@@ -113,6 +114,7 @@ class Estimate:
     steps: Tensor
     capped: Tensor
     search_capped: Tensor
+    start_energy: Tensor | None = None
 
     @property
     def corrected(self) -> Tensor:
@@ -246,7 +248,7 @@ def _estimate(
         tau = torch.maximum(parts[0][1], parts[1][1])
         capped = parts[0][2] | parts[1][2]
     grads = total if per_chain else _combine(total, total, lambda a, _: a / n)
-    return Estimate(grads, tau, steps, capped, search_capped)
+    return Estimate(grads, tau, steps, capped, search_capped, plain.energy(x0))
 
 
 def model_expectation(

@@ -1,0 +1,123 @@
+"""UCD-LMI DBM training, its baselines, samples and completion, checked by enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tapmachine import training
+from tapmachine.ucd import dbm
+
+SIZES = [5, 3, 2]
+
+
+def _all_states(sizes, spin: bool) -> list:
+    n = sum(sizes)
+    bits = torch.tensor(list(itertools.product([0.0, 1.0], repeat=n)), dtype=torch.float64)
+    if spin:
+        bits = 2 * bits - 1
+    return list(torch.split(bits, sizes, dim=1))
+
+
+def exact_log_likelihood(machine, x) -> float:
+    """Mean ln P(x) by enumeration of every state of the machine."""
+    m = machine.to(dtype=torch.float64)
+    xs = _all_states(m.sizes, isinstance(m.visible, dbm.Spin))
+    logp = -m.energy(xs)
+    log_z = torch.logsumexp(logp, 0)
+    v = xs[0]
+    match = (x.double()[:, None, :] == v[None, :, :]).all(-1)  # (rows, states)
+    per_row = torch.logsumexp(torch.where(match, logp[None, :], -torch.inf), 1)
+    return float((per_row - log_z).mean())
+
+
+def _data(generator) -> torch.Tensor:
+    patterns = torch.tensor(
+        [[1, 1, 0, 0, 1], [0, 0, 1, 1, 0], [1, 0, 1, 0, 1], [1, 1, 1, 0, 0]], dtype=torch.float32
+    )
+    idx = torch.randint(0, len(patterns), (400,), generator=generator)
+    return patterns[idx]
+
+
+def _train(method: str, seed: int, steps: int = 300):
+    g = training.seeded_generator(seed, "test", "init")
+    opts = dbm.DBMOptions()
+    machine = dbm.build_dbm(SIZES, g, opts, 0.01)
+    x01 = _data(g)
+    x = dbm.data_for(machine, x01)
+    settings = training.TrainSettings(
+        epochs=steps * 20 // len(x),
+        batch_size=20,
+        learning_rate=0.05,
+        momentum=0.0,
+        l2=0.0,
+        method=method,
+        evaluate=False,
+    )
+    start = exact_log_likelihood(machine, x)
+    gen = training.seeded_generator(seed, "test", "train")
+    out, _ = training.train(machine, x, settings, gen, progress=False)
+    return start, exact_log_likelihood(out, x)
+
+
+def test_ucd_lmi_raises_exact_likelihood_and_beats_pcd():
+    margins = []
+    for seed in range(4):
+        start, ucd_end = _train("ucd_lmi", seed)
+        _, pcd_end = _train("dbm_pcd", seed)
+        print(f"seed {seed}: start {start:.3f}, ucd_lmi {ucd_end:.3f}, dbm_pcd {pcd_end:.3f}")
+        assert ucd_end > start + 0.5
+        margins.append(ucd_end - pcd_end)
+    margins = torch.tensor(margins)
+    print("margins", margins.tolist())
+    # Measured (4 seeds, 300 steps): margins 0.335, -0.008, 0.425, 0.527 nats per image; PCD's
+    # biased mean-field positive phase loses on average, but one seed is a tie.
+    assert float(margins.mean()) > 0.2
+    assert int((margins > 0).sum()) >= 3
+
+
+def _block_minima(machine, v_obs, mask):
+    """Every state (missing pixels, hidden layers) consistent with v_obs, and which of them no
+    block update changes (block-wise minima), by enumeration."""
+    from tapmachine.ucd.generate import _block
+
+    m = machine
+    free = int(mask.sum()) + sum(m.sizes[1:])
+    bits = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=free)), dtype=m.dtype)
+    k = int(mask.sum())
+    v = v_obs.expand(len(bits), -1).clone()
+    v[:, mask] = bits[:, :k]
+    xs = [v, *torch.split(bits[:, k:], list(m.sizes[1:]), dim=1)]
+    fixed = torch.ones(len(bits), dtype=torch.bool)
+    for parity in (0, 1):
+        new = _block(m, xs, parity, v, mask)
+        for a, b in zip(new, xs, strict=True):
+            fixed &= (a == b).all(-1)
+    return xs, m.energy(xs), fixed
+
+
+def test_completion_returns_the_exact_conditional_mode_when_unique():
+    from tapmachine.ucd.generate import complete
+
+    checked = 0
+    for seed in range(200):
+        g = training.seeded_generator(seed, "test", "complete")
+        m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
+        m = m.replace(weights=[0.7 * W for W in m.weights])
+        v_obs = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
+        mask = torch.tensor([False, False, False, True, True, True])
+        xs, energy, fixed = _block_minima(m, v_obs, mask)
+        if int(fixed.sum()) != 1:  # about 1 in 20 of these models
+            continue  # several block-wise minima: local search may end in any of them
+        checked += 1
+        mode = int(energy.argmin())
+        assert bool(fixed[mode])  # the global mode is a block-wise minimum
+        starts = 64
+        out, steps = complete(m, v_obs.expand(starts, -1), mask, g)
+        for layer, x in zip(out, xs, strict=True):
+            assert torch.equal(layer, x[mode].expand(starts, -1))
+        assert torch.equal(out[0][:, ~mask], v_obs.expand(starts, -1)[:, ~mask])
+        assert int(steps.min()) >= 1
+    assert checked >= 5

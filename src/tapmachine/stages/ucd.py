@@ -200,6 +200,9 @@ def register(subparsers, figures=None) -> None:
     st.add_argument("--threads", type=int, default=1)
     st.add_argument("--tracking", default=None)
     st.set_defaults(func=_cmd_steps)
+    from tapmachine.stages import ucd_dbm
+
+    ucd_dbm.register(sub, figures)
     if figures is not None:
         f = figures.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
         f.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")

@@ -1,0 +1,413 @@
+"""Stage wiring of UCD-LMI DBM training and evaluation (second paper, Secs. 4-5, App. C).
+
+Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
+
+- ``ucd train-dbm``: one DBM of config ``ucd.dbm.models`` / ``ucd.dbm.ablation`` on one dataset,
+  by the one training loop (``training.train``, methods ``ucd_lmi``, ``dbm_pcd``,
+  ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
+  energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
+  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
+- ``ucd classifier``: the small classifier whose penultimate features define the classifier FID
+  (``tapmachine.fid``), test accuracy logged and written.
+- ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
+  states) against the test set, and by the TAP log-likelihood (first paper, App. E) of test images.
+- ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+__all__ = ["register", "train_dbm", "train_classifier", "score"]
+
+
+class UCDDBMError(Exception):
+    """Bad input to a DBM stage (spec, file, size)."""
+
+
+def _load_binary(path):
+    import numpy as np
+    import torch
+
+    from tapmachine import data
+
+    ds = data.load_dataset(path)
+    for name, arr in (("x_train", ds.x_train), ("x_test", ds.x_test)):
+        if not np.isin(arr, (0, 1)).all():
+            raise UCDDBMError(f"{path}: {name} is not binary {{0, 1}}; UCD-LMI needs binary data")
+    return (
+        ds,
+        torch.as_tensor(ds.x_train, dtype=torch.float32),
+        torch.as_tensor(ds.x_test, dtype=torch.float32),
+    )
+
+
+def _settings(spec: dict):
+    from tapmachine.training import TrainSettings
+    from tapmachine.ucd import dbm
+
+    keys = {
+        "method",
+        "epochs",
+        "batch_size",
+        "learning_rate",
+        "momentum",
+        "l2",
+        "sampling_steps",
+        "weight_init_std",
+    }
+    plain = {k: spec[k] for k in keys if k in spec}
+    if plain.get("method") not in dbm.DBM_METHODS:
+        raise UCDDBMError(f"method {plain.get('method')!r} is not one of {list(dbm.DBM_METHODS)}")
+    try:
+        options = dbm.DBMOptions.from_dict(spec.get("ucd"))
+    except ValueError as exc:
+        raise UCDDBMError(str(exc)) from None
+    return TrainSettings(**plain, ucd=dict(spec.get("ucd") or {}), evaluate=False), options
+
+
+def _image_grid(images, shape, cols: int):
+    """(n, H*W) in [0, 1] -> one (rows*H, cols*W) array with 1-pixel gaps."""
+    import numpy as np
+
+    n = images.shape[0]
+    h, w = shape
+    rows = -(-n // cols)
+    out = np.ones((rows * (h + 1), cols * (w + 1)))
+    for i in range(n):
+        r, c = divmod(i, cols)
+        out[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = images[i].reshape(h, w)
+    return out
+
+
+def _epoch_image(machine, x01, shape, generator, path):
+    """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
+    from tapmachine.figures.common import new_figure
+    from tapmachine.files import atomic_write
+    from tapmachine.ucd import Target, dbm, generate, local_search
+
+    samples, _ = generate.sample(machine, 32, generator)
+    v = dbm.data_for(machine, x01[:16])
+    target = Target.posterior(machine)
+    found = local_search(target, target.uniform(target.blank(16, {0: v}), generator), generator)
+    recon = machine.priors[0].mean(machine.input_to(0, found.state))
+    fig = new_figure(8, 3.2)
+    axes = fig.subplots(1, 2)
+    for ax, imgs, title, cols in (
+        (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
+        (axes[1], torch_cat(x01[:16], dbm.to_unit_interval(machine, recon)), "data | recon.", 8),
+    ):
+        ax.imshow(_image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(title, fontsize=8)
+        ax.axis("off")
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
+
+
+def torch_cat(a, b):
+    import torch
+
+    return torch.cat([a, b])
+
+
+def train_dbm(
+    name: str,
+    spec: dict,
+    data_path,
+    outdir,
+    seed: int = 0,
+    n_train: int | None = None,
+    manifest=None,
+    progress: bool = False,
+):
+    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``."""
+    import torch
+
+    from tapmachine import tracking, training
+    from tapmachine.files import write_csv
+    from tapmachine.ucd import dbm
+
+    settings, options = _settings(spec)
+    hidden = spec.get("hidden")
+    if not hidden or any(not isinstance(h, int) or h < 1 for h in hidden):
+        raise UCDDBMError(f"model {name}: hidden must be a list of positive integers, got {hidden}")
+    ds, x_all, _ = _load_binary(data_path)
+    if n_train:
+        x_all = x_all[:n_train]
+    if x_all.shape[0] < settings.batch_size:
+        raise UCDDBMError(f"model {name}: {x_all.shape[0]} rows < batch_size {settings.batch_size}")
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    label = f"{ds.name}/{name}"
+    generator = training.seeded_generator(seed, "ucd_dbm", label, "train")
+    machine = dbm.build_dbm([x_all.shape[1], *hidden], generator, options, settings.weight_init_std)
+    x = dbm.data_for(machine, x_all)
+    steps: list[dict] = []
+    params = {"model": name, "dataset": ds.name, "seed": seed, "n_train": int(x.shape[0])}
+    params.update(spec)
+    params["sizes"] = list(machine.sizes)
+    tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
+    img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images")
+    with tracking.start_run(manifest, "ucd", f"train_{ds.name}_{name}", params, tags) as run:
+
+        def on_step(step, metrics):
+            metrics = {k: float(v) for k, v in metrics.items()}
+            steps.append({"step": step, **metrics})
+            run.log_metrics(metrics, step=step)
+
+        def on_epoch(epoch, metrics, m):
+            run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
+            png = outdir / "epochs" / f"epoch_{epoch}.png"
+            png.parent.mkdir(exist_ok=True)
+            _epoch_image(m, x_all, ds.image_shape, img_gen, png)
+            run.log_artifact(png, "epochs")
+
+        t0 = time.perf_counter()
+        machine, history = training.train(
+            machine, x, settings, generator, on_epoch=on_epoch, on_step=on_step, progress=progress
+        )
+        seconds = time.perf_counter() - t0
+        tau_hist = _tau_histogram(steps)
+        write_csv(steps, outdir / "steps.csv")
+        blob = {
+            "machine": training.machine_state(machine),
+            "name": name,
+            "dataset": ds.name,
+            "image_shape": list(ds.image_shape),
+            "spec": spec,
+            "method": settings.method,
+            "history": history,
+            "seconds": seconds,
+            "tau_hist": tau_hist,
+            "mlflow_run_id": run.run_id,
+            "substitute": ds.provenance.get("substitute"),
+        }
+        training._save_atomic(blob, outdir / "model.pt")
+        run.log_metrics({"train_seconds_total": seconds})
+        run.log_artifact(outdir / "steps.csv")
+    print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
+    return machine
+
+
+def _tau_histogram(steps: list[dict]) -> dict:
+    """Mean tau per step (both phases) in bins, for the report; the raw values are in steps.csv."""
+    taus = [s["tau_mean"] for s in steps if "tau_mean" in s]
+    if not taus:
+        return {}
+    return {
+        "tau_mean_min": min(taus),
+        "tau_mean_max": max(taus),
+        "tau_max": max(s.get("neg_tau_max", 1.0) for s in steps),
+        "corrected_fraction_mean": sum(s["corrected_fraction"] for s in steps) / len(steps),
+    }
+
+
+def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=None) -> float:
+    """Train the FID classifier on ``data_path``; write it (with its test accuracy) to ``out``."""
+    import torch
+
+    from tapmachine import data, fid, tracking, training
+
+    ds = data.load_dataset(data_path)
+    cs = dict(settings)
+    n_train = cs.pop("n_train", None)
+    try:
+        cfg = fid.ClassifierSettings(**cs)
+    except TypeError as exc:
+        raise UCDDBMError(f"ucd.dbm.classifier: {exc}") from None
+    x, y = ds.x_train, ds.y_train
+    if n_train:
+        x, y = x[:n_train], y[:n_train]
+    g = training.seeded_generator(seed, "ucd_classifier", ds.name)
+    params = {"dataset": ds.name, **settings}
+    with tracking.start_run(manifest, "ucd", f"classifier_{ds.name}", params) as run:
+        net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), cfg, g)
+        acc = fid.accuracy(net, ds.x_test, ds.y_test)
+        run.log_metrics({"test_accuracy": acc})
+        blob = {"state": net.state_dict(), "config": net.config, "test_accuracy": acc}
+        training._save_atomic(blob, Path(out))
+        run.log_artifact(out)
+    print(f"classifier on {ds.name}: test accuracy {acc:.4f}")
+    return acc
+
+
+def load_classifier(path):
+    import torch
+
+    from tapmachine import fid
+
+    blob = torch.load(path, map_location="cpu", weights_only=False)
+    net = fid.Classifier(**blob["config"])
+    net.load_state_dict(blob["state"])
+    net.eval()
+    return net, float(blob["test_accuracy"])
+
+
+def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, manifest=None):
+    """Classifier FID of ``n_samples`` samples vs the test set; TAP log-likelihood of test images."""
+    import torch
+
+    from tapmachine import fid, tracking, training
+    from tapmachine.ucd import dbm, generate
+
+    blob = torch.load(model_path, map_location="cpu", weights_only=False)
+    machine = training.machine_from_state(blob["machine"])
+    ds, _, x_test = _load_binary(data_path)
+    net, acc = load_classifier(classifier_path)
+    label = f"{blob['dataset']}/{blob['name']}"
+    g = training.seeded_generator(seed, "ucd_score", label)
+    t0 = time.perf_counter()
+    samples, T = generate.sample(machine, n_samples, g)
+    images = dbm.to_unit_interval(machine, samples)
+    n_real = min(n_samples, x_test.shape[0])
+    distance = fid.frechet_distance(net, x_test[:n_real], images)
+    settings = training.TrainSettings(max_iter=200, tol=1e-8)
+    try:
+        ll = training.evaluate_tap_log_likelihood(
+            machine, dbm.data_for(machine, x_test[:n_ll]), settings
+        )
+    except training.TrainingError as exc:
+        ll = {"tap_ll": math.nan, "tap_ll_stderr": math.nan, "tap_note": str(exc)}
+    row = {
+        "dataset": blob["dataset"],
+        "model": blob["name"],
+        "method": blob["method"],
+        "spec": json.dumps(blob["spec"].get("ucd") or {}, sort_keys=True),
+        "classifier_fid": distance,
+        "classifier_accuracy": acc,
+        "fid_samples": int(n_samples),
+        "fid_real": int(n_real),
+        "tap_ll": ll["tap_ll"],
+        "tap_ll_stderr": ll["tap_ll_stderr"],
+        "tap_ll_images": int(n_ll),
+        "sample_T_mean": float(T.double().mean()),
+        "train_seconds": blob.get("seconds", math.nan),
+        **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
+        "seconds": time.perf_counter() - t0,
+    }
+    with tracking.start_run(manifest, "ucd", f"score_{blob['dataset']}_{blob['name']}", row) as run:
+        run.log_metrics({k: v for k, v in row.items() if isinstance(v, float | int)})
+        from tapmachine.files import atomic_write
+
+        atomic_write(Path(out), lambda fh: fh.write(json.dumps(row, indent=1).encode()))
+        run.log_artifact(out)
+    print(json.dumps(row))
+    return row
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def _cmd_figure(args) -> None:
+    from tapmachine.figures import common, ucd_dbm
+
+    make = {
+        "ucd_samples": lambda: ucd_dbm.samples(args.models, args.seed),
+        "ucd_completion": lambda: ucd_dbm.completion(args.models, args.data, args.seed),
+        "ucd_table1": lambda: ucd_dbm.table1(args.scores),
+        "ucd_table2": lambda: ucd_dbm.table2(args.scores),
+    }[args.figure]
+    result = make()
+    paths = common.save(result, args.png, args.pdf, args.csv)
+    common.track(args.tracking, args.figure, result, paths)
+    from tapmachine import tracking
+
+    with tracking.start_run(args.tracking, "ucd", args.figure, params=result.params) as run:
+        for p in paths:
+            run.log_artifact(p)
+    claims = result.table[result.table["kind"] == "claim"]
+    if len(claims):
+        print(claims[["claim", "model", "value", "detail"]].to_string(index=False))
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _cmd_train(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        spec = json.loads(args.spec)
+    except json.JSONDecodeError as exc:
+        raise UCDDBMError(f"--spec is not JSON: {exc}") from None
+    train_dbm(args.model, spec, args.data, args.out_dir, args.seed, args.n_train, args.tracking)
+
+
+def _cmd_classifier(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    train_classifier(args.data, args.out, json.loads(args.settings), args.seed, args.tracking)
+
+
+def _cmd_score(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    score(
+        args.model,
+        args.classifier,
+        args.data,
+        args.out,
+        args.samples,
+        args.ll_images,
+        args.seed,
+        args.tracking,
+    )
+
+
+def register(ucd_sub, figures=None) -> None:
+    """Add the DBM commands under ``tapmachine ucd`` (and the figures under ``figure``)."""
+    from tapmachine.stages.ucd import _positive_int
+
+    t = ucd_sub.add_parser("train-dbm", help="train one DBM (UCD-LMI, PCD or centered PCD)")
+    t.add_argument("--model", required=True)
+    t.add_argument("--spec", required=True, help="the model's config entry as JSON")
+    t.add_argument("--data", required=True, help="binary dataset .npz")
+    t.add_argument("--out-dir", required=True)
+    t.add_argument("--n-train", type=_positive_int, default=None)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--tracking", default=None)
+    t.set_defaults(func=_cmd_train)
+    c = ucd_sub.add_parser("classifier", help="train the classifier of the classifier FID")
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--settings", default="{}", help="config ucd.dbm.classifier as JSON")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--tracking", default=None)
+    c.set_defaults(func=_cmd_classifier)
+    s = ucd_sub.add_parser("score", help="classifier FID and TAP log-likelihood of one DBM")
+    s.add_argument("--model", required=True)
+    s.add_argument("--classifier", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--samples", type=_positive_int, default=2000)
+    s.add_argument("--ll-images", type=_positive_int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=_cmd_score)
+    if figures is None:
+        return
+    for fig, help_text in (
+        ("ucd_samples", "second paper, Fig. 2: samples by local search, UCD-LMI vs PCD"),
+        ("ucd_completion", "second paper, Fig. 3: lower halves completed by local search"),
+        ("ucd_table1", "second paper, Table 1 (classifier FID, not Inception) + TAP LL"),
+        ("ucd_table2", "second paper, Table 2: ablation (classifier FID, not Inception)"),
+    ):
+        f = figures.add_parser(fig, help=help_text)
+        if fig in ("ucd_samples", "ucd_completion"):
+            f.add_argument("--models", nargs="+", required=True, help="model.pt files")
+        if fig == "ucd_completion":
+            f.add_argument("--data", nargs="+", required=True, help="dataset .npz per model")
+        if fig in ("ucd_table1", "ucd_table2"):
+            f.add_argument("--scores", nargs="+", required=True, help="score JSONs")
+        f.add_argument("--seed", type=int, default=0)
+        f.add_argument("--png", required=True)
+        f.add_argument("--pdf", required=True)
+        f.add_argument("--csv", required=True)
+        f.add_argument("--tracking", default=None)
+        f.set_defaults(func=_cmd_figure, figure=fig)

@@ -24,6 +24,7 @@ include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/ucd.smk"
+include: "workflow/rules/ucd_dbm.smk"
 
 
 localrules:
@@ -36,6 +37,11 @@ localrules:
     harvest,
     figures,
     ucd_fig1,
+    ucd_train,
+    ucd_samples,
+    ucd_completion,
+    ucd_table1,
+    ucd_table2,
 
 
 rule all:
@@ -47,4 +53,9 @@ rule all:
         rules.harvest.input,
         rules.figures.input,
         rules.ucd_fig1.input,
+        rules.ucd_train.input,
+        rules.ucd_samples.input,
+        rules.ucd_completion.input,
+        rules.ucd_table1.input,
+        rules.ucd_table2.input,
     default_target: True

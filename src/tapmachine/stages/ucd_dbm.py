@@ -123,7 +123,6 @@ def train_dbm(
     progress: bool = False,
 ):
     """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``."""
-    import torch
 
     from tapmachine import tracking, training
     from tapmachine.files import write_csv
@@ -246,7 +245,7 @@ def load_classifier(path):
 
 
 def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, manifest=None):
-    """Classifier FID of ``n_samples`` samples vs the test set; TAP log-likelihood of test images."""
+    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood of test images."""
     import torch
 
     from tapmachine import fid, tracking, training

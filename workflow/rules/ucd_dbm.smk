@@ -1,0 +1,232 @@
+# UCD-LMI (second paper), DBMs without pretraining: training (UCD-LMI, PCD, centered PCD, the
+# ablation), the FID classifier per dataset, scores (classifier FID + TAP log-likelihood), Figs. 2-3
+# and Tables 1-2. Settings: config `ucd.dbm` (workflow/schemas/config.schema.yaml); the paper's
+# sizes (6,272-6,272-6,272, 100,000 steps) need --configfile workflow/config/paper.yaml.
+
+UCD_DBM = config["ucd"]["dbm"]
+UCD_DATASETS = list(UCD_DBM["datasets"])
+UCD_ABLATION_DATASET = UCD_DBM["ablation_dataset"]
+
+
+def ucd_dbm_spec(wildcards):
+    models = dict(UCD_DBM["models"])
+    if wildcards.dataset == UCD_ABLATION_DATASET:
+        models.update(UCD_DBM["ablation"])
+    if wildcards.model not in models:
+        raise ValueError(f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}")
+    return json.dumps(models[wildcards.model], sort_keys=True)
+
+
+def ucd_dbm_dir(dataset, model):
+    return f"{RESULTS}/ucd/dbm/{dataset}/{model}"
+
+
+def ucd_dbm_mem_mb(wildcards):
+    spec = json.loads(ucd_dbm_spec(wildcards))
+    return 2000 + 8 * max(spec["hidden"])
+
+
+UCD_TABLE1 = [(d, m) for d in UCD_DATASETS for m in UCD_DBM["models"]]
+UCD_TABLE2 = [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
+UCD_ALL_MODELS = sorted(set(UCD_TABLE1) | set(UCD_TABLE2))
+UCD_FIG_MODELS = [(d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]]
+
+
+rule ucd_train_dbm:
+    input:
+        data=lambda w: dataset_file(w.dataset),
+        tracking=TRACKING,
+    output:
+        model=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/model.pt",
+        steps=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/steps.csv",
+    wildcard_constraints:
+        dataset="|".join(sorted(set(UCD_DATASETS) | {UCD_ABLATION_DATASET})),
+    params:
+        spec=ucd_dbm_spec,
+        outdir=lambda w: ucd_dbm_dir(w.dataset, w.model),
+        n_train=UCD_DBM["n_train"],
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/ucd/dbm/train_{dataset}_{model}.log",
+    benchmark:
+        "benchmarks/ucd/dbm/train_{dataset}_{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=ucd_dbm_mem_mb,
+        runtime=60,
+    shell:
+        "tapmachine ucd train-dbm --model {wildcards.model} --spec {params.spec:q} "
+        "--data {input.data} --out-dir {params.outdir} --n-train {params.n_train} "
+        "--seed {params.seed} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule ucd_classifier:
+    input:
+        data=lambda w: dataset_file(w.dataset),
+        tracking=TRACKING,
+    output:
+        classifier=f"{RESULTS}/ucd/classifier/{{dataset}}.pt",
+    params:
+        settings=json.dumps(UCD_DBM["classifier"], sort_keys=True),
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/ucd/classifier_{dataset}.log",
+    benchmark:
+        "benchmarks/ucd/classifier_{dataset}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=30,
+    shell:
+        "tapmachine ucd classifier --data {input.data} --out {output.classifier} "
+        "--settings {params.settings:q} --seed {params.seed} --threads {threads} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule ucd_score:
+    input:
+        model=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/model.pt",
+        classifier=f"{RESULTS}/ucd/classifier/{{dataset}}.pt",
+        data=lambda w: dataset_file(w.dataset),
+        tracking=TRACKING,
+    output:
+        score=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/score.json",
+    params:
+        samples=UCD_DBM["fid_samples"],
+        ll_images=UCD_DBM["ll_images"],
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/ucd/dbm/score_{dataset}_{model}.log",
+    benchmark:
+        "benchmarks/ucd/dbm/score_{dataset}_{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=30,
+    shell:
+        "tapmachine ucd score --model {input.model} --classifier {input.classifier} "
+        "--data {input.data} --out {output.score} --samples {params.samples} "
+        "--ll-images {params.ll_images} --seed {params.seed} --threads {threads} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_ucd_samples:
+    input:
+        models=[f"{ucd_dbm_dir(d, m)}/model.pt" for d, m in UCD_FIG_MODELS],
+        tracking=TRACKING,
+    output:
+        **figure_outputs("ucd_samples"),
+    params:
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/ucd_samples.log",
+    benchmark:
+        "benchmarks/figures/ucd_samples.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "tapmachine figure ucd_samples --models {input.models} --seed {params.seed} "
+        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_ucd_completion:
+    input:
+        models=[f"{ucd_dbm_dir(d, 'ucd_lmi')}/model.pt" for d in UCD_DATASETS],
+        data=[dataset_file(d) for d in UCD_DATASETS],
+        tracking=TRACKING,
+    output:
+        **figure_outputs("ucd_completion"),
+    params:
+        seed=config["seed"],
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/ucd_completion.log",
+    benchmark:
+        "benchmarks/figures/ucd_completion.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "tapmachine figure ucd_completion --models {input.models} --data {input.data} "
+        "--seed {params.seed} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_ucd_table1:
+    input:
+        scores=[f"{ucd_dbm_dir(d, m)}/score.json" for d, m in UCD_TABLE1],
+        tracking=TRACKING,
+    output:
+        **figure_outputs("ucd_table1"),
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/ucd_table1.log",
+    benchmark:
+        "benchmarks/figures/ucd_table1.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    shell:
+        "tapmachine figure ucd_table1 --scores {input.scores} --png {output.png} "
+        "--pdf {output.pdf} --csv {output.csv} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_ucd_table2:
+    input:
+        scores=[f"{ucd_dbm_dir(d, m)}/score.json" for d, m in UCD_TABLE2],
+        tracking=TRACKING,
+    output:
+        **figure_outputs("ucd_table2"),
+    conda:
+        "../../envs/tapmachine.yaml"
+    log:
+        "logs/figures/ucd_table2.log",
+    benchmark:
+        "benchmarks/figures/ucd_table2.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    shell:
+        "tapmachine figure ucd_table2 --scores {input.scores} --png {output.png} "
+        "--pdf {output.pdf} --csv {output.csv} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule ucd_train:
+    input:
+        [f"{ucd_dbm_dir(d, m)}/model.pt" for d, m in UCD_ALL_MODELS],
+
+
+rule ucd_samples:
+    input:
+        rules.draw_ucd_samples.output,
+
+
+rule ucd_completion:
+    input:
+        rules.draw_ucd_completion.output,
+
+
+rule ucd_table1:
+    input:
+        rules.draw_ucd_table1.output,
+
+
+rule ucd_table2:
+    input:
+        rules.draw_ucd_table2.output,

@@ -377,12 +377,82 @@ def bench_ucd_coupling(device, quick: bool) -> dict:
     }
 
 
+def bench_ucd_train_step(device, quick: bool) -> dict:
+    """One UCD-LMI training step of a 784-500-500 DBM at batch 1,000 (second paper, Alg. 2).
+
+    A step = the positive phase (one posterior coupling per row, eq. 28) + the negative phase
+    (1,000 joint couplings, eq. 11), both marginalised (eq. 27), and the SGD update, through the
+    training loop's own functions. Operation count (matmuls only, 2 flops per multiply-add),
+    in units of S = Nv N1 + N1 N2 (all couplings once) per chain: local search 2 per step (each
+    block update computes the fields of its layers), the Gibbs sweep 2, per marginalised target
+    about 4 for the energies and statistics of X_0 and 10 per further coupling step (tau - 1).
+    The paper's size (6,272-6,272-6,272, batch 1,000) is projected, not run: memory per step =
+    weights + velocity + gradient (3 x 4 bytes per coupling) + the states of both phases
+    (float32), and hours for 100,000 steps = measured seconds x (paper S / this S) x 100,000.
+    """
+    from tapmachine import training
+    from tapmachine.ucd import dbm
+
+    sizes = [784, 500, 500]
+    batch = 200 if quick else 1000
+    repeats = 2 if quick else 3
+    g = training.seeded_generator(0, "bench_ucd_train")
+    opts = dbm.DBMOptions()
+    machine = dbm.build_dbm(sizes, g, opts, 0.01).to(device=device)
+    x, _ = binary_mnist(batch)
+    x = dbm.data_for(machine, x.to(device))
+    settings = training.TrainSettings(
+        batch_size=batch, learning_rate=0.01, momentum=0.0, l2=0.0, method="ucd_lmi"
+    )
+    state = dbm.init_state(machine, x, "ucd_lmi", opts, batch, g)
+    velocity = [torch.zeros_like(W) for W in machine.weights]
+
+    def step(m):
+        grads = dbm.gradients(m, x, "ucd_lmi", opts, state, 1, g)
+        return training._apply_update(m, grads, velocity, 0.01, settings)
+
+    step(machine)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        step(machine)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    mt = state.metrics
+    S = sizes[0] * sizes[1] + sizes[1] * sizes[2]
+    per_chain = 2 * (mt["pos_T_mean"] + mt["neg_T_mean"]) + 2 * 2 + 2 * 2 * 4
+    per_chain += 2 * 10 * ((mt["pos_tau_mean"] - 1) + (mt["neg_tau_mean"] - 1))
+    flops = 2.0 * per_chain * batch * S
+    gflops = flops / best / 1e9
+    ref = matmul_gflops(batch, sizes[0], sizes[1], device)
+    paper = [6272, 6272, 6272]
+    S_paper = paper[0] * paper[1] + paper[1] * paper[2]
+    mem_paper = 3 * 4 * S_paper + 4 * 1000 * sum(paper) * 2 * 3
+    return {
+        "name": "ucd_train_step",
+        "sizes": sizes,
+        "batch": batch,
+        "seconds": best,
+        "gflops": gflops,
+        "ratio_to_matmul": gflops / ref,
+        "matmul_gflops": ref,
+        "tau_mean": mt["tau_mean"],
+        "T_mean": mt["T_mean"],
+        "corrected_fraction": mt["corrected_fraction"],
+        "paper_sizes": paper,
+        "paper_memory_per_step_gb": mem_paper / 1e9,
+        "paper_projected_hours_100k_steps": best * (S_paper / S) * 100_000 / 3600,
+    }
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "harvest": bench_harvest,
     "ais": bench_ais,
     "priors": bench_priors,
     "ucd_coupling": bench_ucd_coupling,
+    "ucd_train_step": bench_ucd_train_step,
 }
 
 

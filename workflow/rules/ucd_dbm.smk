@@ -6,6 +6,11 @@
 UCD_DBM = config["ucd"]["dbm"]
 UCD_DATASETS = list(UCD_DBM["datasets"])
 UCD_ABLATION_DATASET = UCD_DBM["ablation_dataset"]
+for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
+    if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
+        raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
+if "ucd_lmi" not in UCD_DBM["models"]:
+    raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
 
 
 def ucd_dbm_spec(wildcards):

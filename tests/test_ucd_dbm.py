@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from tapmachine import training
@@ -120,3 +121,40 @@ def test_completion_returns_the_exact_conditional_mode_when_unique():
         assert torch.equal(out[0][:, ~mask], v_obs.expand(starts, -1)[:, ~mask])
         assert int(steps.min()) >= 1
     assert checked >= 5
+
+
+def _fake_cifar(path, rng):
+    import io
+    import pickle
+    import tarfile
+
+    import numpy as np
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, n in [(f"data_batch_{i}", 20) for i in range(1, 6)] + [("test_batch", 20)]:
+            blob = pickle.dumps(
+                {
+                    b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                    b"labels": list(rng.integers(0, 10, n)),
+                }
+            )
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+
+
+def test_cifar10_archive_is_verified_by_md5_before_opening(tmp_path):
+    import numpy as np
+
+    from tapmachine.ucd import cifar
+
+    path = tmp_path / "cifar-10-python.tar.gz"
+    _fake_cifar(path, np.random.default_rng(0))
+    with pytest.raises(cifar.CifarError, match="not the official"):
+        cifar.load_cifar10(path)  # the official md5: this file is rejected unopened
+    with pytest.raises(cifar.CifarError, match="is not a file"):
+        cifar.load_cifar10(tmp_path / "missing.tar.gz")
+    x_train, y_train, x_test, y_test = cifar.load_cifar10(path, cifar.md5_of(path))
+    assert x_train.shape == (100, 3072) and x_test.shape == (20, 3072)
+    b = cifar.binarise(x_train)
+    assert set(np.unique(b)) <= {0, 1} and np.array_equal(b, x_train >= 128)

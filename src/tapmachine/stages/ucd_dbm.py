@@ -296,6 +296,29 @@ def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, 
     return row
 
 
+def cifar10(archive, out, manifest=None) -> None:
+    """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
+    from tapmachine import data, tracking
+    from tapmachine.ucd import cifar
+
+    try:
+        x_train, y_train, x_test, y_test = cifar.load_cifar10(archive)
+    except cifar.CifarError as exc:
+        raise UCDDBMError(str(exc)) from None
+    ds = data.Dataset(
+        x_train=cifar.binarise(x_train),
+        y_train=y_train,
+        x_test=cifar.binarise(x_test),
+        y_test=y_test,
+        image_shape=(32, 96),
+        provenance={"source": str(archive), "md5": cifar.CIFAR10_MD5, "transform": "x >= 128"},
+        name="binary_cifar10",
+    )
+    with tracking.start_run(manifest, "ucd", "data_binary_cifar10", {"archive": str(archive)}):
+        data.save_dataset(ds, out)
+    print(f"wrote {out}")
+
+
 # -- figures ------------------------------------------------------------------------------------
 
 
@@ -356,6 +379,10 @@ def _cmd_score(args) -> None:
     )
 
 
+def _cmd_cifar10(args) -> None:
+    cifar10(args.archive, args.out, args.tracking)
+
+
 def register(ucd_sub, figures=None) -> None:
     """Add the DBM commands under ``tapmachine ucd`` (and the figures under ``figure``)."""
     from tapmachine.stages.ucd import _positive_int
@@ -389,6 +416,11 @@ def register(ucd_sub, figures=None) -> None:
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_score)
+    a = ucd_sub.add_parser("cifar10", help="binary CIFAR-10 from the official archive (md5 first)")
+    a.add_argument("--archive", required=True, help="cifar-10-python.tar.gz")
+    a.add_argument("--out", required=True)
+    a.add_argument("--tracking", default=None)
+    a.set_defaults(func=_cmd_cifar10)
     if figures is None:
         return
     for fig, help_text in (

@@ -19,7 +19,9 @@ for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
     if _name == "binary_cifar10":
         continue
     if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
-        raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
+        raise ValueError(
+            f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}"
+        )
 if "ucd_lmi" not in UCD_DBM["models"]:
     raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
 
@@ -29,7 +31,9 @@ def ucd_dbm_spec(wildcards):
     if wildcards.dataset == UCD_ABLATION_DATASET:
         models.update(UCD_DBM["ablation"])
     if wildcards.model not in models:
-        raise ValueError(f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}")
+        raise ValueError(
+            f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}"
+        )
     return json.dumps(models[wildcards.model], sort_keys=True)
 
 
@@ -45,7 +49,9 @@ def ucd_dbm_mem_mb(wildcards):
 UCD_TABLE1 = [(d, m) for d in UCD_DATASETS for m in UCD_DBM["models"]]
 UCD_TABLE2 = [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
 UCD_ALL_MODELS = sorted(set(UCD_TABLE1) | set(UCD_TABLE2))
-UCD_FIG_MODELS = [(d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]]
+UCD_FIG_MODELS = [
+    (d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]
+]
 
 
 rule ucd_cifar10:
@@ -54,12 +60,12 @@ rule ucd_cifar10:
         tracking=TRACKING,
     output:
         npz=f"{RESULTS}/data/binary_cifar10.npz",
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/ucd/cifar10.log",
     benchmark:
         "benchmarks/ucd/cifar10.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=4000,
@@ -76,23 +82,23 @@ rule ucd_train_dbm:
     output:
         model=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/model.pt",
         steps=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/steps.csv",
+    log:
+        "logs/ucd/dbm/train_{dataset}_{model}.log",
+    benchmark:
+        "benchmarks/ucd/dbm/train_{dataset}_{model}.tsv"
     wildcard_constraints:
         dataset="|".join(sorted(set(UCD_DATASETS) | {UCD_ABLATION_DATASET})),
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=ucd_dbm_mem_mb,
+        runtime=60,
     params:
         spec=ucd_dbm_spec,
         outdir=lambda w: ucd_dbm_dir(w.dataset, w.model),
         n_train=UCD_DBM["n_train"],
         seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
-    log:
-        "logs/ucd/dbm/train_{dataset}_{model}.log",
-    benchmark:
-        "benchmarks/ucd/dbm/train_{dataset}_{model}.tsv"
-    threads: 1
-    resources:
-        mem_mb=ucd_dbm_mem_mb,
-        runtime=60,
     shell:
         "tapmachine ucd train-dbm --model {wildcards.model} --spec {params.spec:q} "
         "--data {input.data} --out-dir {params.outdir} --n-train {params.n_train} "
@@ -105,19 +111,19 @@ rule ucd_classifier:
         tracking=TRACKING,
     output:
         classifier=f"{RESULTS}/ucd/classifier/{{dataset}}.pt",
-    params:
-        settings=json.dumps(UCD_DBM["classifier"], sort_keys=True),
-        seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/ucd/classifier_{dataset}.log",
     benchmark:
         "benchmarks/ucd/classifier_{dataset}.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=3000,
         runtime=30,
+    params:
+        settings=json.dumps(UCD_DBM["classifier"], sort_keys=True),
+        seed=config["seed"],
     shell:
         "tapmachine ucd classifier --data {input.data} --out {output.classifier} "
         "--settings {params.settings:q} --seed {params.seed} --threads {threads} "
@@ -132,20 +138,20 @@ rule ucd_score:
         tracking=TRACKING,
     output:
         score=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/score.json",
-    params:
-        samples=UCD_DBM["fid_samples"],
-        ll_images=UCD_DBM["ll_images"],
-        seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/ucd/dbm/score_{dataset}_{model}.log",
     benchmark:
         "benchmarks/ucd/dbm/score_{dataset}_{model}.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=3000,
         runtime=30,
+    params:
+        samples=UCD_DBM["fid_samples"],
+        ll_images=UCD_DBM["ll_images"],
+        seed=config["seed"],
     shell:
         "tapmachine ucd score --model {input.model} --classifier {input.classifier} "
         "--data {input.data} --out {output.score} --samples {params.samples} "
@@ -159,18 +165,18 @@ rule draw_ucd_samples:
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_samples"),
-    params:
-        seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/ucd_samples.log",
     benchmark:
         "benchmarks/figures/ucd_samples.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        seed=config["seed"],
     shell:
         "tapmachine figure ucd_samples --models {input.models} --seed {params.seed} "
         "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
@@ -184,18 +190,18 @@ rule draw_ucd_completion:
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_completion"),
-    params:
-        seed=config["seed"],
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/ucd_completion.log",
     benchmark:
         "benchmarks/figures/ucd_completion.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        seed=config["seed"],
     shell:
         "tapmachine figure ucd_completion --models {input.models} --data {input.data} "
         "--seed {params.seed} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
@@ -208,12 +214,12 @@ rule draw_ucd_table1:
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_table1"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/ucd_table1.log",
     benchmark:
         "benchmarks/figures/ucd_table1.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=1000,
@@ -229,12 +235,12 @@ rule draw_ucd_table2:
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_table2"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/ucd_table2.log",
     benchmark:
         "benchmarks/figures/ucd_table2.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=1000,

@@ -26,6 +26,19 @@ from tapmachine.figures.common import table as make_table
 __all__ = ["samples", "completion", "table1", "table2"]
 
 FID_LABEL = "classifier FID (small MLP features; not Inception FID)"
+PAPER_SIZES = (6272, 6272, 6272)
+
+
+def _size_note(blob) -> str:
+    """'784-200-200, 200 steps (reduced; paper size: paper.yaml)' for titles."""
+    W = blob["machine"]["weights"]
+    sizes = (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
+    text = "-".join(str(n) for n in sizes)
+    if blob.get("steps"):
+        text += f", {blob['steps']} steps"
+    if sizes != PAPER_SIZES:
+        text += " (reduced; paper size: paper.yaml)"
+    return text
 
 
 def _load(path):
@@ -41,8 +54,15 @@ def _load(path):
 
 
 def _grid(images, shape, cols):
+    """Images as one grid; 8-bit expansions ((H, 8 W) bits, MSB first) shown as grey levels."""
     from tapmachine.stages.ucd_dbm import _image_grid
 
+    images = np.asarray(images)
+    h, w = shape
+    if w % 8 == 0 and w // 8 == h:  # the bits8 layout of the data stage: 8 bits per pixel
+        weights = 2.0 ** np.arange(7, -1, -1) / 255.0
+        images = images.reshape(len(images), h * (w // 8), 8) @ weights
+        shape = (h, w // 8)
     return _image_grid(images, shape, cols)
 
 
@@ -71,7 +91,9 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
         x, T = generate.sample(machine, n, g)
         images = dbm.to_unit_interval(machine, x).cpu().numpy()
         ax.imshow(_grid(images, blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(f"{blob['dataset']}\n{blob['name']} ({blob['method']})", fontsize=8)
+        ax.set_title(
+            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}", fontsize=7
+        )
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -123,7 +145,7 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         base = (mean_fill[mask][None, :] != truth[:, mask]).double().mean(1)
         rows = torch.stack([masked, filled, truth], 1).reshape(3 * n, -1)
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(f"{info.name}\nmasked | completed | truth", fontsize=8)
+        ax.set_title(f"{info.name}, {_size_note(blob)}\nmasked | completed | truth", fontsize=7)
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -212,7 +234,9 @@ def table1(score_paths) -> FigureResult:
             )
         )
     cols = ["dataset", "model", "method", "classifier_fid", "classifier_accuracy", "tap_ll"]
-    fig = _table_figure(df, cols, f"DBMs: {FID_LABEL}; TAP log-likelihood per unit (App. E)")
+    fig = _table_figure(
+        df, cols, f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E)"
+    )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})
 

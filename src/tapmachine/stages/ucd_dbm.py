@@ -179,6 +179,7 @@ def train_dbm(
             "method": settings.method,
             "history": history,
             "seconds": seconds,
+            "steps": len(steps),
             "tau_hist": tau_hist,
             "mlflow_run_id": run.run_id,
             "substitute": ds.provenance.get("substitute"),

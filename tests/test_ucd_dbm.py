@@ -158,3 +158,71 @@ def test_cifar10_archive_is_verified_by_md5_before_opening(tmp_path):
     assert x_train.shape == (100, 3072) and x_test.shape == (20, 3072)
     b = cifar.binarise(x_train)
     assert set(np.unique(b)) <= {0, 1} and np.array_equal(b, x_train >= 128)
+
+
+def test_centered_step_is_the_centered_coordinate_update():
+    """Montavon & Mueller: a step (dW_c, dc) on the centered parameters, mapped back to the
+    plain machine, equals the plain step ``_centered`` returns (closed form, eq. in the module)."""
+    g = torch.Generator().manual_seed(3)
+    sizes = [5, 4, 3]
+    W = [
+        torch.randn(a, b, generator=g, dtype=torch.float64)
+        for a, b in zip(sizes, sizes[1:], strict=False)
+    ]
+    a = [torch.randn(n, generator=g, dtype=torch.float64) for n in sizes]
+    mu = [torch.rand(n, generator=g, dtype=torch.float64) for n in sizes]
+    pos = [torch.rand(7, n, generator=g, dtype=torch.float64) for n in sizes]
+    neg = [(torch.rand(9, n, generator=g, dtype=torch.float64) < 0.5).double() for n in sizes]
+    db = [p.mean(0) - q.mean(0) for p, q in zip(pos, neg, strict=True)]
+    plain = dbm._centered({"weights": [None, None], "priors": [{"U": d} for d in db]}, pos, neg, mu)
+
+    def centered_bias(W, a):  # c_l = a_l + W_l mu_{l+1} + W_{l-1}^T mu_{l-1}
+        c = [x.clone() for x in a]
+        for l in range(len(W)):
+            c[l] += W[l] @ mu[l + 1]
+            c[l + 1] += W[l].T @ mu[l]
+        return c
+
+    def plain_bias(W, c):
+        out = [x.clone() for x in c]
+        for l in range(len(W)):
+            out[l] -= W[l] @ mu[l + 1]
+            out[l + 1] -= W[l].T @ mu[l]
+        return out
+
+    lr = 0.1
+    dWc = [
+        (p0 - m0).T @ (p1 - m1) / 7 - (n0 - m0).T @ (n1 - m1) / 9
+        for p0, p1, n0, n1, m0, m1 in zip(pos, pos[1:], neg, neg[1:], mu, mu[1:], strict=False)
+    ]
+    c = centered_bias(W, a)
+    W_new = [w + lr * d for w, d in zip(W, dWc, strict=True)]
+    a_new = plain_bias(W_new, [x + lr * d for x, d in zip(c, db, strict=True)])
+    for l in range(2):
+        torch.testing.assert_close(W[l] + lr * plain["weights"][l], W_new[l])
+    for l in range(3):
+        torch.testing.assert_close(a[l] + lr * plain["priors"][l]["U"], a_new[l])
+
+
+def test_on_step_receives_the_ucd_metrics():
+    g = training.seeded_generator(0, "test", "on_step")
+    machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
+    x = dbm.data_for(machine, _data(g)[:60])
+    settings = training.TrainSettings(
+        epochs=1,
+        batch_size=20,
+        learning_rate=0.05,
+        momentum=0.0,
+        l2=0.0,
+        method="ucd_lmi",
+        evaluate=False,
+    )
+    seen = []
+    training.train(
+        machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m))
+    )
+    assert [s for s, _ in seen] == [1, 2, 3]
+    for _, m in seen:
+        for key in ("tau_mean", "T_mean", "corrected_fraction", "start_energy_gap", "grad_norm"):
+            assert key in m and m[key] == m[key]  # present and not NaN
+        assert m["tau_mean"] >= 1 and m["T_mean"] >= 1 and 0 <= m["corrected_fraction"] <= 1

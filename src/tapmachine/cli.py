@@ -380,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
     from tapmachine.stages.ucd import UCDError
+    from tapmachine.stages.ucd_dbm import UCDDBMError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         HarvestError,
         FigureError,
         UCDError,
+        UCDDBMError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

@@ -45,6 +45,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -58,4 +59,3 @@ rule all:
         rules.ucd_completion.input,
         rules.ucd_table1.input,
         rules.ucd_table2.input,
-    default_target: True

@@ -4,17 +4,17 @@
 rule tracking_init:
     output:
         manifest=TRACKING,
-    params:
-        store=lambda w, output: Path(output.manifest).parent,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/tracking_init.log",
     benchmark:
         "benchmarks/tracking_init.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
+    params:
+        store=lambda w, output: Path(output.manifest).parent,
     shell:
         "tapmachine tracking-init --store {params.store} --manifest {output.manifest} > {log} 2>&1"

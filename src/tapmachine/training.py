@@ -333,6 +333,12 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
+    # The DBM switches at their defaults leave the fingerprint of an RBM run as it was before
+    # they existed, so its checkpoints still resume.
+    if fields["ucd"] is None:
+        fields.pop("ucd")
+    if fields["evaluate"]:
+        fields.pop("evaluate")
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
     h.update(repr(sorted(fields.items())).encode())
@@ -409,7 +415,11 @@ def train(
             machine = ckpt.machine(machine.device, machine.dtype)
             velocity = [v.to(machine.device) for v in ckpt.velocity]
             generator.set_state(ckpt.generator)
-            if ckpt.chains is not None:
+            if ckpt.dbm_state is not None:
+                from tapmachine.ucd import dbm
+
+                chains = dbm.DBMState.from_dict(ckpt.dbm_state, machine.device)
+            elif ckpt.chains is not None:
                 chains = contrastive.PersistentChains(ckpt.chains.to(machine.device))
             history = ckpt.history
             start = ckpt.epoch + 1
@@ -461,7 +471,8 @@ def train(
                 generator=generator.get_state(),
                 fingerprint=fingerprint,
                 settings=dataclasses.asdict(settings),
-                chains=None if chains is None else chains.visible.cpu(),
+                chains=chains.visible.cpu() if settings.method == "pcd" else None,
+                dbm_state=chains.to_dict() if settings.method in _DBM_METHODS else None,
             ).save(ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:
             on_epoch(epoch, metrics, machine)

@@ -154,6 +154,31 @@ class DBMState:
     metrics: dict = dataclasses.field(default_factory=dict)
     tau_hist: Tensor | None = None
 
+    def to_dict(self) -> dict:
+        """The state carried between steps (method, chains, offsets, tau counts) as plain CPU
+        tensors, for a checkpoint that loads with ``torch.load(weights_only=True)``."""
+        return {
+            "method": self.method,
+            "chains": None if self.chains is None else [c.cpu() for c in self.chains],
+            "offsets": None if self.offsets is None else [o.cpu() for o in self.offsets],
+            "tau_hist": None if self.tau_hist is None else self.tau_hist.cpu(),
+        }
+
+    @classmethod
+    def from_dict(cls, blob: dict, device="cpu") -> DBMState:
+        """Inverse of ``to_dict`` (tensors moved to ``device``)."""
+
+        def move(xs):
+            return None if xs is None else [x.to(device) for x in xs]
+
+        tau_hist = blob.get("tau_hist")
+        return cls(
+            str(blob["method"]),
+            move(blob.get("chains")),
+            move(blob.get("offsets")),
+            tau_hist=tau_hist,
+        )
+
 
 def init_state(
     machine: BoltzmannMachine,

@@ -42,28 +42,48 @@ def _size_note(blob) -> str:
 
 
 def _load(path):
-    import torch
-
-    from tapmachine import training
+    """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine."""
+    from tapmachine.modelfile import ModelFile, ModelFileError
 
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-    except FileNotFoundError:
-        raise FigureError(f"{path} not found: run `tapmachine ucd train-dbm` first") from None
-    return blob, training.machine_from_state(blob["machine"])
+        model = ModelFile.load(path)
+    except ModelFileError as err:
+        raise FigureError(f"{err} (`tapmachine ucd train-dbm`)") from None
+    blob = {
+        "name": model.name,
+        "dataset": model.dataset,
+        "spec": model.spec,
+        "substitute": model.substitute,
+        "mlflow_run_id": model.mlflow_run_id,
+        "machine": model.machine_state,
+        **model.extras,
+    }
+    return blob, model.machine()
+
+
+def image_grid(images, shape, cols: int):
+    """(n, H*W) in [0, 1] -> one (rows*H, cols*W) array with 1-pixel gaps."""
+    n = images.shape[0]
+    h, w = shape
+    rows = -(-n // cols)
+    tiles = np.ones((rows * cols, h + 1, w + 1))
+    tiles[:n, :h, :w] = np.asarray(images, dtype=float).reshape(n, h, w)
+    return (
+        tiles.reshape(rows, cols, h + 1, w + 1)
+        .transpose(0, 2, 1, 3)
+        .reshape(rows * (h + 1), cols * (w + 1))
+    )
 
 
 def _grid(images, shape, cols):
     """Images as one grid; 8-bit expansions ((H, 8 W) bits, MSB first) shown as grey levels."""
-    from tapmachine.stages.ucd_dbm import _image_grid
-
     images = np.asarray(images)
     h, w = shape
     if w % 8 == 0 and w // 8 == h:  # the bits8 layout of the data stage: 8 bits per pixel
         weights = 2.0 ** np.arange(7, -1, -1) / 255.0
         images = images.reshape(len(images), h * (w // 8), 8) @ weights
         shape = (h, w // 8)
-    return _image_grid(images, shape, cols)
+    return image_grid(images, shape, cols)
 
 
 def _info(blob) -> ModelInfo:

@@ -149,37 +149,8 @@ def _cmd_steps(args) -> None:
     print(f"wrote {args.out}")
 
 
-def _cmd_fig1(args) -> None:
-    from tapmachine.figures import common, ucd_fig1
-
-    result = ucd_fig1.make(args.steps)
-    paths = common.save(result, args.png, args.pdf, args.csv)
-    common.track(args.tracking, "ucd_fig1", result, paths)
-    _track_figure(args.tracking, result, paths)
-    claims = result.table[result.table["kind"] == "claim"]
-    print(claims[["claim", "model", "value", "detail"]].to_string(index=False))
-    print(f"wrote {', '.join(str(p) for p in paths)}")
-
-
-def _track_figure(manifest, result, paths) -> None:
-    """The figure's numeric claims and files, also as run ``fig1`` in experiment ``ucd``."""
-    from tapmachine import tracking
-    from tapmachine.figures.common import _metric_key
-
-    claims = result.table[result.table["kind"] == "claim"]
-    metrics = {}
-    for _, row in claims.iterrows():
-        value = float(row["value"])
-        if math.isfinite(value):
-            metrics[_metric_key(f"{row['claim']}.{row['model']}")] = value
-    with tracking.start_run(manifest, "ucd", "fig1", params=result.params) as run:
-        run.log_metrics(metrics)
-        for p in paths:
-            run.log_artifact(p)
-
-
-def register(subparsers, figures=None) -> None:
-    """Add ``tapmachine ucd ...`` (and ``tapmachine figure ucd_fig1`` under ``figures``)."""
+def register(subparsers) -> None:
+    """Add ``tapmachine ucd ...`` (the UCD figures are in ``stages.figures.FIGURES``)."""
     from tapmachine.ucd import METHODS
 
     s = subparsers.add_parser("ucd", help="UCD-LMI (second paper): coupling studies")
@@ -202,12 +173,4 @@ def register(subparsers, figures=None) -> None:
     st.set_defaults(func=_cmd_steps)
     from tapmachine.stages import ucd_dbm
 
-    ucd_dbm.register(sub, figures)
-    if figures is not None:
-        f = figures.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
-        f.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
-        f.add_argument("--png", required=True)
-        f.add_argument("--pdf", required=True)
-        f.add_argument("--csv", required=True)
-        f.add_argument("--tracking", default=None)
-        f.set_defaults(func=_cmd_fig1)
+    ucd_dbm.register(sub)

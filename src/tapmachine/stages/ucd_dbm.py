@@ -11,7 +11,8 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   (``tapmachine.fid``), test accuracy logged and written.
 - ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
   states) against the test set, and by the TAP log-likelihood (first paper, App. E) of test images.
-- ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2``.
+- ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2`` are registered by
+  ``stages.figures`` (table ``FIGURES``).
 """
 
 from __future__ import annotations
@@ -69,23 +70,10 @@ def _settings(spec: dict):
     return TrainSettings(**plain, ucd=dict(spec.get("ucd") or {}), evaluate=False), options
 
 
-def _image_grid(images, shape, cols: int):
-    """(n, H*W) in [0, 1] -> one (rows*H, cols*W) array with 1-pixel gaps."""
-    import numpy as np
-
-    n = images.shape[0]
-    h, w = shape
-    rows = -(-n // cols)
-    out = np.ones((rows * (h + 1), cols * (w + 1)))
-    for i in range(n):
-        r, c = divmod(i, cols)
-        out[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = images[i].reshape(h, w)
-    return out
-
-
 def _epoch_image(machine, x01, shape, generator, path):
     """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
     from tapmachine.figures.common import new_figure
+    from tapmachine.figures.ucd_dbm import image_grid
     from tapmachine.files import atomic_write
     from tapmachine.ucd import Target, dbm, generate, local_search
 
@@ -100,7 +88,7 @@ def _epoch_image(machine, x01, shape, generator, path):
         (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
         (axes[1], torch_cat(x01[:16], dbm.to_unit_interval(machine, recon)), "data | recon.", 8),
     ):
-        ax.imshow(_image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
+        ax.imshow(image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
         ax.set_title(title, fontsize=8)
         ax.axis("off")
     atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
@@ -124,8 +112,9 @@ def train_dbm(
 ):
     """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``."""
 
-    from tapmachine import tracking, training
+    from tapmachine import modelfile, tracking, training
     from tapmachine.files import write_csv
+    from tapmachine.modelfile import ModelFile
     from tapmachine.ucd import dbm
 
     settings, options = _settings(spec)
@@ -165,26 +154,35 @@ def train_dbm(
 
         t0 = time.perf_counter()
         machine, history = training.train(
-            machine, x, settings, generator, on_epoch=on_epoch, on_step=on_step, progress=progress
+            machine,
+            x,
+            settings,
+            generator,
+            checkpoint_dir=modelfile.checkpoint_dir(outdir),
+            on_epoch=on_epoch,
+            on_step=on_step,
+            progress=progress,
         )
         seconds = time.perf_counter() - t0
         tau_hist = _tau_histogram(steps)
         write_csv(steps, outdir / "steps.csv")
-        blob = {
-            "machine": training.machine_state(machine),
-            "name": name,
-            "dataset": ds.name,
+        extras = {
             "image_shape": list(ds.image_shape),
-            "spec": spec,
             "method": settings.method,
-            "history": history,
             "seconds": seconds,
-            "steps": len(steps),
+            "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
             "tau_hist": tau_hist,
-            "mlflow_run_id": run.run_id,
-            "substitute": ds.provenance.get("substitute"),
         }
-        training._save_atomic(blob, outdir / "model.pt")
+        ModelFile.from_machine(
+            machine,
+            name,
+            spec=spec,
+            history=history,
+            dataset=ds.name,
+            substitute=ds.provenance.get("substitute"),
+            mlflow_run_id=run.run_id,
+            extras=extras,
+        ).save(modelfile.model_path(outdir))
         run.log_metrics({"train_seconds_total": seconds})
         run.log_artifact(outdir / "steps.csv")
     print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
@@ -209,6 +207,7 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     import torch
 
     from tapmachine import data, fid, tracking, training
+    from tapmachine.files import atomic_write
 
     ds = data.load_dataset(data_path)
     cs = dict(settings)
@@ -227,7 +226,7 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
         acc = fid.accuracy(net, ds.x_test, ds.y_test)
         run.log_metrics({"test_accuracy": acc})
         blob = {"state": net.state_dict(), "config": net.config, "test_accuracy": acc}
-        training._save_atomic(blob, Path(out))
+        atomic_write(Path(out), lambda fh: torch.save(blob, fh))
         run.log_artifact(out)
     print(f"classifier on {ds.name}: test accuracy {acc:.4f}")
     return acc
@@ -238,7 +237,7 @@ def load_classifier(path):
 
     from tapmachine import fid
 
-    blob = torch.load(path, map_location="cpu", weights_only=False)
+    blob = torch.load(path, map_location="cpu", weights_only=True)
     net = fid.Classifier(**blob["config"])
     net.load_state_dict(blob["state"])
     net.eval()
@@ -247,13 +246,14 @@ def load_classifier(path):
 
 def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, manifest=None):
     """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood of test images."""
-    import torch
 
     from tapmachine import fid, tracking, training
+    from tapmachine.modelfile import ModelFile
     from tapmachine.ucd import dbm, generate
 
-    blob = torch.load(model_path, map_location="cpu", weights_only=False)
-    machine = training.machine_from_state(blob["machine"])
+    model = ModelFile.load(model_path)
+    blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
+    machine = model.machine()
     ds, _, x_test = _load_binary(data_path)
     net, acc = load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
@@ -320,32 +320,6 @@ def cifar10(archive, out, manifest=None) -> None:
     print(f"wrote {out}")
 
 
-# -- figures ------------------------------------------------------------------------------------
-
-
-def _cmd_figure(args) -> None:
-    from tapmachine.figures import common, ucd_dbm
-
-    make = {
-        "ucd_samples": lambda: ucd_dbm.samples(args.models, args.seed),
-        "ucd_completion": lambda: ucd_dbm.completion(args.models, args.data, args.seed),
-        "ucd_table1": lambda: ucd_dbm.table1(args.scores),
-        "ucd_table2": lambda: ucd_dbm.table2(args.scores),
-    }[args.figure]
-    result = make()
-    paths = common.save(result, args.png, args.pdf, args.csv)
-    common.track(args.tracking, args.figure, result, paths)
-    from tapmachine import tracking
-
-    with tracking.start_run(args.tracking, "ucd", args.figure, params=result.params) as run:
-        for p in paths:
-            run.log_artifact(p)
-    claims = result.table[result.table["kind"] == "claim"]
-    if len(claims):
-        print(claims[["claim", "model", "value", "detail"]].to_string(index=False))
-    print(f"wrote {', '.join(str(p) for p in paths)}")
-
-
 def _cmd_train(args) -> None:
     import torch
 
@@ -384,8 +358,8 @@ def _cmd_cifar10(args) -> None:
     cifar10(args.archive, args.out, args.tracking)
 
 
-def register(ucd_sub, figures=None) -> None:
-    """Add the DBM commands under ``tapmachine ucd`` (and the figures under ``figure``)."""
+def register(ucd_sub) -> None:
+    """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``)."""
     from tapmachine.stages.ucd import _positive_int
 
     t = ucd_sub.add_parser("train-dbm", help="train one DBM (UCD-LMI, PCD or centered PCD)")
@@ -422,24 +396,3 @@ def register(ucd_sub, figures=None) -> None:
     a.add_argument("--out", required=True)
     a.add_argument("--tracking", default=None)
     a.set_defaults(func=_cmd_cifar10)
-    if figures is None:
-        return
-    for fig, help_text in (
-        ("ucd_samples", "second paper, Fig. 2: samples by local search, UCD-LMI vs PCD"),
-        ("ucd_completion", "second paper, Fig. 3: lower halves completed by local search"),
-        ("ucd_table1", "second paper, Table 1 (classifier FID, not Inception) + TAP LL"),
-        ("ucd_table2", "second paper, Table 2: ablation (classifier FID, not Inception)"),
-    ):
-        f = figures.add_parser(fig, help=help_text)
-        if fig in ("ucd_samples", "ucd_completion"):
-            f.add_argument("--models", nargs="+", required=True, help="model.pt files")
-        if fig == "ucd_completion":
-            f.add_argument("--data", nargs="+", required=True, help="dataset .npz per model")
-        if fig in ("ucd_table1", "ucd_table2"):
-            f.add_argument("--scores", nargs="+", required=True, help="score JSONs")
-        f.add_argument("--seed", type=int, default=0)
-        f.add_argument("--png", required=True)
-        f.add_argument("--pdf", required=True)
-        f.add_argument("--csv", required=True)
-        f.add_argument("--tracking", default=None)
-        f.set_defaults(func=_cmd_figure, figure=fig)

@@ -123,9 +123,7 @@ for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
     if _name == "binary_cifar10":
         continue
     if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
-        raise ValueError(
-            f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}"
-        )
+        raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
 if "ucd_lmi" not in UCD_DBM["models"]:
     raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
 
@@ -135,9 +133,7 @@ def ucd_dbm_spec(wildcards):
     if wildcards.dataset == UCD_ABLATION_DATASET:
         models.update(UCD_DBM["ablation"])
     if wildcards.model not in models:
-        raise ValueError(
-            f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}"
-        )
+        raise ValueError(f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}")
     return json.dumps(models[wildcards.model], sort_keys=True)
 
 

@@ -10,8 +10,19 @@ rule ucd_coupling_steps:
         tracking=TRACKING,
     output:
         steps=f"{RESULTS}/ucd/fig1/{{method}}.csv",
+    log:
+        "logs/ucd/fig1_{method}.log",
+    benchmark:
+        "benchmarks/ucd/fig1_{method}.tsv"
     wildcard_constraints:
         method="|".join(UCD_FIG1["methods"]),
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        # minutes: the capped Gibbs points dominate (about 3e6 chain-steps a minute on one core)
+        runtime=30 + UCD_FIG1["cap"] * UCD_FIG1["reps"] * len(UCD_FIG1["dims"]) // 3_000_000,
     params:
         dims=" ".join(str(d) for d in UCD_FIG1["dims"]),
         settings=(
@@ -20,18 +31,6 @@ rule ucd_coupling_steps:
             f"--bias {UCD_FIG1['bias']} --gain {UCD_FIG1['gain']}"
         ),
         device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
-    log:
-        "logs/ucd/fig1_{method}.log",
-    benchmark:
-        "benchmarks/ucd/fig1_{method}.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        # minutes: the capped Gibbs points dominate (about 3e6 chain-steps a minute on one core)
-        runtime=30
-        + UCD_FIG1["cap"] * UCD_FIG1["reps"] * len(UCD_FIG1["dims"]) // 3_000_000,
     shell:
         "tapmachine ucd steps --method {wildcards.method} --dims {params.dims} "
         "{params.settings} {params.device} --threads {threads} --out {output.steps} "
@@ -44,12 +43,12 @@ rule draw_ucd_fig1:
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_fig1"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/ucd_fig1.log",
     benchmark:
         "benchmarks/figures/ucd_fig1.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,

@@ -63,6 +63,11 @@ def _train(method: str, seed: int, steps: int = 300):
 
 
 def test_ucd_lmi_raises_exact_likelihood_and_beats_pcd():
+    """UCD-LMI raises the exact log-likelihood (enumeration) of a 5-3-2 DBM by more than 0.5 nats
+    on every seed. Against PCD the claim is weaker and the test says so: the MEAN margin
+    (UCD-LMI minus PCD, exact log-likelihood per image) over 4 seeds exceeds 0.2 nats and
+    UCD-LMI is ahead on at least 3 of the 4 seeds, not on all of them (one seed is a tie:
+    measured margins 0.335, -0.008, 0.425, 0.527 at 300 steps)."""
     margins = []
     for seed in range(4):
         start, ucd_end = _train("ucd_lmi", seed)
@@ -226,3 +231,42 @@ def test_on_step_receives_the_ucd_metrics():
         for key in ("tau_mean", "T_mean", "corrected_fraction", "start_energy_gap", "grad_norm"):
             assert key in m and m[key] == m[key]  # present and not NaN
         assert m["tau_mean"] >= 1 and m["T_mean"] >= 1 and 0 <= m["corrected_fraction"] <= 1
+
+
+@pytest.mark.parametrize("method", ["ucd_lmi", "centered_pcd"])
+def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, method):
+    """Training 3 epochs in one go and training 1 epoch, stopping, then asking for 3 from the
+    same checkpoint folder give bitwise equal machines (checkpoints: machine, momentum,
+    generator, the DBM state's chains and offsets; loaded with weights_only=True)."""
+    from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+
+    def run(epochs, folder):
+        g = training.seeded_generator(0, "test", "resume")
+        machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
+        x = dbm.data_for(machine, _data(g)[:100])
+        settings = training.TrainSettings(
+            epochs=epochs,
+            batch_size=20,
+            learning_rate=0.05,
+            momentum=0.5,
+            l2=0.0,
+            method=method,
+            evaluate=False,
+        )
+        return training.train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
+
+    whole, _ = run(3, tmp_path / "whole")
+    run(1, tmp_path / "cut")
+    assert checkpoint_epochs(tmp_path / "cut") == [1]
+    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").dbm_state
+    assert state is not None and state["method"] == method
+    if method == "centered_pcd":
+        assert state["chains"] is not None and state["offsets"] is not None
+    resumed, history = run(3, tmp_path / "cut")
+    assert [row["epoch"] for row in history] == [1, 2, 3]
+    for a, b in zip(whole.weights, resumed.weights, strict=True):
+        assert torch.equal(a, b)
+    for pa, pb in zip(whole.priors, resumed.priors, strict=True):
+        for key, value in pa.params().items():
+            assert torch.equal(value, pb.params()[key])
+    assert not torch.equal(whole.weights[0], run(1, tmp_path / "other")[0].weights[0])

@@ -132,6 +132,8 @@ def train_dbm(
     generator = training.seeded_generator(seed, "ucd_dbm", label, "train")
     machine = dbm.build_dbm([x_all.shape[1], *hidden], generator, options, settings.weight_init_std)
     x = dbm.data_for(machine, x_all)
+    # Rows of steps.csv written before an interruption: kept below the first step run now.
+    earlier = _read_steps(outdir / "steps.csv")
     steps: list[dict] = []
     params = {"model": name, "dataset": ds.name, "seed": seed, "n_train": int(x.shape[0])}
     params.update(spec)
@@ -150,6 +152,7 @@ def train_dbm(
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
             _epoch_image(m, x_all, ds.image_shape, img_gen, png)
+            write_csv(_merged(earlier, steps), outdir / "steps.csv")
             run.log_artifact(png, "epochs")
 
         t0 = time.perf_counter()
@@ -164,6 +167,7 @@ def train_dbm(
             progress=progress,
         )
         seconds = time.perf_counter() - t0
+        steps = _merged(earlier, steps)
         tau_hist = _tau_histogram(steps)
         write_csv(steps, outdir / "steps.csv")
         extras = {
@@ -187,6 +191,23 @@ def train_dbm(
         run.log_artifact(outdir / "steps.csv")
     print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
     return machine
+
+
+def _read_steps(path: Path) -> list[dict]:
+    """The rows of an earlier steps.csv (numbers as floats, ``step`` as int); [] if none."""
+    import csv
+
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        rows = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
+    return [{**row, "step": int(row["step"])} for row in rows if "step" in row]
+
+
+def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:
+    """Earlier rows before the first new step, then the new rows (a resumed run's full record)."""
+    first = new[0]["step"] if new else math.inf
+    return [row for row in earlier if row["step"] < first] + new
 
 
 def _tau_histogram(steps: list[dict]) -> dict:

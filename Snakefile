@@ -25,6 +25,7 @@ include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/ucd.smk"
 include: "workflow/rules/ucd_dbm.smk"
+include: "workflow/rules/denoise.smk"
 
 
 localrules:
@@ -42,6 +43,10 @@ localrules:
     ucd_completion,
     ucd_table1,
     ucd_table2,
+    fig8,
+    fig9,
+    fig_denoise_real,
+    denoise,
 
 
 rule all:
@@ -59,3 +64,4 @@ rule all:
         rules.ucd_completion.input,
         rules.ucd_table1.input,
         rules.ucd_table2.input,
+        rules.denoise.input,

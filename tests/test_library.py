@@ -17,6 +17,7 @@ LIBRARY = [
     "harvest",
     "likelihood",
     "embed",
+    "denoise",
     "modelfile",
     "data",
     "configuration",
@@ -40,6 +41,9 @@ LIBRARY = [
     "fid",
     "figures.ucd_fig1",
     "figures.ucd_dbm",
+    "figures.fig8",
+    "figures.fig9",
+    "figures.fig_denoise_real",
 ]
 
 SCRIPT = textwrap.dedent(

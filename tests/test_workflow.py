@@ -36,7 +36,15 @@ TINY = {
             "epochs": 2,
             "batch_size": 50,
             "eval": {"n_samples": 100},
-        }
+        },
+        "tiny_real": {
+            "dataset": "real_faces",
+            "visible": {"prior": "truncated_gauss_bernoulli", "lower": 0.0, "upper": 1.0},
+            "hidden": [{"prior": "bernoulli", "units": 8}],
+            "epochs": 1,
+            "batch_size": 20,
+            "eval": {"n_samples": 20},
+        },
     },
     "harvest": {"tiny": {"epochs": [1, 2], "n_init": 60}},
     "figures": {
@@ -88,7 +96,24 @@ TINY = {
             },
         },
     },
+    "denoise": {
+        "fig8": {
+            "models": {"tap_tiny": "tiny"},
+            "ps": [0.0, 0.1, 0.3, 0.5],
+            "n_images": 40,
+            "n_reference": 500,
+            "max_iter": 200,
+        },
+        "fig9": {"image": 1, "ps": [0.1, 0.3]},
+        "real": {
+            "model": "tiny_real",
+            "sigmas": [0.2, 0.5],
+            "n_images": 10,
+            "max_iter": 100,
+        },
+    },
 }
+DENOISE_FIGURES = ["fig8", "fig9", "fig_denoise_real"]
 UCD_FIGURES = ["ucd_samples", "ucd_completion", "ucd_table1", "ucd_table2"]
 FIGURES = [
     "fig3",
@@ -100,6 +125,7 @@ FIGURES = [
     "likelihood_table",
     "ucd_fig1",
     *UCD_FIGURES,
+    *DENOISE_FIGURES,
 ]
 #: The classifier of the classifier FID on 5,000 binary-MNIST images, 2 epochs: at least this
 #: test accuracy (measured 0.815 here; 0.944 with the default 20,000 images and 3 epochs).
@@ -173,7 +199,9 @@ def test_training_outputs_and_tracking(finished_run):
     assert all(r.info.status == "FINISHED" for r in data_runs)
     mnist_run = next(r for r in data_runs if r.info.run_name == "mnist")
     assert "montage" in str([a.path for a in client.list_artifacts(mnist_run.info.run_id)])
-    (train_run,) = client.search_runs([experiments["train"]])
+    train_runs = client.search_runs([experiments["train"]])
+    assert sorted(r.info.run_name for r in train_runs) == sorted(TINY["models"])
+    (train_run,) = [r for r in train_runs if r.info.run_name == "tiny"]
     history = client.get_metric_history(train_run.info.run_id, "tap_ll")
     assert sorted(m.step for m in history) == [1, 2]
     assert (
@@ -208,7 +236,7 @@ def test_harvest_and_every_figure(finished_run):
         + [f"score_binary_mnist_{m}" for m in dbms]
         + ["classifier_binary_mnist"]
     )
-    (train_run,) = client.search_runs([experiments["train"]])
+    (train_run,) = client.search_runs([experiments["train"]], "attributes.run_name = 'tiny'")
     steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
     assert sorted(m.step for m in steps) == [1, 2]
 
@@ -235,6 +263,44 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
         assert score["classifier_accuracy"] == blob["test_accuracy"]
     table = pd.read_csv(results / "figures" / "ucd_table1.csv")
     assert sorted(table.loc[table["kind"] == "drawn", "model"]) == ["pcd", "ucd_lmi"]
+
+
+def test_denoise_figures_and_runs(finished_run):
+    import mlflow
+    import pandas as pd
+
+    results = finished_run / "results"
+    fig8 = pd.read_csv(results / "figures" / "fig8.csv")
+    curves = fig8[fig8["kind"] != "claim"]
+    assert {"method", "p", "mcc", "mcc_se"} <= set(fig8.columns)
+    assert sorted(curves["method"].unique()) == ["1nn", "ope", "tap_tiny"]
+    for _, curve in curves.groupby("method"):
+        assert sorted(curve["p"]) == TINY["denoise"]["fig8"]["ps"]
+    assert curves["mcc"].between(-1, 1).all() and (curves["mcc_se"] >= 0).all()
+    # p = 0: the OPE and the TAP denoiser return the observation, the clean image (MCC 1).
+    clean = curves[(curves["p"] == 0) & curves["method"].isin(["ope", "tap_tiny"])]
+    np.testing.assert_allclose(clean["mcc"], 1.0)
+    with np.load(results / "denoise" / "tiny" / "denoise_bsc.npz") as npz:
+        assert npz["mcc"].shape == (4, TINY["denoise"]["fig8"]["n_images"])
+    real = pd.read_csv(results / "figures" / "fig_denoise_real.csv")
+    assert (real["kind"] == "claim").any()
+    client = mlflow.MlflowClient(f"sqlite:///{results}/mlflow/mlflow.db")
+    experiments = {e.name: e.experiment_id for e in client.search_experiments()}
+    runs = client.search_runs([experiments["denoise"]])
+    # One run per denoised model (TAP on the BSC, TAP on the Gaussian channel) and the baselines.
+    assert sorted(r.info.run_name for r in runs) == [
+        "baselines-bsc",
+        "tiny-bsc",
+        "tiny_real-gaussian",
+    ]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    tap_run = next(r for r in runs if r.info.run_name == "tiny-bsc")
+    history = client.get_metric_history(tap_run.info.run_id, "mcc")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    figures = [a.path for a in client.list_artifacts(tap_run.info.run_id, "figures")]
+    assert sorted(Path(f).name for f in figures) == sorted(
+        f"{fig}.{ext}" for fig in ("fig8", "fig9") for ext in ("png", "pdf", "csv")
+    )
 
 
 def test_rerun_is_a_no_op(finished_run):

@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tapmachine.stages import data, figures, harvest, likelihood, tracking, train, ucd
+    from tapmachine.stages import data, denoise, figures, harvest, likelihood, tracking, train, ucd
 
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -25,11 +25,13 @@ def _parser() -> argparse.ArgumentParser:
     likelihood.register(sub)
     figures.register(sub)
     ucd.register(sub)
+    denoise.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from tapmachine.data import DataError
+    from tapmachine.denoise import DenoiseError
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
     from tapmachine.modelfile import ModelFileError
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         ModelFileError,
         UCDError,
         UCDDBMError,
+        DenoiseError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

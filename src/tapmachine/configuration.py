@@ -70,7 +70,35 @@ def validate(config: dict, schema_file: str | Path) -> dict:
             )
     _check_likelihood(config)
     _check_harvest_and_figures(config)
+    _check_denoise(config)
     return config
+
+
+def _check_denoise(config: dict) -> None:
+    """denoise.*: the TAP denoisers and the real-valued model exist, the BSC ones have Bernoulli
+    visible units, and Fig. 9 shows only p of Fig. 8's grid."""
+    section, models = config.get("denoise"), config["models"]
+    if not section:
+        return
+    for label, name in section["fig8"]["models"].items():
+        if name not in models:
+            raise ConfigError(
+                f"config error at denoise.fig8.models.{label}: {name!r} is not a model of `models`"
+            )
+        if models[name]["visible"]["prior"] != "bernoulli":
+            raise ConfigError(
+                f"config error at denoise.fig8.models.{label}: {name!r} needs bernoulli visible "
+                "units for the binary symmetric channel"
+            )
+    name = section["real"]["model"]
+    if name is not None and name not in models:
+        raise ConfigError(
+            f"config error at denoise.real.model: {name!r} is not a model of `models`"
+        )
+    grid = section["fig8"]["ps"]
+    for p in section["fig9"]["ps"] or []:
+        if p not in grid:
+            raise ConfigError(f"config error at denoise.fig9.ps: {p} is not in denoise.fig8.ps")
 
 
 def _check_likelihood(config: dict) -> None:

@@ -152,6 +152,7 @@ def solve(
     clamp: Tensor | bool | None = None,
     a_hidden: Sequence[Tensor] | None = None,
     c_hidden: Sequence[Tensor] | None = None,
+    visible_tilt: tuple[Tensor, Tensor] | None = None,
 ) -> TAPState:
     """Iterate the TAP equations from K initialisations at once (Alg. 1; App. E for L > 1).
 
@@ -196,6 +197,15 @@ def solve(
         Initial hidden means (default: the prior means f_a(0, 0)) and variances (default 0).
         For an RBM the first hidden update only reads a_hidden through the Onsager term,
         which vanishes when c_visible = 0.
+    visible_tilt : (A_ext, B_ext), each of shape (K, N_0) or (N_0,), optional
+        A single-site tilt exp(-A_ext x^2 / 2 + B_ext x) of each visible unit, one per row: an
+        external field (a likelihood over the visible units, e.g. a noisy channel, Sec. VII.4).
+        It is added to the visible layer's fields at every update, A_0 += A_ext and
+        B_0 += B_ext, so the visible moments are f_a(B_0 + B_ext, A_0 + A_ext): the TAP
+        equations of the machine whose visible prior is P_0(x) exp(-A_ext x^2 / 2 + B_ext x)
+        (eq. 47 for the binary symmetric channel). Single-site terms carry no Onsager
+        correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. Either may be
+        None (no such term). The state's visible A, B include the tilt. Ignored when clamped.
 
     Returns
     -------
@@ -217,6 +227,11 @@ def solve(
     if a_visible.dim() != 2 or a_visible.shape[1] != sizes[0]:
         raise ValueError(f"a_visible must have shape (K, {sizes[0]}), got {tuple(a_visible.shape)}")
     K = a_visible.shape[0]
+    tilt = None
+    if visible_tilt is not None and not clamped:
+        tilt = [
+            None if t is None else _as_rows(t, K, sizes[0], dtype, device) for t in visible_tilt
+        ]
     if isinstance(a_hidden, Tensor):
         a_hidden = [a_hidden]
     if isinstance(c_hidden, Tensor):
@@ -266,6 +281,10 @@ def solve(
             step = torch.zeros(a[0].shape[0], dtype=dtype, device=device)
             for l in order:
                 A[l], B[l] = _layer_fields(l, a, c, weights, neg_squares)
+                if l == 0 and tilt is not None:
+                    for field, extra in zip((A[0], B[0]), tilt, strict=True):
+                        if extra is not None:
+                            field.add_(extra)
                 a_new, c_new = priors[l].moments(B[l], A[l])
                 # a <- a + (1 - damping) (f_a - a); the squared step is taken from the same
                 # difference (one pass fewer than lerp, subtract, square, sum).
@@ -301,6 +320,8 @@ def solve(
                     active = active[pending]
                     a, c = [x[pending] for x in a], [x[pending] for x in c]
                     A, B = [x[pending] for x in A], [x[pending] for x in B]
+                    if tilt is not None:
+                        tilt = [None if x is None else x[pending] for x in tilt]
                     pending = torch.ones(n_left, dtype=torch.bool, device=device)
 
     return TAPState(*out, iterations, converged, clamped=clamped)

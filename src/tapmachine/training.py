@@ -76,6 +76,7 @@ class TrainSettings:
     ucd: dict | None = None
     #: Run the per-epoch TAP evaluation (off where a DBM run is scored elsewhere).
     evaluate: bool = True
+    train_noise: dict | None = None
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
@@ -192,6 +193,8 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
     if settings.method == "tap":
         K = settings.n_solutions or x.shape[0]
         init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
+        if settings.train_noise:
+            init = noisy_initialisations(machine, init, settings.train_noise, generator)
         states = tap.solve(
             machine,
             init,
@@ -210,6 +213,44 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
     if settings.method == "cd":
         return contrastive.cd_gradients(machine, x, settings.sampling_steps, generator)
     return contrastive.pcd_gradients(machine, x, chains, settings.sampling_steps, generator)
+
+
+def noisy_initialisations(
+    machine: BoltzmannMachine, init: Tensor, noise: dict, generator: torch.Generator
+) -> Tensor:
+    """TAP initialisations with the first ``fraction`` of the rows flipped at rate ``p``.
+
+    Beyond the paper: the remedy Sec. VII.4.1 suggests for the spurious TAP solutions near noisy
+    images (``train_noise: {fraction, p}``). The batch is already shuffled, so its first
+    round(fraction K) rows are a random subset; each of their bits flips independently with
+    probability p (binary symmetric channel, eq. 43: x -> 1 - x for {0, 1} units, x -> -x for
+    spins), from the training generator. The data term of the gradient keeps the clean batch.
+    """
+    n_noisy = int(round(float(noise["fraction"]) * init.shape[0]))
+    if n_noisy == 0 or float(noise["p"]) == 0.0:
+        return init
+    check_train_noise(machine, noise)
+    rows = init[:n_noisy]
+    u = torch.rand(rows.shape, generator=generator, device=generator.device, dtype=rows.dtype)
+    flips = u.to(rows.device) < float(noise["p"])
+    flipped = -rows if isinstance(machine.visible, Spin) else 1.0 - rows
+    return torch.cat([torch.where(flips, flipped, rows), init[n_noisy:]], 0)
+
+
+def check_train_noise(machine: BoltzmannMachine, noise: dict | None) -> None:
+    """``train_noise`` needs binary visible units and fraction in [0, 1], p in [0, 0.5]."""
+    if not noise:
+        return
+    if not isinstance(machine.visible, Bernoulli | Spin):
+        raise TrainingError(
+            f"train_noise flips bits: the visible prior must be bernoulli or spin, "
+            f"got {type(machine.visible).__name__}"
+        )
+    fraction, p = noise.get("fraction"), noise.get("p")
+    if fraction is None or not 0.0 <= float(fraction) <= 1.0:
+        raise TrainingError(f"train_noise.fraction = {fraction} must be in [0, 1]")
+    if p is None or not 0.0 <= float(p) <= 0.5:
+        raise TrainingError(f"train_noise.p = {p} must be in [0, 0.5]")
 
 
 _RHO_RANGE = (1e-6, 1.0 - 1e-6)
@@ -341,6 +382,9 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
         fields.pop("evaluate")
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
+    if not fields.get("train_noise"):
+        # Without noise the run is the one before train_noise existed: its checkpoints resume.
+        fields.pop("train_noise", None)
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())
@@ -375,6 +419,7 @@ def train(
     """
     from tqdm import tqdm
 
+    check_train_noise(machine, settings.train_noise)
     if x_eval is None:
         x_eval = x_train[: settings.eval_samples]
     velocity = [torch.zeros_like(W) for W in machine.weights]
@@ -514,6 +559,7 @@ def train_from_spec(
     x_train = x_all.to(device)
     generator = seeded_generator(seed, name, "train")
     machine = build_machine(spec, x_train, settings.weight_init_std, generator)
+    check_train_noise(machine, settings.train_noise)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     params = {

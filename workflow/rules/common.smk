@@ -152,3 +152,25 @@ UCD_ALL_MODELS = sorted(set(UCD_TABLE1) | set(UCD_TABLE2))
 UCD_FIG_MODELS = [
     (d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]
 ]
+# Denoising (denoise.smk).
+DENOISE = config["denoise"]
+DENOISE_TAP = DENOISE["fig8"]["models"]  # method label -> model
+DENOISE_REAL_MODEL = DENOISE["real"]["model"]
+_BSC_KEYS = ("ps", "n_images", "n_reference", "k", "tol", "max_iter", "damping")
+DENOISE_BSC_SETTINGS = json.dumps(
+    {**{k: DENOISE["fig8"][k] for k in _BSC_KEYS}, "fig9_image": DENOISE["fig9"]["image"]},
+    sort_keys=True,
+)
+DENOISE_REAL_SETTINGS = json.dumps(
+    {k: v for k, v in DENOISE["real"].items() if k != "model"}, sort_keys=True
+)
+DENOISE_BSC_DATA = (
+    config["models"][next(iter(DENOISE_TAP.values()))]["dataset"] if DENOISE_TAP else None
+)
+
+
+def denoise_bsc_file(model, ext="npz"):
+    return f"{RESULTS}/denoise/{model}/denoise_bsc.{ext}"
+
+
+DENOISE_BASELINES = f"{RESULTS}/denoise/baselines/bsc.npz"

@@ -65,6 +65,19 @@ def _ucd_table2(m, a):
 
 #: figure name -> call of its module's make with the parsed arguments; the module is
 #: tapmachine.figures.<name> unless MODULES names another.
+def _fig8(m, a):
+    return m.make(a.tap, a.baselines, a.model_files, a.labels)
+
+
+def _fig9(m, a):
+    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels)
+
+
+def _fig_denoise_real(m, a):
+    return m.make(a.results, a.model_file)
+
+
+#: figure name -> (module under tapmachine.figures, call of its make with the parsed arguments)
 FIGURES = {
     "fig3": _fig3,
     "fig4": _fig4,
@@ -78,6 +91,9 @@ FIGURES = {
     "ucd_completion": _ucd_completion,
     "ucd_table1": _ucd_table1,
     "ucd_table2": _ucd_table2,
+    "fig8": _fig8,  # parsers in stages.denoise
+    "fig9": _fig9,
+    "fig_denoise_real": _fig_denoise_real,
 }
 
 #: figures drawn by a module of another name (the DBM figures of the second paper share one)

@@ -1,0 +1,190 @@
+# Denoising with trained machines as priors (first paper, Sec. VII.4): the binary symmetric
+# channel on binary-MNIST test digits (Figs. 8-9: OPE, 1-NN and one TAP denoiser per RBM, all p
+# of one model in one batched solve) and, beyond the paper, a Gaussian channel on real-valued
+# MNIST (fig_denoise_real). Results land in results/denoise/, figures in results/figures/; each
+# denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`
+# (cross-key checks in tapmachine.configuration; settings and paths in common.smk).
+
+
+rule denoise_bsc:
+    input:
+        model=f"{RESULTS}/models/{{model}}/model.pt",
+        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        tracking=TRACKING,
+    output:
+        csv=f"{RESULTS}/denoise/{{model}}/denoise_bsc.csv",
+        npz=f"{RESULTS}/denoise/{{model}}/denoise_bsc.npz",
+    log:
+        "logs/denoise/bsc_{model}.log",
+    benchmark:
+        "benchmarks/denoise/bsc_{model}.tsv"
+    wildcard_constraints:
+        model="|".join(DENOISE_TAP.values()) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        settings=DENOISE_BSC_SETTINGS,
+        device=DEVICE_ARGS,
+    shell:
+        "tapmachine denoise bsc --model-file {input.model} --data {input.data} "
+        "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
+        "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule denoise_baselines:
+    input:
+        data=dataset_file(DENOISE_BSC_DATA) if DENOISE_BSC_DATA else [],
+        tracking=TRACKING,
+    output:
+        csv=f"{RESULTS}/denoise/baselines/bsc.csv",
+        npz=DENOISE_BASELINES,
+    log:
+        "logs/denoise/baselines.log",
+    benchmark:
+        "benchmarks/denoise/baselines.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        settings=DENOISE_BSC_SETTINGS,
+        device=DEVICE_ARGS,
+    shell:
+        "tapmachine denoise baselines --data {input.data} --settings {params.settings:q} "
+        "--out-csv {output.csv} --out-npz {output.npz} {params.device} --threads {threads} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule denoise_real:
+    input:
+        model=f"{RESULTS}/models/{{model}}/model.pt",
+        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        tracking=TRACKING,
+    output:
+        csv=f"{RESULTS}/denoise/{{model}}/denoise_real.csv",
+        npz=f"{RESULTS}/denoise/{{model}}/denoise_real.npz",
+    log:
+        "logs/denoise/real_{model}.log",
+    benchmark:
+        "benchmarks/denoise/real_{model}.tsv"
+    wildcard_constraints:
+        model=DENOISE_REAL_MODEL or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        settings=DENOISE_REAL_SETTINGS,
+        device=DEVICE_ARGS,
+    shell:
+        "tapmachine denoise real --model-file {input.model} --data {input.data} "
+        "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
+        "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_fig8:
+    input:
+        tap=[denoise_bsc_file(m) for m in DENOISE_TAP.values()],
+        models=model_files(DENOISE_TAP.values()),
+        baselines=DENOISE_BASELINES,
+        tracking=TRACKING,
+    output:
+        **figure_outputs("fig8"),
+    log:
+        "logs/figures/fig8.log",
+    benchmark:
+        "benchmarks/figures/fig8.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        labels=" ".join(DENOISE_TAP),
+    shell:
+        "tapmachine figure fig8 --tap {input.tap} --labels {params.labels} "
+        "--model-files {input.models} --baselines {input.baselines} "
+        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_fig9:
+    input:
+        tap=[denoise_bsc_file(m) for m in DENOISE_TAP.values()],
+        models=model_files(DENOISE_TAP.values()),
+        baselines=DENOISE_BASELINES,
+        tracking=TRACKING,
+    output:
+        **figure_outputs("fig9"),
+    log:
+        "logs/figures/fig9.log",
+    benchmark:
+        "benchmarks/figures/fig9.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        labels=" ".join(DENOISE_TAP),
+        ps=option_list("--ps", DENOISE["fig9"]["ps"]),
+    shell:
+        "tapmachine figure fig9 --tap {input.tap} --labels {params.labels} "
+        "--model-files {input.models} --baselines {input.baselines} {params.ps} "
+        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule draw_fig_denoise_real:
+    input:
+        results=f"{RESULTS}/denoise/{DENOISE_REAL_MODEL}/denoise_real.npz",
+        model=f"{RESULTS}/models/{DENOISE_REAL_MODEL}/model.pt",
+        tracking=TRACKING,
+    output:
+        **figure_outputs("fig_denoise_real"),
+    log:
+        "logs/figures/fig_denoise_real.log",
+    benchmark:
+        "benchmarks/figures/fig_denoise_real.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "tapmachine figure fig_denoise_real --results {input.results} --model-file {input.model} "
+        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--tracking {input.tracking} > {log} 2>&1"
+
+
+rule fig8:
+    input:
+        rules.draw_fig8.output if DENOISE_TAP else [],
+
+
+rule fig9:
+    input:
+        rules.draw_fig9.output if DENOISE_TAP else [],
+
+
+rule fig_denoise_real:
+    input:
+        rules.draw_fig_denoise_real.output if DENOISE_REAL_MODEL else [],
+
+
+rule denoise:
+    input:
+        rules.fig8.input,
+        rules.fig9.input,
+        rules.fig_denoise_real.input,

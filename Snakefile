@@ -23,6 +23,8 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/ucd.smk"
+include: "workflow/rules/ucd_dbm.smk"
 include: "workflow/rules/denoise.smk"
 include: "workflow/rules/dbm.smk"
 
@@ -36,6 +38,12 @@ localrules:
     likelihood_table,
     harvest,
     figures,
+    ucd_fig1,
+    ucd_train,
+    ucd_samples,
+    ucd_completion,
+    ucd_table1,
+    ucd_table2,
     fig8,
     fig9,
     fig_denoise_real,
@@ -53,6 +61,12 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
+        rules.ucd_fig1.input,
+        rules.ucd_train.input,
+        rules.ucd_samples.input,
+        rules.ucd_completion.input,
+        rules.ucd_table1.input,
+        rules.ucd_table2.input,
         rules.denoise.input,
         rules.fig10.input,
         rules.fig11.input,

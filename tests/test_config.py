@@ -138,6 +138,21 @@ def mutate(config, path, value):
             {"start": 1e-5, "end": 1e-2},
             "models.rmnist_h100.learning_rate: end 0.01 exceeds start",
         ),
+        (
+            ["ucd", "dbm", "models", "ucd_lmi", "method"],
+            "ucd",
+            "ucd.dbm.models.ucd_lmi.method: 'ucd' is not one of",
+        ),
+        (
+            ["ucd", "dbm", "ablation", "no_centering", "ucd", "centering"],
+            "no",
+            "ucd.dbm.ablation.no_centering.ucd.centering: 'no' is not of type 'boolean'",
+        ),
+        (
+            ["ucd", "dbm", "fid_samples"],
+            1,
+            "ucd.dbm.fid_samples: 1 is less than the minimum of 2",
+        ),
     ],
 )
 def test_bad_configs_name_key_and_value(default, path, value, expected):

@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         likelihood,
         tracking,
         train,
+        ucd,
     )
 
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     harvest.register(sub)
     likelihood.register(sub)
     figures.register(sub)
+    ucd.register(sub)
     denoise.register(sub)
     deep.register(sub)
     return p
@@ -46,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.modelfile import ModelFileError
     from tapmachine.stages.common import UsageError
     from tapmachine.stages.deep import DeepStageError
+    from tapmachine.stages.ucd import UCDError
+    from tapmachine.stages.ucd_dbm import UCDDBMError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         HarvestError,
         FigureError,
         ModelFileError,
+        UCDError,
+        UCDDBMError,
         DenoiseError,
         DeepStageError,
         FileNotFoundError,

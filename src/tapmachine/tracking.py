@@ -34,7 +34,7 @@ __all__ = [
     "ui_link",
 ]
 
-EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise")
+EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise", "ucd")
 
 _ENV = "MLFLOW_TRACKING_URI"
 

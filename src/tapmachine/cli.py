@@ -23,7 +23,7 @@ class UsageError(Exception):
 def _cmd_tracking_init(args) -> None:
     from tapmachine import tracking
 
-    info = tracking.init_store(args.store, args.manifest)
+    info = tracking.init_store(args.store, args.manifest, best_effort=True)
     print(f"tracking store {info['tracking_uri']}; experiments {info['experiments']}")
 
 

@@ -25,9 +25,22 @@ include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
 
 
+onstart:
+    tracking_onstart()
+
+
+onsuccess:
+    tracking_onend(True)
+
+
+onerror:
+    tracking_onend(False)
+
+
 localrules:
     all,
     tracking_init,
+    fetch_dataset,
     data,
     train,
     fig12,

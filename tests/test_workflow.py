@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from tapmachine.tracking import STAGE_RUNS
+
 ROOT = Path(__file__).resolve().parents[1]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 
@@ -119,7 +121,7 @@ def test_training_outputs_and_tracking(finished_run):
     import mlflow
     import pandas as pd
 
-    model_dir = finished_run / "results" / "models" / "tiny"
+    model_dir = finished_run / "results" / "default" / "models" / "tiny"
     metrics = pd.read_csv(model_dir / "metrics.csv")
     assert metrics["epoch"].tolist() == [1, 2]
     assert np.isfinite(metrics["tap_ll"]).all()
@@ -129,14 +131,14 @@ def test_training_outputs_and_tracking(finished_run):
     ]
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
-    data_runs = client.search_runs([experiments["data"]])
+    data_runs = client.search_runs([experiments["data"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in data_runs) == sorted(
         ["mnist", "fashion_mnist", "faces", *TINY["data"]["derived"]]
     )
     assert all(r.info.status == "FINISHED" for r in data_runs)
     mnist_run = next(r for r in data_runs if r.info.run_name == "mnist")
     assert "montage" in str([a.path for a in client.list_artifacts(mnist_run.info.run_id)])
-    (train_run,) = client.search_runs([experiments["train"]])
+    (train_run,) = client.search_runs([experiments["train"]], STAGE_RUNS)
     history = client.get_metric_history(train_run.info.run_id, "tap_ll")
     assert sorted(m.step for m in history) == [1, 2]
     assert (
@@ -148,7 +150,7 @@ def test_harvest_and_every_figure(finished_run):
     import mlflow
     import pandas as pd
 
-    results = finished_run / "results"
+    results = finished_run / "results" / "default"
     for epoch in (1, 2):
         with np.load(results / "solutions" / "tiny" / f"epoch_{epoch}.npz") as npz:
             assert npz["converged"].shape == (60,)
@@ -157,13 +159,13 @@ def test_harvest_and_every_figure(finished_run):
             assert (results / "figures" / f"{fig}.{ext}").stat().st_size > 0, (fig, ext)
         table = pd.read_csv(results / "figures" / f"{fig}.csv")
         assert (table["kind"] == "claim").any(), fig
-    client = mlflow.MlflowClient(f"sqlite:///{results}/mlflow/mlflow.db")
+    client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
-    figure_runs = client.search_runs([experiments["figures"]])
+    figure_runs = client.search_runs([experiments["figures"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in figure_runs) == sorted(FIGURES)
     assert all(r.info.status == "FINISHED" for r in figure_runs)
-    assert len(client.search_runs([experiments["harvest"]])) == 2
-    (train_run,) = client.search_runs([experiments["train"]])
+    assert len(client.search_runs([experiments["harvest"]], STAGE_RUNS)) == 2
+    (train_run,) = client.search_runs([experiments["train"]], STAGE_RUNS)
     steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
     assert sorted(m.step for m in steps) == [1, 2]
 

@@ -270,6 +270,9 @@ def _parser() -> argparse.ArgumentParser:
         f.add_argument("--tracking", default=None)
         f.set_defaults(func=_cmd_figure)
     _add_likelihood_parsers(sub, figs)
+    from tapmachine.stages import track
+
+    track.register(sub)
     return p
 
 
@@ -376,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.data import DataError
     from tapmachine.figures.common import FigureError
     from tapmachine.harvest import HarvestError
+    from tapmachine.stages.track import TrackError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -387,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainingError,
         HarvestError,
         FigureError,
+        TrackError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

@@ -53,6 +53,7 @@ __all__ = [
     "open_invocation",
     "close_invocation",
     "disabled_reason",
+    "STAGE_RUNS",
 ]
 
 EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks")
@@ -66,6 +67,10 @@ HTTP_LIMITS = {
     "MLFLOW_HTTP_REQUEST_MAX_BACKOFF": "2",
 }
 PROBE_TIMEOUT_S = 5.0
+#: Tag telling stage runs ("stage") from the parent run of an invocation ("invocation"); search
+#: with ``STAGE_RUNS`` as ``filter_string`` to leave the parents out.
+KIND_TAG = "tapmachine.kind"
+STAGE_RUNS = "tags.`tapmachine.kind` = 'stage'"
 #: Environment variables the Snakefile sets for every job.
 ENV_PARENT_RUNS = "TAPMACHINE_PARENT_RUNS"
 ENV_RUN_NAME = "TAPMACHINE_RUN_NAME"
@@ -359,7 +364,11 @@ def start_run(
             uri = os.environ.get(_ENV) or info["tracking_uri"]
             uri, exp_id = experiment_id(manifest, experiment)
             client = _client(uri)
-            all_tags = {"mlflow.runName": run_name, "tapmachine.stage": experiment}
+            all_tags = {
+                "mlflow.runName": run_name,
+                "tapmachine.stage": experiment,
+                KIND_TAG: "stage",
+            }
             all_tags.update(standard_tags())
             parent = parent_run_id or _parent_from_env(experiment)
             if parent:
@@ -424,7 +433,7 @@ def open_invocation(
         info = init_store(store_dir, manifest)
         uri = info["tracking_uri"]
         client = _client(uri)
-        tags = {"mlflow.runName": name, "tapmachine.invocation": "true", **standard_tags()}
+        tags = {"mlflow.runName": name, KIND_TAG: "invocation", **standard_tags()}
         parents = {
             exp: client.create_run(exp_id, run_name=name, tags=tags).info.run_id
             for exp, exp_id in info["experiments"].items()

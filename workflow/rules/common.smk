@@ -6,13 +6,18 @@ from tapmachine.configuration import RAW_DATASETS, validate
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
-RESULTS = "results"
-TRACKING = f"{config['tracking']['store']}/experiments.json"
+# Results per config (`run: {name: ...}`): every output under results/{name}/, datasets shared.
+RUN_NAME = config["run"]["name"]
+RESULTS = f"results/{RUN_NAME}"
+DATA = "results/data"
+# The store manifest is an ancient() input: re-creating the store reruns nothing.
+TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
+TRACKING = ancient(TRACKING_FILE)
 DEVICE_ARGS = f"--device {config['device']} --dtype {config['dtype']} --seed {config['seed']}"
 
 
 def dataset_file(name):
-    return f"{RESULTS}/data/{name}.npz"
+    return f"{DATA}/{name}.npz"
 
 
 def fetch_source_args(wildcards):

@@ -25,16 +25,18 @@ include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
 
 
+# One MLflow parent run per experiment for this invocation; at the end a short summary (what was
+# made and where, failures, how to browse the runs). tapmachine.stages.track.
 onstart:
-    tracking_onstart()
+    _track_stage.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
 
 
 onsuccess:
-    tracking_onend(True)
+    _track_stage.invocation_end(True, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 onerror:
-    tracking_onend(False)
+    _track_stage.invocation_end(False, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 localrules:

@@ -421,7 +421,8 @@ def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
 def open_invocation(
     store_dir: str | os.PathLike, manifest: str | os.PathLike, name: str
 ) -> dict[str, str]:
-    """Make the store, then one parent run per experiment for this ``snakemake`` invocation.
+    """One parent run per experiment for this ``snakemake`` invocation (the store is made first
+    unless ``manifest`` already describes it).
 
     Returns {experiment: parent run id} and exports it as ``$TAPMACHINE_PARENT_RUNS`` so that
     every job started afterwards (locally or through SLURM, which passes the environment on)
@@ -430,8 +431,9 @@ def open_invocation(
     uri = None
     try:
         uri = default_tracking_uri(store_dir)
-        info = init_store(store_dir, manifest)
-        uri = info["tracking_uri"]
+        info = json.loads(Path(manifest).read_text()) if Path(manifest).exists() else {}
+        if "error" in info or info.get("tracking_uri") != uri or not info.get("experiments"):
+            info = init_store(store_dir, manifest)
         client = _client(uri)
         tags = {"mlflow.runName": name, KIND_TAG: "invocation", **standard_tags()}
         parents = {

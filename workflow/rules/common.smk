@@ -13,6 +13,8 @@ DATA = "results/data"
 # The store manifest is an ancient() input: re-creating the store reruns nothing.
 TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
 TRACKING = ancient(TRACKING_FILE)
+# Rules that run on the device ask the cluster for a GPU when the config says cuda.
+GPUS = 1 if config["device"].startswith("cuda") else 0
 DEVICE_ARGS = f"--device {config['device']} --dtype {config['dtype']} --seed {config['seed']}"
 
 

@@ -29,6 +29,7 @@ rule harvest_solutions:
     resources:
         mem_mb=3000,
         runtime=60,
+        gpu=GPUS,
     shell:
         "tapmachine harvest --model-file {input.model} --checkpoint {params.checkpoint} "
         "--epoch {wildcards.epoch} --data {input.data} {params.settings} {params.device} "

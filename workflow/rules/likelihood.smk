@@ -42,6 +42,7 @@ rule score_epochs:
     resources:
         mem_mb=4000,
         runtime=240,
+        gpu=GPUS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--epochs {params.epochs} --settings {params.settings:q} --out {output.scores} "
@@ -71,6 +72,7 @@ rule score_final:
     resources:
         mem_mb=4000,
         runtime=120,
+        gpu=GPUS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--settings {params.settings:q} --out {output.scores} "

@@ -25,7 +25,8 @@ rule train_model:
     threads: 2
     resources:
         mem_mb=train_mem_mb,
-        runtime=240,
+        runtime=lambda w, attempt: 240 * attempt,  # resumed attempts get more time
+        gpu=GPUS,
     shell:
         "tapmachine train --model {wildcards.model} --spec {params.spec:q} --data {input.data} "
         "--outdir {params.outdir} {params.device} --threads {threads} "

@@ -11,6 +11,8 @@ nothing; replayed runs carry ``tapmachine.replayed = true``.
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +22,15 @@ import numpy as np
 
 from tapmachine import tracking
 
-__all__ = ["TrackError", "Item", "items", "replay", "register"]
+__all__ = [
+    "TrackError",
+    "Item",
+    "items",
+    "replay",
+    "register",
+    "invocation_start",
+    "invocation_end",
+]
 
 
 class TrackError(Exception):
@@ -166,6 +176,50 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
         counts["replayed"] += 1
         print(f"replayed {label}")
     return counts
+
+
+def invocation_start(store, manifest, run_name: str) -> dict[str, str]:
+    """Snakefile ``onstart``: the parent runs of this invocation (``tracking.open_invocation``)."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    name = f"snakemake {run_name} {stamp}"
+    parents = tracking.open_invocation(store, manifest, name)
+    if parents:
+        print(f"tapmachine: MLflow parent runs '{name}' opened in {', '.join(sorted(parents))}")
+    return parents
+
+
+def invocation_end(ok: bool, store, manifest, results, data="results/data") -> str:
+    """Snakefile ``onsuccess``/``onerror``: close the parent runs, print a short summary (what was
+    made and where, failures, the ``mlflow ui`` command and the link to the runs table)."""
+    tracking.close_invocation(manifest, "FINISHED" if ok else "FAILED")
+    uri = tracking.default_tracking_uri(store)
+    results = Path(results)
+    figures = sorted(results.glob("figures/*.png"))
+    models = sorted(p.parent.name for p in results.glob("models/*/model.pt"))
+    lines = [
+        "",
+        "tapmachine summary: "
+        + ("success" if ok else "FAILED (the failing jobs and their logs are named above)"),
+        f"  results in {results}/ (datasets in {data}/), logs in logs/, timings in benchmarks/",
+        f"  models ({len(models)}): {', '.join(models) or 'none yet'}",
+        f"  figures ({len(figures)}): {', '.join(p.name for p in figures) or 'none yet'}",
+    ]
+    base = uri
+    if uri.startswith("sqlite:"):
+        lines.append(f"  browse the runs: mlflow ui --backend-store-uri {uri} --port 5000")
+        base = "http://127.0.0.1:5000"
+    try:
+        exp = json.loads(Path(manifest).read_text())["experiments"].get("train")
+    except (OSError, ValueError, KeyError):
+        exp = None
+    if exp:
+        lines.append(f"  training runs table: {tracking.ui_link(base, exp)}")
+    lines.append(
+        f"  runs missing in MLflow? replay the files: tapmachine track --results {results}"
+    )
+    text = "\n".join(lines)
+    print(text)
+    return text
 
 
 def _cmd_track(args) -> None:

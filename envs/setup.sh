@@ -19,7 +19,8 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     pip install "${TAPMACHINE_TORCH:-torch==2.13.0}"
 fi
-pip install -e ".[test]"
+# slurm: the SLURM executor plugin; server: psycopg for an mlflow server on PostgreSQL.
+pip install -e ".[test,slurm,server]"
 
 # The data stage fetches Fashion-MNIST with `apt-get download`, which needs package lists.
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] \

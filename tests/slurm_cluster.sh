@@ -36,6 +36,12 @@ stop_pid() {  # stop one daemon by its PID file: TERM, up to 15 s, then KILL
     kill -9 "$pid" 2>/dev/null || true
 }
 
+wait_pidfile() {  # a daemon writes its PID file some time after it forks: wait up to 15 s
+    for _ in $(seq 30); do [ -s "$1" ] && return 0; sleep 0.5; done
+    log "no PID file $1 after 15 s"
+    return 1
+}
+
 cleanup() {
     local rc=$?
     set +e
@@ -75,6 +81,7 @@ runuser -u munge -- /usr/sbin/munged --socket="$SOCKET" --key-file="$KEY" \
     --pid-file="$STATE/munge/munged.pid" --seed-file="$STATE/munge/seed" \
     --log-file="$STATE/munge/munged.log"
 STARTED+=("$STATE/munge/munged.pid")
+wait_pidfile "$STATE/munge/munged.pid"
 log "munged pid $(cat "$STATE/munge/munged.pid")"
 
 HOST=$(hostname -s)
@@ -128,8 +135,10 @@ CONF
 
 /usr/sbin/slurmctld -f "$SLURM_CONF"
 STARTED+=("$STATE/slurmctld.pid")
+wait_pidfile "$STATE/slurmctld.pid"
 /usr/sbin/slurmd -f "$SLURM_CONF"
 STARTED+=("$STATE/slurmd.pid")
+wait_pidfile "$STATE/slurmd.pid"
 log "slurmctld pid $(cat "$STATE/slurmctld.pid"), slurmd pid $(cat "$STATE/slurmd.pid")"
 
 state=""

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from services import require_root_and, run_bounded
+
 from tapmachine.tracking import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,313 @@
+"""Shared tracking: the tiny DAG (--cores 2) against an `mlflow server` backed by PostgreSQL
+(Debian's postgresql on 127.0.0.1, started here) and against the embedded SQLite store; runs,
+metric points and artifacts are counted per experiment. Then the server is killed mid-run: no
+result file is lost, and `tapmachine track` restores the runs once the server is back."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from services import free_port, require, require_root_and, run_bounded, wait_http
+from tiny_ops import prepare, targets
+
+from tapmachine.tracking import STAGE_RUNS
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.workflow
+EPOCHS = 3
+# What the tiny DAG must leave in the store: FINISHED stage runs per experiment.
+EXPECTED_RUNS = {"data": 1, "train": 1, "harvest": 1, "likelihood": 0, "figures": 1}
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (trust auth), stopped by its PID afterwards."""
+    require_root_and("runuser")
+    pg = _pg_bin()
+    require(pg is not None, "PostgreSQL is not installed (apt-get install postgresql)")
+    base = Path(tempfile.mkdtemp(prefix="tapmachine-pg."))
+    base.chmod(0o755)
+    shutil.chown(base, "postgres", "postgres")
+    data, port = base / "data", free_port()
+
+    def as_postgres(*cmd, timeout=120):
+        return run_bounded(["runuser", "-u", "postgres", "--", *map(str, cmd)], timeout=timeout)
+
+    try:
+        r = as_postgres(pg / "initdb", "-A", "trust", "-U", "postgres", "-D", data)
+        assert r.returncode == 0, r.stdout
+        opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {base}"
+        r = as_postgres(
+            pg / "pg_ctl", "-D", data, "-o", opts, "-l", base / "pg.log", "-w", "-t", "60", "start"
+        )
+        assert r.returncode == 0, r.stdout + (base / "pg.log").read_text()
+        r = as_postgres(pg / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "mlflow")
+        assert r.returncode == 0, r.stdout
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlflow"
+    finally:
+        pid_file = data / "postmaster.pid"
+        if pid_file.exists():
+            pid = int(pid_file.read_text().split()[0])
+            _stop(pid, group=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop(pid: int, group: bool = True, sig=signal.SIGTERM, grace: float = 20) -> None:
+    kill = os.killpg if group else os.kill
+    try:
+        kill(pid, sig)
+    except ProcessLookupError:
+        return
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < grace:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class Server:
+    """`mlflow server` on 127.0.0.1 in its own process group."""
+
+    def __init__(self, backend: str, artifacts: Path, port: int, log: Path):
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend]
+        cmd += ["--artifacts-destination", str(artifacts), "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--workers", "1"]
+        self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.startup_s = wait_http(self.url + "/health", timeout=120, proc=self.proc)
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        _stop(self.proc.pid, sig=sig)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def _snakemake(workdir: Path, uri: str | None, wait: bool = True):
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    env.pop("MLFLOW_TRACKING_URI", None)
+    if uri:
+        env["MLFLOW_TRACKING_URI"] = uri
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+    cmd += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    cmd += ["--cores", "2", *targets("ops", EPOCHS)]
+    if wait:
+        return run_bounded(cmd, timeout=400, env=env)
+    log = open(workdir / "snakemake.log", "w")  # noqa: SIM115 - the caller waits for the process
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+
+
+def _count(uri: str) -> dict:
+    """FINISHED stage runs, metric points and artifacts per experiment, through the client."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    out = {}
+    for exp in client.search_experiments():
+        if exp.name == "Default":
+            continue
+        runs = [
+            r
+            for r in client.search_runs([exp.experiment_id], STAGE_RUNS)
+            if r.info.status == "FINISHED"
+        ]
+        points = sum(
+            len(client.get_metric_history(r.info.run_id, key))
+            for r in runs
+            for key in r.data.metrics
+        )
+        artifacts = sum(len(client.list_artifacts(r.info.run_id)) for r in runs)
+        out[exp.name] = {"runs": len(runs), "points": points, "artifacts": artifacts}
+    return out
+
+
+def _check_counts(counts: dict, workdir: Path) -> None:
+    print({k: v for k, v in counts.items() if v["runs"]})
+    assert {k: v["runs"] for k, v in counts.items() if k in EXPECTED_RUNS} == EXPECTED_RUNS
+    metrics = pd.read_csv(workdir / "results" / "ops" / "models" / "tiny" / "metrics.csv")
+    assert len(metrics) == EPOCHS
+    # every epoch's numbers (one point per column per epoch) at least, plus the harvest summary
+    assert counts["train"]["points"] >= EPOCHS * (len(metrics.columns) - 1)
+    assert counts["figures"]["artifacts"] == 3  # fig3.png, .pdf, .csv
+    assert counts["harvest"]["artifacts"] == 2  # epoch_3.npz, .csv
+
+
+def _outputs_complete(workdir: Path) -> None:
+    for target in targets("ops", EPOCHS):
+        assert (workdir / target).stat().st_size > 0, target
+    assert (workdir / "results" / "ops" / "models" / "tiny" / "model.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def sqlite_run(tmp_path_factory):
+    """The tiny DAG on the embedded SQLite store (shared by the count and the UI tests)."""
+    work = prepare(tmp_path_factory.mktemp("sqlite"), "ops", EPOCHS)
+    result = _snakemake(work, None)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return work, result.stdout
+
+
+def test_embedded_sqlite_store_counts(sqlite_run):
+    work, stdout = sqlite_run
+    assert "tapmachine summary: success" in stdout
+    print(stdout[stdout.index("tapmachine summary") :])
+    _outputs_complete(work)
+    _check_counts(_count(f"sqlite:///{work}/results/mlflow/mlflow.db"), work)
+
+
+def _chromium(url: str, out_dir: Path, shot: Path | None = None) -> str:
+    """The DOM of ``url`` rendered by headless Chromium (and a screenshot if ``shot``)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    base = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
+    base += [f"--user-data-dir={out_dir / 'chromium-profile'}", "--virtual-time-budget=20000"]
+    dom = run_bounded([*base, "--dump-dom", url], timeout=120)
+    assert dom.returncode == 0, dom.stdout[-2000:]
+    if shot is not None:
+        r = run_bounded([*base, f"--screenshot={shot}", url], timeout=120)
+        assert r.returncode == 0 and shot.stat().st_size > 10000, r.stdout[-2000:]
+    return dom.stdout
+
+
+def test_mlflow_ui_in_headless_chromium(sqlite_run):
+    """`mlflow ui` on the store of the tiny run, seen by a browser: the runs table (on its
+    machine-learning view), the model run's metric charts and the figure artifact."""
+    import mlflow
+
+    require(bool(shutil.which("chromium") or shutil.which("chromium-browser")), "no chromium")
+    work, _ = sqlite_run
+    uri = f"sqlite:///{work}/results/mlflow/mlflow.db"
+    client = mlflow.MlflowClient(uri)
+    exps = {e.name: e.experiment_id for e in client.search_experiments()}
+    (train,) = client.search_runs([exps["train"]], STAGE_RUNS)
+    (fig,) = client.search_runs([exps["figures"]], STAGE_RUNS)
+    shots = work / "results" / "ops" / "screenshots"
+    shots.mkdir(parents=True)
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    with open(work / "ui.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        from tapmachine.tracking import ui_link
+
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/health", timeout=180, proc=proc)
+        table = _chromium(ui_link(base, exps["train"]), work, shots / "runs_table.png")
+        assert "Run Name" in table
+        # the invocation's parent run, its nested training run counted with it
+        assert train.data.tags["mlflow.parentRunId"] in table or "snakemake ops" in table
+        assert "<strong>2</strong> matching runs" in table
+        run_url = f"{base}/#/experiments/{exps['train']}/runs/{train.info.run_id}"
+        charts = _chromium(run_url + "/model-metrics", work, shots / "model_metrics.png")
+        assert f"Model metrics ({len(train.data.metrics)})" in charts
+        assert charts.count("js-plotly-plot") >= 3
+        art_url = (
+            f"{base}/#/experiments/{exps['figures']}/runs/{fig.info.run_id}/artifacts/fig3.png"
+        )
+        artifact = _chromium(art_url, work, shots / "fig3_artifact.png")
+        assert '<img alt="fig3.png" src="blob:' in artifact
+        print(f"screenshots in {shots}: {sorted(p.name for p in shots.glob('*.png'))}")
+        keep = ROOT / "results" / "screenshots"
+        keep.mkdir(parents=True, exist_ok=True)
+        for png in shots.glob("*.png"):
+            shutil.copy(png, keep / png.name)
+    finally:
+        _stop(proc.pid)
+
+
+def test_postgres_server_counts(tmp_path, postgres):
+    pytest.importorskip("psycopg")
+    server = Server(postgres, tmp_path / "artifacts", free_port(), tmp_path / "server.log")
+    try:
+        print(f"mlflow server on PostgreSQL answered /health after {server.startup_s:.1f} s")
+        prepare(tmp_path, "ops", EPOCHS)
+        result = _snakemake(tmp_path, server.url)
+        assert result.returncode == 0, result.stdout[-4000:]
+        _outputs_complete(tmp_path)
+        _check_counts(_count(server.url), tmp_path)
+    finally:
+        server.stop()
+
+
+def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, postgres):
+    """The server dies while the DAG runs: the DAG still finishes; tracking in the jobs that
+    met the dead server was disabled after one short try; `tapmachine track` fills the gaps."""
+    pytest.importorskip("psycopg")
+    port = free_port()
+    work = tmp_path / "work"
+    prepare(work, "ops", EPOCHS)
+    server = Server(postgres, tmp_path / "artifacts", port, tmp_path / "server.log")
+    killed_at = None
+    try:
+        proc = _snakemake(work, server.url, wait=False)
+        derived = work / "results" / "data" / "binary_mnist.npz"
+        t0 = time.monotonic()
+        while not derived.exists() and time.monotonic() - t0 < 300 and proc.poll() is None:
+            time.sleep(0.2)
+        assert derived.exists(), (work / "snakemake.log").read_text()[-3000:]
+        server.stop(sig=signal.SIGKILL)  # mid-run: training and the rest have not started
+        killed_at = time.monotonic() - t0
+        try:
+            rc = proc.wait(timeout=400)
+        except subprocess.TimeoutExpired:
+            _stop(proc.pid)
+            pytest.fail("snakemake did not finish within 400 s of the server's death")
+        assert rc == 0, (work / "snakemake.log").read_text()[-4000:]
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+    print(f"server killed {killed_at:.1f} s into the run; the DAG finished without it")
+    _outputs_complete(work)
+    logs = "".join(p.read_text() for p in (work / "logs").rglob("*.log"))
+    assert "tracking disabled for the rest of this job" in logs
+    assert "Traceback" not in logs
+
+    server = Server(postgres, tmp_path / "artifacts", port, tmp_path / "server2.log")
+    try:
+        before = _count(server.url)
+        assert before["train"]["runs"] == 0, before  # training never reached the store
+        env = {**os.environ, "MLFLOW_TRACKING_URI": server.url}
+        track = [sys.executable, "-m", "tapmachine.cli", "track", "--results"]
+        track += [str(work / "results" / "ops"), "--data", str(work / "results" / "data")]
+        track += ["--store", str(work / "results" / "mlflow")]
+        first = run_bounded(track, timeout=300, env=env, cwd=work)
+        assert first.returncode == 0, first.stdout
+        print(first.stdout.strip().splitlines()[-1])
+        second = run_bounded(track, timeout=300, env=env, cwd=work)
+        assert second.returncode == 0, second.stdout
+        print(second.stdout.strip().splitlines()[-1])
+        assert "0 runs replayed" in second.stdout
+        after = _count(server.url)
+        data_runs = {k: v["runs"] for k, v in after.items() if k in EXPECTED_RUNS}
+        # data: the synthetic "mnist" (made by the test, never by a job) plus binary_mnist
+        assert data_runs == {**EXPECTED_RUNS, "data": 2}, after
+        assert after["train"]["points"] >= EPOCHS
+        assert after["figures"]["artifacts"] == 3
+    finally:
+        server.stop()

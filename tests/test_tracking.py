@@ -186,3 +186,34 @@ def test_parallel_writers_lose_nothing(store):
         assert p.exitcode == 0
     assert len(_runs(info, "harvest")) == 12
     assert len(_runs(info, "data")) == 0
+
+
+def test_trained_machine_logged_as_mlflow_model_with_dataset(store, tmp_path):
+    """The pyfunc model predicts the clamped hidden means, sigmoid(x W + b) for a Bernoulli RBM."""
+    import mlflow
+    import numpy as np
+    import torch
+
+    from tapmachine import training
+
+    manifest, info = store
+    spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    x = torch.tensor(np.random.default_rng(0).integers(0, 2, (20, 6)), dtype=torch.float64)
+    machine = training.build_machine(spec, x, 0.5, training.seeded_generator(0, "m"))
+    model_file = tmp_path / "model.pt"
+    torch.save({"machine": training.machine_state(machine)}, model_file)
+    with tracking.start_run(manifest, "train", "m") as run:
+        uri = run.log_machine(model_file, x[:4].numpy(), tmp_path / "data.npz", "toy")
+    assert uri is not None
+    (found,) = _runs(info, "train")
+    assert found.info.status == "FINISHED"
+    mlflow.set_tracking_uri(info["tracking_uri"])
+    loaded = mlflow.pyfunc.load_model(uri)
+    got = loaded.predict(x[:5].numpy().astype(np.float32))
+    field = x[:5] @ machine.W
+    expected = machine.hidden.moments(field, torch.zeros_like(field))[0]
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert tuple(loaded.metadata.signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 6)
+    client = mlflow.MlflowClient(info["tracking_uri"])
+    inputs = client.get_run(found.info.run_id).inputs.dataset_inputs
+    assert [d.dataset.name for d in inputs] == ["toy"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -181,17 +182,23 @@ def test_embedded_sqlite_store_counts(sqlite_run):
     _check_counts(_count(f"sqlite:///{work}/results/mlflow/mlflow.db"), work)
 
 
-def _chromium(url: str, out_dir: Path, shot: Path | None = None) -> str:
-    """The DOM of ``url`` rendered by headless Chromium (and a screenshot if ``shot``)."""
+def _chromium(url: str, out_dir: Path, shot: Path, shown, attempts: int = 4) -> str:
+    """The text of ``url`` rendered by headless Chromium, once ``shown(text)`` holds (a page
+    whose data is still loading is tried again, up to ``attempts`` times); then a screenshot."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     base = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
-    base += [f"--user-data-dir={out_dir / 'chromium-profile'}", "--virtual-time-budget=20000"]
-    dom = run_bounded([*base, "--dump-dom", url], timeout=120)
-    assert dom.returncode == 0, dom.stdout[-2000:]
-    if shot is not None:
-        r = run_bounded([*base, f"--screenshot={shot}", url], timeout=120)
-        assert r.returncode == 0 and shot.stat().st_size > 10000, r.stdout[-2000:]
-    return dom.stdout
+    base += [f"--user-data-dir={out_dir / 'chromium-profile'}", "--virtual-time-budget=30000"]
+    for _ in range(attempts):
+        dom = run_bounded([*base, "--dump-dom", url], timeout=120)
+        assert dom.returncode == 0, dom.stdout[-2000:]
+        text = dom.stdout + "\n" + re.sub(r"<[^>]+>", " ", dom.stdout)
+        if shown(text):
+            break
+    else:
+        pytest.fail(f"{url} never showed what was expected:\n{text[-3000:]}")
+    r = run_bounded([*base, f"--screenshot={shot}", url], timeout=120)
+    assert r.returncode == 0 and shot.stat().st_size > 10000, r.stdout[-2000:]
+    return text
 
 
 def test_mlflow_ui_in_headless_chromium(sqlite_run):
@@ -218,20 +225,27 @@ def test_mlflow_ui_in_headless_chromium(sqlite_run):
 
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/health", timeout=180, proc=proc)
-        table = _chromium(ui_link(base, exps["train"]), work, shots / "runs_table.png")
-        assert "Run Name" in table
-        # the invocation's parent run, its nested training run counted with it
-        assert train.data.tags["mlflow.parentRunId"] in table or "snakemake ops" in table
-        assert "<strong>2</strong> matching runs" in table
+        n_metrics = len(train.data.metrics)
+
+        def table_shown(text):  # the invocation's parent run, its nested training run counted
+            return (
+                "Run Name" in text
+                and "snakemake ops" in text
+                and re.search(r"\b2\s+matching runs", text)
+            )
+
+        def charts_shown(text):
+            counted = re.search(rf"Model metrics\s*\(\s*{n_metrics}\s*\)", text)
+            return bool(counted) and text.count("js-plotly-plot") >= 3
+
+        def figure_shown(text):
+            return '<img alt="fig3.png" src="blob:' in text
+
+        _chromium(ui_link(base, exps["train"]), work, shots / "runs_table.png", table_shown)
         run_url = f"{base}/#/experiments/{exps['train']}/runs/{train.info.run_id}"
-        charts = _chromium(run_url + "/model-metrics", work, shots / "model_metrics.png")
-        assert f"Model metrics ({len(train.data.metrics)})" in charts
-        assert charts.count("js-plotly-plot") >= 3
-        art_url = (
-            f"{base}/#/experiments/{exps['figures']}/runs/{fig.info.run_id}/artifacts/fig3.png"
-        )
-        artifact = _chromium(art_url, work, shots / "fig3_artifact.png")
-        assert '<img alt="fig3.png" src="blob:' in artifact
+        _chromium(run_url + "/model-metrics", work, shots / "model_metrics.png", charts_shown)
+        fig_url = f"{base}/#/experiments/{exps['figures']}/runs/{fig.info.run_id}"
+        _chromium(fig_url + "/artifacts/fig3.png", work, shots / "fig3_artifact.png", figure_shown)
         print(f"screenshots in {shots}: {sorted(p.name for p in shots.glob('*.png'))}")
         keep = ROOT / "results" / "screenshots"
         keep.mkdir(parents=True, exist_ok=True)

@@ -315,6 +315,51 @@ class Run:
         except Exception as err:  # noqa: BLE001
             self._failed("set_tags", err)
 
+    def log_machine(
+        self,
+        model_file: str | os.PathLike,
+        example,
+        dataset_file: str | os.PathLike | None = None,
+        dataset_name: str | None = None,
+        name: str = "model",
+    ) -> str | None:
+        """Log a trained machine (``model.pt``) as an MLflow pyfunc model with a signature and an
+        input example (``tapmachine.mlflow_model``), and the training data as the run's dataset
+        input (``log_input``), so the UI's Models and Dataset columns are filled. Returns the
+        model URI, or None (best effort)."""
+        if not self.active:
+            return None
+        try:
+            import mlflow
+            import numpy as np
+            from mlflow.models import infer_signature
+
+            from tapmachine.mlflow_model import TapMachineModel
+
+            example = np.asarray(example, dtype=np.float32)
+            model = TapMachineModel()
+            model.load_context(type("C", (), {"artifacts": {"model": str(model_file)}})())
+            signature = infer_signature(example, model.predict(None, example))
+            mlflow.set_tracking_uri(self._uri)
+            with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
+                info = mlflow.pyfunc.log_model(
+                    name=name,
+                    python_model=model,
+                    artifacts={"model": str(model_file)},
+                    signature=signature,
+                    input_example=example[:2],
+                    pip_requirements=["tapmachine", "torch", "numpy"],
+                )
+                if dataset_file is not None:
+                    data = mlflow.data.from_numpy(
+                        example, source=str(Path(dataset_file).resolve()), name=dataset_name
+                    )
+                    mlflow.log_input(data, context="training")
+            return info.model_uri
+        except Exception as err:  # noqa: BLE001
+            self._failed("log_machine", err)
+            return None
+
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         if not self.active:
             return

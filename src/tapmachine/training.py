@@ -534,4 +534,6 @@ def train_from_spec(
         )
         write_csv(history, outdir / "metrics.csv")
         run.log_artifact(outdir / "metrics.csv")
+        # the MLflow model (pyfunc: clamped hidden means) and the training data as its dataset
+        run.log_machine(outdir / "model.pt", x_all[:5].cpu().numpy(), data_path, ds.name)
     return machine

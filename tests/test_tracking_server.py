@@ -57,9 +57,14 @@ def postgres():
             pg / "pg_ctl", "-D", data, "-o", opts, "-l", base / "pg.log", "-w", "-t", "60", "start"
         )
         assert r.returncode == 0, r.stdout + (base / "pg.log").read_text()
-        r = as_postgres(pg / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "mlflow")
-        assert r.returncode == 0, r.stdout
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlflow"
+
+        def new_database(name: str) -> str:
+            """A fresh database (one per test: runs of one test never count in another)."""
+            r = as_postgres(pg / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", name)
+            assert r.returncode == 0, r.stdout
+            return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{name}"
+
+        yield new_database
     finally:
         pid_file = data / "postmaster.pid"
         if pid_file.exists():
@@ -257,7 +262,8 @@ def test_mlflow_ui_in_headless_chromium(sqlite_run):
 
 def test_postgres_server_counts(tmp_path, postgres):
     pytest.importorskip("psycopg")
-    server = Server(postgres, tmp_path / "artifacts", free_port(), tmp_path / "server.log")
+    backend = postgres("counts")
+    server = Server(backend, tmp_path / "artifacts", free_port(), tmp_path / "server.log")
     try:
         print(f"mlflow server on PostgreSQL answered /health after {server.startup_s:.1f} s")
         prepare(tmp_path, "ops", EPOCHS)
@@ -276,7 +282,8 @@ def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, pos
     port = free_port()
     work = tmp_path / "work"
     prepare(work, "ops", EPOCHS)
-    server = Server(postgres, tmp_path / "artifacts", port, tmp_path / "server.log")
+    backend = postgres("killed")
+    server = Server(backend, tmp_path / "artifacts", port, tmp_path / "server.log")
     killed_at = None
     try:
         proc = _snakemake(work, server.url, wait=False)
@@ -302,7 +309,7 @@ def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, pos
     assert "tracking disabled for the rest of this job" in logs
     assert "Traceback" not in logs
 
-    server = Server(postgres, tmp_path / "artifacts", port, tmp_path / "server2.log")
+    server = Server(backend, tmp_path / "artifacts", port, tmp_path / "server2.log")
     try:
         before = _count(server.url)
         assert before["train"]["runs"] == 0, before  # training never reached the store

@@ -19,24 +19,26 @@ for _key, _value in _tracking.HTTP_LIMITS.items():
 # The store exists before the DAG is built, so that no job ever makes the manifest: a manifest made
 # by a job would count as an updated input and rerun every rule. Best effort: with a store that is
 # down this takes one short try and records the error; jobs then try once each and carry on.
-if not Path(TRACKING_FILE).exists() or "error" in json.loads(Path(TRACKING_FILE).read_text()):
+if not Path(TRACKING_FILE).exists() or "error" in json.loads(
+    Path(TRACKING_FILE).read_text()
+):
     _tracking.init_store(config["tracking"]["store"], TRACKING_FILE, best_effort=True)
 
 
 rule tracking_init:
     output:
         manifest=TRACKING_FILE,
-    params:
-        store=lambda w, output: Path(output.manifest).parent,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/tracking_init.log",
     benchmark:
         "benchmarks/tracking_init.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
+    params:
+        store=lambda w, output: Path(output.manifest).parent,
     shell:
         "tapmachine tracking-init --store {params.store} --manifest {output.manifest} > {log} 2>&1"

@@ -56,6 +56,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.train.input,
@@ -63,4 +64,3 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
-    default_target: True

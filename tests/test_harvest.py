@@ -57,7 +57,7 @@ def test_unique_solutions_are_fixed_points(run, prototypes):
     from tapmachine.training import machine_from_state
 
     blob = torch.load(
-        run["model_dir"] / "checkpoints" / f"epoch_{tiny_harvest.EPOCHS}.pt", weights_only=False
+        run["model_dir"] / "checkpoints" / f"epoch_{tiny_harvest.EPOCHS}.pt", weights_only=True
     )
     cases = [(machine_from_state(blob["machine"], dtype=torch.float64), None)]
     cases.append((prototypes[0], prototypes[1]))

@@ -1,4 +1,4 @@
-"""Likelihood yardsticks on tiny enumerable RBMs: AIS vs exact, per-epoch scores, Fig. 12, table."""
+"""The likelihood stage on tiny enumerable RBMs: AIS vs exact, per-epoch scores, Fig. 12, table."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 import torch
 import yaml
 
-from tapmachine import estimators, likelihood, tracking, training
+from tapmachine import estimators, likelihood, tracking
 from tapmachine.configuration import ConfigError, validate
 from tapmachine.data import Dataset, save_dataset
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.machine import RBM
 from tapmachine.priors import Bernoulli
+from tapmachine.stages import likelihood as likelihood_stage
+from tapmachine.stages import train as train_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -71,7 +73,7 @@ def trained(tmp_path_factory, tiny_dataset, store):
         "weight_init_std": 0.1,
         "eval": {"n_samples": 50},
     }
-    training.train_from_spec("tiny", spec, str(tiny_dataset), str(outdir), seed=1, manifest=store)
+    train_stage.train_model("tiny", spec, tiny_dataset, outdir, seed=1, manifest=store)
     return outdir
 
 
@@ -132,7 +134,9 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     import mlflow
 
     out = tmp_path / "eval" / "scores.csv"
-    likelihood.score_checkpoints(trained, tiny_dataset, out, TINY, "all", seed=2, manifest=store)
+    likelihood_stage.score_checkpoints(
+        trained, tiny_dataset, out, TINY, "all", seed=2, manifest=store
+    )
     df = pd.read_csv(out)
     assert df["epoch"].tolist() == [1, 2, 3]
     for col in ("tap_ll_test", "ais_ll_test", "pl_test", "ais_ll_train", "log_z_exact"):
@@ -144,7 +148,7 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     assert (df["ais_description"].str.contains("1500 betas, 100 runs")).all()
     assert not list(out.parent.glob("*.tmp"))
 
-    blob = torch.load(trained / "model.pt", weights_only=False)
+    blob = torch.load(trained / "model.pt", weights_only=True)
     uri, _ = tracking.experiment_id(store, "train")
     client = mlflow.MlflowClient(uri)
     history = client.get_metric_history(blob["mlflow_run_id"], "eval.ais_ll_test")

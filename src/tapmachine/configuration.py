@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 from jsonschema.exceptions import best_match
+from snakemake.utils import validate as snakemake_validate
 
 __all__ = ["ConfigError", "RAW_DATASETS", "validate", "dataset_names"]
 
@@ -30,24 +31,6 @@ def _key(path) -> str:
     return text or "(top level)"
 
 
-def _fill_defaults(validator_class):
-    """A validator that also writes each property's ``default`` into the instance."""
-    validate_properties = validator_class.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for name, sub in properties.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = _copy(sub["default"])
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
-def _copy(value):
-    return yaml.safe_load(yaml.safe_dump(value))
-
-
 def dataset_names(config: dict) -> list[str]:
     """Every dataset the data stage produces: the raw ones and the derived ones."""
     return [*RAW_DATASETS, *config.get("data", {}).get("derived", {})]
@@ -59,7 +42,8 @@ def validate(config: dict, schema_file: str | Path) -> dict:
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise ConfigError(f"config error at {_key(error.absolute_path)}: {error.message}")
-    _fill_defaults(jsonschema.Draft202012Validator)(schema).validate(config)
+    # Defaults are filled by Snakemake's own validator; the pass above gives the one-line error.
+    snakemake_validate(config, str(Path(schema_file).resolve()), set_default=True)
     derived = config["data"]["derived"]
     clash = sorted(set(RAW_DATASETS) & set(derived))
     if clash:

@@ -27,22 +27,26 @@ MIN_MANIFOLD = 5
 
 
 class _PCA:
-    """Projection on the (up to) two leading principal directions of the fitted rows."""
+    """Projection on the (up to) two leading principal directions of the fitted rows.
+
+    scikit-learn's PCA does the fit; the degenerate cases stay here (one row, no variance,
+    rank 1: PCA needs n_components <= the rank, the figures still want two columns).
+    """
 
     def __init__(self, X: np.ndarray):
-        self.mean = X.mean(0)
-        centred = X - self.mean
+        from sklearn.decomposition import PCA
+
+        self.model, self.k = None, 0
+        centred = X - X.mean(0)
         if X.shape[0] > 1 and np.abs(centred).max() > 0:
-            _, s, vt = np.linalg.svd(centred, full_matrices=False)
-            keep = s > s[0] * 1e-12
-            self.components = vt[: min(2, int(keep.sum()))]
-        else:
-            self.components = np.zeros((0, X.shape[1]))
+            s = np.linalg.svd(centred, compute_uv=False)
+            self.k = min(2, int((s > s[0] * 1e-12).sum()))
+            self.model = PCA(n_components=self.k, svd_solver="full").fit(X)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out = np.zeros((X.shape[0], 2))
-        if self.components.shape[0]:
-            out[:, : self.components.shape[0]] = (X - self.mean) @ self.components.T
+        if self.model is not None and X.shape[0]:
+            out[:, : self.k] = self.model.transform(X)
         return out
 
 

@@ -317,12 +317,17 @@ _UNIQUE_FIELDS = [
 
 
 def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
-    """(model.pt blob, checkpoint blob), checked to belong to the same training run."""
+    """(ModelFile, Checkpoint), checked to belong to the same training run."""
+    from tapmachine.modelfile import Checkpoint, ModelFile, ModelFileError
+
     if not model_file.exists():
         raise HarvestError(f"{model_file} not found: train the model first")
-    blob = torch.load(model_file, map_location="cpu", weights_only=False)
-    name = blob.get("name", model_file.parent.name)
-    n_epochs = len(blob.get("history", []))
+    try:
+        model = ModelFile.load(model_file)
+    except ModelFileError as err:
+        raise HarvestError(str(err)) from err
+    name = model.name
+    n_epochs = len(model.history)
     if epoch < 1 or (n_epochs and epoch > n_epochs):
         raise HarvestError(
             f"model {name}: harvest epoch {epoch} is outside its {n_epochs} trained epochs"
@@ -332,18 +337,21 @@ def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
             f"{checkpoint} not found: harvesting epoch {epoch} of model {name} needs the "
             "checkpoint that training writes after that epoch (delete model.pt to retrain)"
         )
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    if int(ckpt.get("epoch", -1)) != epoch:
-        raise HarvestError(f"{checkpoint} holds epoch {ckpt.get('epoch')}, not {epoch}")
+    try:
+        ckpt = Checkpoint.load(checkpoint)
+    except ModelFileError as err:
+        raise HarvestError(str(err)) from err
+    if ckpt.epoch != epoch:
+        raise HarvestError(f"{checkpoint} holds epoch {ckpt.epoch}, not {epoch}")
     # The checkpoint's history must be the start of the final model's: same training run.
-    final = blob.get("history", [])
-    mine = ckpt.get("history", [])
+    final = model.history
+    mine = ckpt.history
     if final and [h.get("tap_ll") for h in mine] != [h.get("tap_ll") for h in final[:epoch]]:
         raise HarvestError(
             f"{checkpoint} comes from another training run than {model_file} "
             "(stale checkpoints): retrain the model"
         )
-    return blob, ckpt
+    return model, ckpt
 
 
 def run_harvest(
@@ -356,18 +364,21 @@ def run_harvest(
     out_csv,
     device: str = "cpu",
     dtype: str = "float64",
-    manifest=None,
+    on_start=None,
     progress: bool = True,
 ) -> dict:
-    """Harvest one epoch of one model: read, solve, write npz + CSV, log to MLflow; summary."""
-    from tapmachine import data, tracking
-    from tapmachine.training import machine_from_state
+    """Harvest one epoch of one model: read, solve, write npz + CSV; the summary.
+
+    ``on_start(params, tags)`` is called before solving and may return a run id, stored in the
+    npz as ``harvest_run_id`` (``tapmachine.stages.harvest`` passes one that opens an MLflow run).
+    """
+    from tapmachine import data
 
     model_file, checkpoint = Path(model_file), Path(checkpoint)
-    blob, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
-    name = blob.get("name", model_file.parent.name)
+    model, ckpt = _load_checkpoint(model_file, checkpoint, epoch)
+    name = model.name
     torch_dtype = getattr(torch, dtype)
-    machine = machine_from_state(ckpt["machine"], device=device, dtype=torch_dtype)
+    machine = ckpt.machine(device=device, dtype=torch_dtype)
     ds = data.load_dataset(data_path)
     if ds.x_train.shape[1] != machine.sizes[0]:
         raise HarvestError(
@@ -383,8 +394,8 @@ def run_harvest(
             file=sys.stderr,
         )
     x = torch.as_tensor(ds.x_train[:n], dtype=torch_dtype)
-    substitute = ds.provenance.get("substitute") or blob.get("substitute") or ""
-    train_run_id = blob.get("mlflow_run_id") or ""
+    substitute = ds.provenance.get("substitute") or model.substitute or ""
+    train_run_id = model.mlflow_run_id or ""
     params = {
         "model": name,
         "epoch": epoch,
@@ -398,52 +409,44 @@ def run_harvest(
     tags = {"model": name, "epoch": str(epoch), "dataset": ds.name, "train_run_id": train_run_id}
     if substitute:
         tags["substitute"] = str(substitute)
-    with tracking.start_run(
-        manifest, "harvest", f"{name}/epoch_{epoch}", params=params, tags=tags
-    ) as run:
-        t0 = time.perf_counter()
-        arrays = harvest(machine, x, settings, progress=progress)
-        summary = summarise(arrays)
-        summary["seconds"] = time.perf_counter() - t0
-        if summary["n_not_converged"]:
-            print(
-                f"harvest {name} epoch {epoch}: {summary['n_not_converged']} of {n} "
-                f"initialisations did not converge within max_iter={settings.max_iter} "
-                f"(MSE >= {settings.tol:g}); counted, excluded from every statistic",
-                file=sys.stderr,
-            )
-        meta = {
-            "init_index": np.arange(n, dtype=np.int64),
-            "labels": np.asarray(ds.y_train[:n], dtype=np.int64),
-            "image_shape": np.asarray(ds.image_shape, dtype=np.int64),
-            "epoch": np.int64(epoch),
-            "model": name,
-            "dataset": ds.name,
-            "substitute": str(substitute),
-            "train_run_id": train_run_id,
-            "harvest_run_id": run.run_id or "",
-            "dtype": dtype,
-            "summary": summary,
-        }
-        save_solutions(out_npz, arrays, meta)
-        try:
-            write_csv(unique_table({**arrays, **meta}), out_csv, _UNIQUE_FIELDS)
-        except BaseException:
-            Path(out_npz).unlink(missing_ok=True)
-            raise
+    harvest_run_id = on_start(params, tags) if on_start is not None else None
+    t0 = time.perf_counter()
+    arrays = harvest(machine, x, settings, progress=progress)
+    summary = summarise(arrays)
+    summary["seconds"] = time.perf_counter() - t0
+    if summary["n_not_converged"]:
         print(
-            f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
-            f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "
-            f"{summary['helmholtz']:.4f} +- {summary['free_energy_std']:.4f} (std), "
-            f"{summary['mean_iterations']:.1f} iterations on average, closest pair of unique "
-            f"solutions {summary['min_separation']:.3g} (dedup_tol {settings.dedup_tol:g}), "
-            f"{summary['seconds']:.1f} s",
+            f"harvest {name} epoch {epoch}: {summary['n_not_converged']} of {n} "
+            f"initialisations did not converge within max_iter={settings.max_iter} "
+            f"(MSE >= {settings.tol:g}); counted, excluded from every statistic",
             file=sys.stderr,
         )
-        run.log_metrics(summary, step=epoch)
-        run.log_artifact(out_npz)
-        run.log_artifact(out_csv)
-    train_run = tracking.attach_run(manifest, train_run_id)
-    keys = ("n_unique", "helmholtz", "free_energy_std", "n_not_converged", "mean_iterations")
-    train_run.log_metrics({f"harvest_{k}": summary[k] for k in keys}, step=epoch)
+    meta = {
+        "init_index": np.arange(n, dtype=np.int64),
+        "labels": np.asarray(ds.y_train[:n], dtype=np.int64),
+        "image_shape": np.asarray(ds.image_shape, dtype=np.int64),
+        "epoch": np.int64(epoch),
+        "model": name,
+        "dataset": ds.name,
+        "substitute": str(substitute),
+        "train_run_id": train_run_id,
+        "harvest_run_id": harvest_run_id or "",
+        "dtype": dtype,
+        "summary": summary,
+    }
+    save_solutions(out_npz, arrays, meta)
+    try:
+        write_csv(unique_table({**arrays, **meta}), out_csv, _UNIQUE_FIELDS)
+    except BaseException:
+        Path(out_npz).unlink(missing_ok=True)
+        raise
+    print(
+        f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
+        f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "
+        f"{summary['helmholtz']:.4f} +- {summary['free_energy_std']:.4f} (std), "
+        f"{summary['mean_iterations']:.1f} iterations on average, closest pair of unique "
+        f"solutions {summary['min_separation']:.3g} (dedup_tol {settings.dedup_tol:g}), "
+        f"{summary['seconds']:.1f} s",
+        file=sys.stderr,
+    )
     return summary

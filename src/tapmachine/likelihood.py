@@ -1,4 +1,4 @@
-"""Likelihood yardsticks of a trained RBM: TAP, AIS, pseudo-likelihood and exact (App. F, Fig. 12).
+"""Likelihood of a trained RBM: TAP, AIS, pseudo-likelihood and exact (App. F, Fig. 12).
 
 One set of parameters (a ``model.pt`` or a per-epoch checkpoint) is scored on training and/or
 test images by
@@ -35,6 +35,7 @@ from torch import Tensor
 from tapmachine import estimators, tap
 from tapmachine.files import write_csv
 from tapmachine.machine import BoltzmannMachine
+from tapmachine.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.priors import Bernoulli, Spin
 
 __all__ = [
@@ -203,7 +204,7 @@ def score_machine(
     settings: ScoreSettings,
     seed_labels: tuple = (0, "score"),
 ) -> dict:
-    """Every yardstick for one parameter set; a flat dict of numbers (nats per image).
+    """Every likelihood estimate for one parameter set; a flat dict of numbers (nats per image).
 
     ``images``: split name -> rows to score; ``tap_init``: rows TAP starts from; ``base_data``:
     rows the AIS base-rate model is fitted to (the training data). Random streams (AIS runs, PL
@@ -284,21 +285,12 @@ def score_machine(
 # ----------------------------------------------------------------------------------------------
 
 
-def checkpoint_path(model_dir: str | os.PathLike, epoch: int) -> Path:
-    """The per-epoch checkpoint of the training loop (``training.train``)."""
-    return Path(model_dir) / "checkpoints" / f"epoch_{epoch}.pt"
-
-
-def _load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def _data_for(model_blob: dict, data_path, settings: ScoreSettings, dtype):
+def _data_for(model: ModelFile, data_path, settings: ScoreSettings, dtype):
     """(images by split, TAP initialisations, AIS base data) for a model's dataset."""
     from tapmachine import data
 
     ds = data.load_dataset(data_path)
-    spec = model_blob.get("spec", {})
+    spec = model.spec
     x_train = torch.as_tensor(ds.x_train, dtype=dtype)
     if spec.get("n_train"):
         x_train = x_train[: spec["n_train"]]  # the rows the model was trained on
@@ -338,7 +330,8 @@ _TRACKED = (
 )
 
 
-def _metrics(row: dict, prefix: str) -> dict:
+def tracked_metrics(row: dict, prefix: str = "") -> dict:
+    """The numbers of a score row worth logging, keys prefixed with ``prefix``."""
     return {f"{prefix}{k}": row[k] for k in _TRACKED if k in row and row[k] is not None}
 
 
@@ -364,21 +357,20 @@ def score_checkpoints(
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | os.PathLike | None = None,
+    on_start=None,
+    on_row=None,
 ) -> list[dict]:
     """Score the parameters after each epoch (the checkpoints of ``model_dir``): Fig. 12.
 
-    Writes ``out_csv`` with one row per epoch (only once every epoch is scored), logs each
-    epoch's numbers with ``step = epoch`` to the model's training run (metric names prefixed
-    ``eval.``) and to a run of experiment ``likelihood``, whose artifact is the CSV.
+    Writes ``out_csv`` with one row per epoch (only once every epoch is scored).
+    ``on_start(params, tags, model)`` is called before the first epoch (``model``: the
+    ModelFile), ``on_row(epoch, row)`` after each; ``tapmachine.stages.likelihood`` passes
+    callbacks that log to MLflow.
     """
-    from tapmachine import tracking
-    from tapmachine.training import load_model
-
     model_dir = Path(model_dir)
-    blob = _load(model_dir / "model.pt")
-    name = blob.get("name", model_dir.name)
-    n_epochs = len(blob.get("history", [])) or int(blob["spec"]["epochs"])
+    blob = ModelFile.load(model_path(model_dir))
+    name = blob.name
+    n_epochs = blob.n_epochs
     chosen = resolve_epochs(epochs, n_epochs)
     missing = [str(checkpoint_path(model_dir, e)) for e in chosen]
     missing = [p for p in missing if not Path(p).exists()]
@@ -387,60 +379,55 @@ def score_checkpoints(
     torch_dtype = getattr(torch, dtype)
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
     params = {"model": name, "epochs": chosen, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "per-epoch"}
-    train_run = tracking.attach_run(manifest, blob.get("mlflow_run_id"))
+    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "per-epoch"}
+    if on_start is not None:
+        on_start(params, tags, blob)
     rows = []
-    with tracking.start_run(manifest, "likelihood", f"{name}-epochs", params, tags) as run:
-        for epoch in chosen:
-            t0 = time.perf_counter()
-            ckpt = checkpoint_path(model_dir, epoch)
-            machine = load_model(ckpt, device=device, dtype=torch_dtype)
-            row = {"model": name, "epoch": epoch, "dataset": ds.name}
-            row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
-            row.update(_settings_columns(settings))
-            row["seconds"] = time.perf_counter() - t0
-            rows.append(row)
-            print(
-                f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
-                f"AIS {row.get('ais_ll_test', math.nan):.2f} "
-                f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
-                f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-            run.log_metrics(_metrics(row, ""), step=epoch)
-            train_run.log_metrics(_metrics(row, "eval."), step=epoch)
-        write_csv(rows, out_csv)
-        run.log_artifact(out_csv)
+    for epoch in chosen:
+        t0 = time.perf_counter()
+        ckpt = checkpoint_path(model_dir, epoch)
+        machine = Checkpoint.load(ckpt).machine(device=device, dtype=torch_dtype)
+        row = {"model": name, "epoch": epoch, "dataset": ds.name}
+        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
+        row.update(_settings_columns(settings))
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(
+            f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
+            f"AIS {row.get('ais_ll_test', math.nan):.2f} "
+            f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
+            f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if on_row is not None:
+            on_row(epoch, row)
+    write_csv(rows, out_csv)
     return rows
 
 
 def score_model(
-    model_path: str | os.PathLike,
+    model_file: str | os.PathLike,
     data_path: str | os.PathLike,
     out_csv: str | os.PathLike,
     settings: ScoreSettings,
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | os.PathLike | None = None,
+    on_start=None,
 ) -> dict:
     """Score a final model (``model.pt``), one CSV row with its training settings: the table.
 
     The row carries the model's method, sampling steps, hidden units, training images and epochs
-    so that a table can be built from the CSVs alone; it is logged to a ``likelihood`` run and,
-    prefixed ``final.``, to the model's training run.
+    so that a table can be built from the CSVs alone. ``on_start(params, tags, model)`` is
+    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there).
     """
-    from tapmachine import tracking
-    from tapmachine.training import load_model
-
-    model_path = Path(model_path)
-    blob = _load(model_path)
-    name = blob.get("name", model_path.parent.name)
-    spec = blob.get("spec", {})
+    blob = ModelFile.load(model_file)
+    name = blob.name
+    spec = blob.spec
     torch_dtype = getattr(torch, dtype)
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
-    machine = load_model(model_path, device=device, dtype=torch_dtype)
+    machine = blob.machine(device=device, dtype=torch_dtype)
     t0 = time.perf_counter()
     method = spec.get("method", "tap")
     row = {
@@ -450,31 +437,27 @@ def score_model(
         "sampling_steps": spec.get("sampling_steps", 1) if method in ("cd", "pcd") else "",
         "hidden_units": machine.sizes[1],
         "n_train": base.shape[0],
-        "epochs": len(blob.get("history", [])) or spec.get("epochs"),
+        "epochs": blob.n_epochs,
         "batch_size": spec.get("batch_size", 100),
         "learning_rate": spec.get("learning_rate"),
-        "mlflow_run_id": blob.get("mlflow_run_id"),
+        "mlflow_run_id": blob.mlflow_run_id,
     }
     row["updates"] = int(row["epochs"]) * max(1, row["n_train"] // int(row["batch_size"]))
     params = {"model": name, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.get("mlflow_run_id")), "kind": "final"}
-    with tracking.start_run(manifest, "likelihood", f"{name}-final", params, tags) as run:
-        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
-        row.update(_settings_columns(settings))
-        row["seconds"] = time.perf_counter() - t0
-        print(
-            f"{name}: AIS test {row.get('ais_ll_test', math.nan):.2f} nats "
-            f"[{row.get('ais_ll_test_lower', math.nan):.2f}, "
-            f"{row.get('ais_ll_test_upper', math.nan):.2f}] ({row['ais_description']}), "
-            f"TAP {row.get('tap_ll_test', math.nan):.2f}, PL {row.get('pl_test', math.nan):.2f}; "
-            f"{row['seconds']:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        run.log_metrics(_metrics(row, ""))
-        tracking.attach_run(manifest, blob.get("mlflow_run_id")).log_metrics(
-            _metrics(row, "final.")
-        )
-        write_csv([row], out_csv)
-        run.log_artifact(out_csv)
+    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "final"}
+    if on_start is not None:
+        on_start(params, tags, blob)
+    row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
+    row.update(_settings_columns(settings))
+    row["seconds"] = time.perf_counter() - t0
+    print(
+        f"{name}: AIS test {row.get('ais_ll_test', math.nan):.2f} nats "
+        f"[{row.get('ais_ll_test_lower', math.nan):.2f}, "
+        f"{row.get('ais_ll_test_upper', math.nan):.2f}] ({row['ais_description']}), "
+        f"TAP {row.get('tap_ll_test', math.nan):.2f}, PL {row.get('pl_test', math.nan):.2f}; "
+        f"{row['seconds']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    write_csv([row], out_csv)
     return row

@@ -19,10 +19,19 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from tapmachine import contrastive, modelfile, tap
 from tapmachine import priors as priors_module
-from tapmachine import tap
-from tapmachine.files import atomic_write, write_csv
+from tapmachine.files import write_csv
 from tapmachine.machine import BoltzmannMachine
+from tapmachine.modelfile import (
+    MODEL_FILE,
+    Checkpoint,
+    ModelFile,
+    ModelFileError,
+    latest_checkpoint,
+    machine_from_state,
+    machine_state,
+)
 from tapmachine.priors import Bernoulli, Prior, Spin
 
 __all__ = [
@@ -75,7 +84,11 @@ class TrainSettings:
 
 
 def seeded_generator(seed: int, *labels: str, device="cpu") -> torch.Generator:
-    """A generator seeded from (config seed, model, stage, ...): same config, same numbers."""
+    """A generator seeded from (config seed, model, stage, ...): same config, same numbers.
+
+    Kept as a sha256 of the labels rather than ``numpy.random.SeedSequence``: SeedSequence takes
+    integers, not labels, and would change every random stream (and so every result) of a run.
+    """
     digest = hashlib.sha256("/".join([str(seed), *labels]).encode()).digest()
     g = torch.Generator(device=device)
     g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
@@ -159,35 +172,10 @@ def build_machine(spec: dict, x: Tensor, weight_std: float, generator) -> Boltzm
     return BoltzmannMachine(priors=tuple(priors), weights=tuple(weights))
 
 
-def machine_state(machine: BoltzmannMachine) -> dict:
-    """A plain, torch.save-able description of a machine (weights, prior types and parameters)."""
-    return {
-        "weights": [W.detach().cpu() for W in machine.weights],
-        "priors": [
-            {
-                "type": type(p).__name__,
-                "params": {k: v.detach().cpu() for k, v in p.params().items()},
-                "config": p.config(),
-            }
-            for p in machine.priors
-        ],
-    }
-
-
-def machine_from_state(state: dict, device="cpu", dtype=None) -> BoltzmannMachine:
-    """Inverse of ``machine_state``."""
-    priors = []
-    for p in state["priors"]:
-        cls = getattr(priors_module, p["type"])
-        priors.append(cls(**p["params"], **p["config"]))
-    machine = BoltzmannMachine(priors=tuple(priors), weights=tuple(state["weights"]))
-    return machine.to(device=device, dtype=dtype)
-
-
 def load_model(path, device="cpu", dtype=None) -> BoltzmannMachine:
-    """The machine saved in a ``model.pt`` or a checkpoint."""
-    blob = torch.load(path, map_location="cpu", weights_only=False)
-    return machine_from_state(blob["machine"], device=device, dtype=dtype)
+    """The machine saved in a ``model.pt`` or a checkpoint (``modelfile`` reads it)."""
+    blob = ModelFile.load(path) if Path(path).name == MODEL_FILE else Checkpoint.load(path)
+    return blob.machine(device=device, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,8 +195,6 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator) -> dict:
             max_iter=settings.train_iterations,
         )
         return tap.tap_gradients(machine, x, states)
-    from tapmachine import contrastive
-
     if settings.method == "cd":
         return contrastive.cd_gradients(machine, x, settings.sampling_steps, generator)
     return contrastive.pcd_gradients(machine, x, chains, settings.sampling_steps, generator)
@@ -316,31 +302,23 @@ def _weight_stats(machine: BoltzmannMachine) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def _save_atomic(obj, path: Path) -> None:
-    atomic_write(path, lambda fh: torch.save(obj, fh))
-
-
-#: Modules whose code decides the numbers a training run produces.
-_NUMERIC_MODULES = ("priors", "machine", "tap", "contrastive", "training")
-
-
-def _code_digest() -> bytes:
-    """sha256 of the source of the numeric modules: a checkpoint written by other code is not
-    resumed (its epochs would mix two versions of the arithmetic)."""
-    h = hashlib.sha256()
-    for name in _NUMERIC_MODULES:
-        h.update((Path(__file__).parent / f"{name}.py").read_bytes())
-    return h.digest()
+#: Version of the arithmetic that produces a training run's numbers, part of the resume
+#: fingerprint: a checkpoint written under another version is not resumed (its epochs would mix
+#: two versions of the arithmetic). Bump it in the commit that changes any number a training run
+#: produces from the same settings, data and seed: the update rule, the gradients (tap,
+#: contrastive), the priors' functions, the machine's energies, the random streams, the
+#: evaluation. Do not bump it for refactors, comments or formatting that leave the numbers equal.
+NUMERICS_VERSION = 1
 
 
 def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:
     """Identity of a training run for resuming: settings, initial machine, training data and
-    the code of the numeric modules.
+    ``NUMERICS_VERSION``.
 
     The number of epochs is left out when the step size is constant, so a finished run can be
     extended; a decaying schedule depends on it, so there it counts.
     """
-    h = hashlib.sha256(_code_digest())
+    h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
@@ -353,11 +331,6 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
             h.update(v.detach().cpu().contiguous().numpy().tobytes())
     h.update(x_train.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    found = sorted(ckpt_dir.glob("epoch_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    return found[-1] if found else None
 
 
 def train(
@@ -386,8 +359,6 @@ def train(
     velocity = [torch.zeros_like(W) for W in machine.weights]
     chains = None
     if settings.method == "pcd":
-        from tapmachine import contrastive
-
         chains = contrastive.PersistentChains.from_data(
             x_train, n_chains=settings.batch_size, generator=generator
         )
@@ -397,10 +368,14 @@ def train(
     if ckpt_dir is not None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         fingerprint = _fingerprint(machine, x_train, settings)
-        last = _latest_checkpoint(ckpt_dir)
+        last = latest_checkpoint(ckpt_dir)
         if last is not None:
-            blob = torch.load(last, map_location="cpu", weights_only=False)
-            if blob.get("fingerprint") != fingerprint:
+            try:
+                ckpt = Checkpoint.load(last)
+            except ModelFileError as err:
+                print(f"{err}", file=sys.stderr)
+                ckpt = None
+            if ckpt is None or ckpt.fingerprint != fingerprint:
                 print(
                     f"checkpoints in {ckpt_dir} come from other settings or data: starting afresh",
                     file=sys.stderr,
@@ -409,13 +384,14 @@ def train(
                     stale.unlink()
                 last = None
         if last is not None:
-            machine = machine_from_state(blob["machine"], machine.device, machine.dtype)
-            velocity = [v.to(machine.device) for v in blob["velocity"]]
-            generator.set_state(blob["generator"])
-            chains = blob.get("chains", chains)
-            history = blob["history"]
-            start = blob["epoch"] + 1
-            print(f"resuming from {last} (epoch {blob['epoch']})", file=sys.stderr)
+            machine = ckpt.machine(machine.device, machine.dtype)
+            velocity = [v.to(machine.device) for v in ckpt.velocity]
+            generator.set_state(ckpt.generator)
+            if ckpt.chains is not None:
+                chains = contrastive.PersistentChains(ckpt.chains.to(machine.device))
+            history = ckpt.history
+            start = ckpt.epoch + 1
+            print(f"resuming from {last} (epoch {ckpt.epoch})", file=sys.stderr)
             for row in history:
                 if on_epoch is not None:
                     on_epoch(row["epoch"], row, machine)
@@ -450,17 +426,16 @@ def train(
             file=sys.stderr,
         )
         if ckpt_dir is not None:
-            blob = {
-                "machine": machine_state(machine),
-                "velocity": [v.cpu() for v in velocity],
-                "generator": generator.get_state(),
-                "chains": chains,
-                "history": history,
-                "epoch": epoch,
-                "settings": dataclasses.asdict(settings),
-                "fingerprint": fingerprint,
-            }
-            _save_atomic(blob, ckpt_dir / f"epoch_{epoch}.pt")
+            Checkpoint(
+                machine_state=machine_state(machine),
+                epoch=epoch,
+                history=history,
+                velocity=[v.cpu() for v in velocity],
+                generator=generator.get_state(),
+                fingerprint=fingerprint,
+                settings=dataclasses.asdict(settings),
+                chains=None if chains is None else chains.visible.cpu(),
+            ).save(ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:
             on_epoch(epoch, metrics, machine)
     return machine, history
@@ -474,10 +449,18 @@ def train_from_spec(
     seed: int = 0,
     device: str = "cpu",
     dtype: str = "float32",
-    manifest: str | None = None,
+    on_start=None,
+    on_epoch=None,
 ) -> BoltzmannMachine:
-    """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv."""
-    from tapmachine import data, tracking
+    """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv.
+
+    ``on_start(params, tags)`` is called once the initial machine is built, before the first
+    epoch, with a description of the run; it may return the run's id, stored in model.pt as its
+    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. The stage layer
+    (``tapmachine.stages.train``) passes callbacks that log to MLflow; this module knows nothing
+    of tracking.
+    """
+    from tapmachine import data
 
     settings = TrainSettings.from_spec(spec)
     torch_dtype = getattr(torch, dtype)
@@ -507,33 +490,23 @@ def train_from_spec(
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
-    with tracking.start_run(manifest, "train", name, params=params, tags=tags) as run:
-
-        def log_epoch(epoch, metrics, machine):
-            run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
-
-        machine, history = train(
-            machine,
-            x_train,
-            settings,
-            generator,
-            checkpoint_dir=outdir / "checkpoints",
-            on_epoch=log_epoch,
-        )
-        _save_atomic(
-            {
-                "machine": machine_state(machine),
-                "spec": spec,
-                "name": name,
-                "history": history,
-                "mlflow_run_id": run.run_id,
-                "dataset": ds.name,
-                "substitute": ds.provenance.get("substitute"),
-            },
-            outdir / "model.pt",
-        )
-        write_csv(history, outdir / "metrics.csv")
-        run.log_artifact(outdir / "metrics.csv")
-        # the MLflow model (pyfunc: clamped hidden means) and the training data as its dataset
-        run.log_machine(outdir / "model.pt", x_all[:5].cpu().numpy(), data_path, ds.name)
+    run_id = on_start(params, tags) if on_start is not None else None
+    machine, history = train(
+        machine,
+        x_train,
+        settings,
+        generator,
+        checkpoint_dir=modelfile.checkpoint_dir(outdir),
+        on_epoch=on_epoch,
+    )
+    ModelFile.from_machine(
+        machine,
+        name,
+        spec=spec,
+        history=history,
+        dataset=ds.name,
+        substitute=ds.provenance.get("substitute"),
+        mlflow_run_id=run_id,
+    ).save(modelfile.model_path(outdir))
+    write_csv(history, outdir / "metrics.csv")
     return machine

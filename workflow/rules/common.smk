@@ -2,7 +2,15 @@
 import json
 from pathlib import Path
 
+from snakemake.settings.types import DeploymentMethod
+
 from tapmachine.configuration import RAW_DATASETS, validate
+from tapmachine.stages.workflow import jobs_run_checkout
+
+# Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
+# this checkout's package, through workflow/bin/tapmachine.
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    jobs_run_checkout(workflow.basedir)
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 

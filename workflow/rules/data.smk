@@ -6,21 +6,21 @@ rule fetch_dataset:
         tracking=TRACKING,
     output:
         npz=f"{DATA}/{{dataset}}.npz",
-    wildcard_constraints:
-        dataset="|".join(RAW_DATASETS),
-    params:
-        cache=config["data"]["cache_dir"],
-        source=fetch_source_args,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/data/fetch_{dataset}.log",
     benchmark:
         "benchmarks/data/fetch_{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(RAW_DATASETS),
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        cache=config["data"]["cache_dir"],
+        source=fetch_source_args,
     shell:
         "tapmachine fetch --dataset {wildcards.dataset} --cache-dir {params.cache} {params.source} "
         "--out {output.npz} --tracking {input.tracking} > {log} 2>&1"
@@ -32,21 +32,21 @@ rule derive_dataset:
         tracking=TRACKING,
     output:
         npz=f"{DATA}/{{derived}}.npz",
-    wildcard_constraints:
-        derived="|".join(config["data"]["derived"]) or "^$",
-    params:
-        transforms=lambda w: json.dumps(config["data"]["derived"][w.derived]["transforms"]),
-        labels=lambda w: derived_labels_arg(w.derived),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/data/derive_{derived}.log",
     benchmark:
         "benchmarks/data/derive_{derived}.tsv"
+    wildcard_constraints:
+        derived="|".join(config["data"]["derived"]) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=6000,
         runtime=30,
+    params:
+        transforms=lambda w: json.dumps(config["data"]["derived"][w.derived]["transforms"]),
+        labels=lambda w: derived_labels_arg(w.derived),
     shell:
         "tapmachine derive --source {input.source} --name {wildcards.derived} "
         "--transforms {params.transforms:q} {params.labels} --out {output.npz} --tracking {input.tracking} "

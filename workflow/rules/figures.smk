@@ -37,9 +37,6 @@ if "fig4" in FIGURES:
             tracking=TRACKING,
         output:
             **figure_outputs("fig4"),
-        params:
-            n_images=FIGURES["fig4"]["n_images"],
-            per_group=FIGURES["fig4"]["per_group"],
         log:
             "logs/figures/fig4.log",
         benchmark:
@@ -50,6 +47,9 @@ if "fig4" in FIGURES:
         resources:
             mem_mb=4000,
             runtime=20,
+        params:
+            n_images=FIGURES["fig4"]["n_images"],
+            per_group=FIGURES["fig4"]["per_group"],
         shell:
             "tapmachine figure fig4 --model-files {input.models} --data {input.data} "
             "--n-images {params.n_images} --per-group {params.per_group} "
@@ -65,8 +65,6 @@ if "fig5" in FIGURES:
             tracking=TRACKING,
         output:
             **figure_outputs("fig5"),
-        params:
-            slices=option_list("--slices", FIGURES["fig5"]["slices"]),
         log:
             "logs/figures/fig5.log",
         benchmark:
@@ -77,6 +75,8 @@ if "fig5" in FIGURES:
         resources:
             mem_mb=4000,
             runtime=20,
+        params:
+            slices=option_list("--slices", FIGURES["fig5"]["slices"]),
         shell:
             "tapmachine figure fig5 --solutions {input.solutions} {params.slices} "
             "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
@@ -91,10 +91,6 @@ if "fig6" in FIGURES:
             tracking=TRACKING,
         output:
             **figure_outputs("fig6"),
-        params:
-            embedding=FIGURES["fig6"]["embedding"],
-            n_neighbors=FIGURES["fig6"]["n_neighbors"],
-            seed=config["seed"],
         log:
             "logs/figures/fig6.log",
         benchmark:
@@ -105,6 +101,10 @@ if "fig6" in FIGURES:
         resources:
             mem_mb=6000,
             runtime=30,
+        params:
+            embedding=FIGURES["fig6"]["embedding"],
+            n_neighbors=FIGURES["fig6"]["n_neighbors"],
+            seed=config["seed"],
         shell:
             "tapmachine figure fig6 --solutions {input.solutions} --embedding {params.embedding} "
             "--n-neighbors {params.n_neighbors} --seed {params.seed} "
@@ -121,12 +121,6 @@ if "fig7" in FIGURES:
             tracking=TRACKING,
         output:
             **figure_outputs("fig7"),
-        params:
-            digits=option_list("--digits", FIGURES["fig7"]["digits"]),
-            n_images=option_value("--n-images", FIGURES["fig7"]["n_images"]),
-            embedding=FIGURES["fig7"]["embedding"],
-            n_neighbors=FIGURES["fig7"]["n_neighbors"],
-            seed=config["seed"],
         log:
             "logs/figures/fig7.log",
         benchmark:
@@ -137,6 +131,12 @@ if "fig7" in FIGURES:
         resources:
             mem_mb=6000,
             runtime=30,
+        params:
+            digits=option_list("--digits", FIGURES["fig7"]["digits"]),
+            n_images=option_value("--n-images", FIGURES["fig7"]["n_images"]),
+            embedding=FIGURES["fig7"]["embedding"],
+            n_neighbors=FIGURES["fig7"]["n_neighbors"],
+            seed=config["seed"],
         shell:
             "tapmachine figure fig7 --solutions {input.solutions} --data {input.data} "
             "{params.digits} {params.n_images} --embedding {params.embedding} "

@@ -12,24 +12,24 @@ rule harvest_solutions:
     output:
         npz=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.npz",
         csv=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.csv",
-    wildcard_constraints:
-        model="|".join(config["harvest"]) or "^$",
-        epoch=r"[0-9]+",
-    params:
-        checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",
-        settings=harvest_settings_args,
-        device=f"--device {config['device']}",
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/harvest/{model}/epoch_{epoch}.log",
     benchmark:
         "benchmarks/harvest/{model}/epoch_{epoch}.tsv"
+    wildcard_constraints:
+        model="|".join(config["harvest"]) or "^$",
+        epoch=r"[0-9]+",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=3000,
         runtime=60,
         gpu=GPUS,
+    params:
+        checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",
+        settings=harvest_settings_args,
+        device=f"--device {config['device']}",
     shell:
         "tapmachine harvest --model-file {input.model} --checkpoint {params.checkpoint} "
         "--epoch {wildcards.epoch} --data {input.data} {params.settings} {params.device} "

@@ -1,6 +1,6 @@
-# Likelihood yardsticks (first paper, App. F): TAP vs AIS vs pseudo-likelihood after every epoch of
+# Likelihood stage (first paper, App. F): TAP vs AIS vs pseudo-likelihood after every epoch of
 # one RBM (Fig. 12), and the AIS test log-likelihood of TAP-, CD- and PCD-trained RBMs beside the
-# published CD-25 value (the likelihood table). Scores land in results/eval/{model}/, figures in
+# published CD-25 value (the likelihood table). Scores land in results/likelihood/{model}/, figures in
 # results/figures/. Settings: config `likelihood` (workflow/schemas/config.schema.yaml).
 
 LIKELIHOOD = config["likelihood"]
@@ -24,25 +24,25 @@ rule score_epochs:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        scores=f"{RESULTS}/eval/{{model}}/scores.csv",
-    wildcard_constraints:
-        model=FIG12_MODEL or "^$",
-    params:
-        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
-        epochs=FIG12_EPOCHS,
-        settings=SCORE_SETTINGS["fig12"],
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
+        scores=f"{RESULTS}/likelihood/{{model}}/scores.csv",
     log:
         "logs/likelihood/score_epochs_{model}.log",
     benchmark:
         "benchmarks/likelihood/score_epochs_{model}.tsv"
+    wildcard_constraints:
+        model=FIG12_MODEL or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=4000,
         runtime=240,
         gpu=GPUS,
+    params:
+        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
+        epochs=FIG12_EPOCHS,
+        settings=SCORE_SETTINGS["fig12"],
+        device=DEVICE_ARGS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--epochs {params.epochs} --settings {params.settings:q} --out {output.scores} "
@@ -55,24 +55,24 @@ rule score_final:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        scores=f"{RESULTS}/eval/{{model}}/final.csv",
-    wildcard_constraints:
-        model="|".join(TABLE_MODELS) or "^$",
-    params:
-        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
-        settings=SCORE_SETTINGS["table"],
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
+        scores=f"{RESULTS}/likelihood/{{model}}/final.csv",
     log:
         "logs/likelihood/score_final_{model}.log",
     benchmark:
         "benchmarks/likelihood/score_final_{model}.tsv"
+    wildcard_constraints:
+        model="|".join(TABLE_MODELS) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=4000,
         runtime=120,
         gpu=GPUS,
+    params:
+        model_dir=lambda w: f"{RESULTS}/models/{w.model}",
+        settings=SCORE_SETTINGS["table"],
+        device=DEVICE_ARGS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
         "--settings {params.settings:q} --out {output.scores} "
@@ -81,17 +81,17 @@ rule score_final:
 
 rule draw_fig12:
     input:
-        scores=f"{RESULTS}/eval/{FIG12_MODEL}/scores.csv",
+        scores=f"{RESULTS}/likelihood/{FIG12_MODEL}/scores.csv",
         model=f"{RESULTS}/models/{FIG12_MODEL}/model.pt",
         tracking=TRACKING,
     output:
         **figure_outputs("fig12"),
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/fig12.log",
     benchmark:
         "benchmarks/figures/fig12.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -104,23 +104,23 @@ rule draw_fig12:
 
 rule draw_likelihood_table:
     input:
-        scores=expand(f"{RESULTS}/eval/{{model}}/final.csv", model=TABLE_MODELS),
+        scores=expand(f"{RESULTS}/likelihood/{{model}}/final.csv", model=TABLE_MODELS),
         models=expand(f"{RESULTS}/models/{{model}}/model.pt", model=TABLE_MODELS),
         tracking=TRACKING,
     output:
         **figure_outputs("likelihood_table"),
-    params:
-        reference="" if LIKELIHOOD["table"]["reference"] else "--no-reference",
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/figures/likelihood_table.log",
     benchmark:
         "benchmarks/figures/likelihood_table.tsv"
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        reference="" if LIKELIHOOD["table"]["reference"] else "--no-reference",
     shell:
         "tapmachine figure likelihood_table --scores {input.scores} --model-files {input.models} "
         "{params.reference} --png {output.png} --pdf {output.pdf} --csv {output.csv} "

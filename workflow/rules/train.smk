@@ -10,23 +10,23 @@ rule train_model:
     output:
         model=f"{RESULTS}/models/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{model}}/metrics.csv",
-    wildcard_constraints:
-        model="|".join(config["models"]) or "^$",
-    params:
-        spec=model_spec,
-        outdir=lambda w: f"{RESULTS}/models/{w.model}",
-        device=DEVICE_ARGS,
-    conda:
-        "../../envs/tapmachine.yaml"
     log:
         "logs/train/{model}.log",
     benchmark:
         "benchmarks/train/{model}.tsv"
+    wildcard_constraints:
+        model="|".join(config["models"]) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
     threads: 2
     resources:
         mem_mb=train_mem_mb,
         runtime=lambda w, attempt: 240 * attempt,  # resumed attempts get more time
         gpu=GPUS,
+    params:
+        spec=model_spec,
+        outdir=lambda w: f"{RESULTS}/models/{w.model}",
+        device=DEVICE_ARGS,
     shell:
         "tapmachine train --model {wildcards.model} --spec {params.spec:q} --data {input.data} "
         "--outdir {params.outdir} {params.device} --threads {threads} "

@@ -9,8 +9,6 @@ with what the figure draws (``kind`` = "drawn") and the numbers behind the paper
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,7 +27,6 @@ __all__ = [
     "describe",
     "dataset_label",
     "save",
-    "track",
 ]
 
 
@@ -69,22 +66,27 @@ def new_figure(width: float, height: float):
 
 def model_info(model_file) -> ModelInfo:
     """The ModelInfo of a trained ``model.pt``."""
-    import torch
+    model = load_model_file(model_file)
+    return ModelInfo(
+        name=model.name,
+        dataset=model.dataset,
+        substitute=str(model.substitute or ""),
+        train_run_id=str(model.mlflow_run_id or ""),
+        sizes=model.sizes,
+    )
+
+
+def load_model_file(model_file):
+    """The ModelFile at ``model_file``; a FigureError if it is missing or unreadable."""
+    from tapmachine.modelfile import ModelFile, ModelFileError
 
     path = Path(model_file)
     if not path.exists():
         raise FigureError(f"{path} not found: train the model first")
-    blob = torch.load(path, map_location="cpu", weights_only=False)
-    sizes = tuple(int(W.shape[0]) for W in blob["machine"]["weights"][:1]) + tuple(
-        int(W.shape[1]) for W in blob["machine"]["weights"]
-    )
-    return ModelInfo(
-        name=str(blob.get("name", path.parent.name)),
-        dataset=str(blob.get("dataset", "?")),
-        substitute=str(blob.get("substitute") or ""),
-        train_run_id=str(blob.get("mlflow_run_id") or ""),
-        sizes=sizes,
-    )
+    try:
+        return ModelFile.load(path)
+    except ModelFileError as err:
+        raise FigureError(str(err)) from err
 
 
 def describe(info: ModelInfo) -> str:
@@ -144,53 +146,3 @@ def save(result: FigureResult, png, pdf, csv) -> list[Path]:
             p.unlink(missing_ok=True)
         raise
     return paths
-
-
-def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str | None:
-    """Log the three files of a figure to a run ``name`` in the "figures" experiment.
-
-    Tags name the model runs it was drawn from (``train_run.<model>``; ``harvest_runs.<model>``
-    as JSON epoch -> run id) so a user can go from the figure to the runs behind it.
-    """
-    from tapmachine import tracking
-
-    tags = {"figure": name, "models": ",".join(m.name for m in result.models)}
-    for m in result.models:
-        if m.train_run_id:
-            tags[f"train_run.{m.name}"] = m.train_run_id
-        if m.harvest_run_ids:
-            tags[f"harvest_runs.{m.name}"] = json.dumps(m.harvest_run_ids, sort_keys=True)
-        if m.substitute:
-            tags[f"substitute.{m.name}"] = m.substitute
-    params = {"models": [m.name for m in result.models], **result.params}
-    claims = result.table[result.table["kind"] == "claim"] if "kind" in result.table else None
-    with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
-        if claims is not None and len(claims):
-            by_step: dict[int | None, dict[str, float]] = {}
-            for _, row in claims.iterrows():
-                try:
-                    value = float(row["value"])
-                except (TypeError, ValueError):
-                    continue
-                if not math.isfinite(value):
-                    continue
-                key = str(row["claim"])
-                if isinstance(row.get("model"), str) and row["model"]:
-                    key += f".{row['model']}"
-                epoch = row.get("epoch")
-                step = None
-                if epoch is not None and not (isinstance(epoch, float) and math.isnan(epoch)):
-                    step = int(epoch)  # the epoch is the metric's step, not part of its name
-                by_step.setdefault(step, {})[_metric_key(key)] = value
-            for step, metrics in sorted(
-                by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]
-            ):
-                run.log_metrics(metrics, step=step)
-        for p in paths:
-            run.log_artifact(p)
-        return run.run_id
-
-
-def _metric_key(key: str) -> str:
-    """MLflow metric names allow alphanumerics, _ - . / and spaces."""
-    return "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in key)[:250]

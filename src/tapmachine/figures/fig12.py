@@ -1,6 +1,6 @@
 """Fig. 12 (App. F): TAP log-likelihood, AIS log-likelihood and pseudo-likelihood after each epoch.
 
-Drawn from ``results/eval/{model}/scores.csv`` (``likelihood.score_checkpoints``: one row per
+Drawn from ``results/likelihood/{model}/scores.csv`` (``likelihood.score_checkpoints``: one row per
 epoch, all three measures on the same parameters). Every value is in nats per image: the TAP
 log-likelihood unnormalised (eq. 39; Fig. 3 divides it by Nv + Nh), the AIS log-likelihood
 -F(x) - ln Z_AIS with the band from ln Z_AIS +- 3 stderr, and the stochastic pseudo-likelihood

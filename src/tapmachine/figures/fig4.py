@@ -24,6 +24,7 @@ from tapmachine.figures.common import (
     FigureResult,
     claim,
     dataset_label,
+    load_model_file,
     model_info,
     new_figure,
     table,
@@ -48,9 +49,8 @@ def hidden_activation(model_file, x: np.ndarray) -> np.ndarray:
     import torch
 
     from tapmachine import tap
-    from tapmachine.training import load_model
 
-    machine = load_model(model_file, dtype=torch.float64)
+    machine = load_model_file(model_file).machine(dtype=torch.float64)
     xt = torch.as_tensor(np.asarray(x, dtype=np.float64))
     means = []
     with torch.no_grad():
@@ -70,7 +70,6 @@ def _spearman(a, b) -> float:
 
 def make(model_files: list, data_files: list, n_images: int = 2000, per_group: int = 8):
     """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order)."""
-    import torch
 
     from tapmachine.data import load_dataset
 
@@ -81,8 +80,7 @@ def make(model_files: list, data_files: list, n_images: int = 2000, per_group: i
     for pfile, dfile in zip(model_files, data_files, strict=True):
         info = model_info(pfile)
         ds = load_dataset(dfile)
-        blob = torch.load(pfile, map_location="cpu", weights_only=False)
-        W = blob["machine"]["weights"][0].double().numpy()
+        W = load_model_file(pfile).machine_state["weights"][0].double().numpy()
         if W.shape[0] != int(np.prod(ds.image_shape)):
             raise FigureError(
                 f"{pfile}: {W.shape[0]} visible units do not match the images "

@@ -50,13 +50,14 @@ def count_bands(values, gap: float = BAND_GAP, min_share: float = BAND_MIN_SHARE
 
 
 def gaussian_kde(values, grid) -> np.ndarray | None:
-    """Gaussian KDE with Scott's bandwidth, as a density on ``grid``; None if degenerate."""
+    """Gaussian KDE with Scott's bandwidth (``scipy.stats.gaussian_kde``), as a density on
+    ``grid``; None if degenerate (fewer than two values or no spread: scipy raises there)."""
+    from scipy.stats import gaussian_kde as kde
+
     v = np.asarray(values, dtype=np.float64)
     if v.size < 2 or not v.std() > 0:
         return None
-    h = v.std(ddof=1) * v.size ** (-1.0 / 5.0)
-    z = (np.asarray(grid)[:, None] - v[None, :]) / h
-    return np.exp(-0.5 * z * z).sum(1) / (v.size * h * math.sqrt(2 * math.pi))
+    return kde(v, bw_method="scott")(np.asarray(grid, dtype=np.float64))
 
 
 def load_epochs(solution_files) -> tuple[list[dict], ModelInfo]:

@@ -1,7 +1,7 @@
 """Likelihood table: TAP-trained vs CD-1 / CD-25 / PCD-trained RBMs by AIS test log-likelihood.
 
-Drawn from each model's ``results/eval/{model}/final.csv`` (``likelihood.score_model``: one row,
-AIS ln Z +- 3 stderr and the test log-likelihood in nats per image, with the model's training
+Drawn from each model's ``results/likelihood/{model}/final.csv`` (``likelihood.score_model``: one
+row, AIS ln Z +- 3 stderr and the test log-likelihood in nats per image, with the model's training
 settings). Beside the models computed here stands the published value of Salakhutdinov & Murray
 (2008) for a CD-25-trained RBM with 500 hidden units on the MNIST test set: a reference row
 (``source`` = "published", ``computed`` = 0), quoted, never computed by this pipeline, and trained

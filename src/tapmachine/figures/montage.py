@@ -23,14 +23,14 @@ def tile(
         arr = arr.reshape(-1, h, w)
     if arr.ndim != 3 or arr.shape[1:] != (h, w) or arr.shape[0] == 0:
         raise ValueError(f"montage: images of shape {np.shape(images)} do not match {(h, w)}")
+    from skimage.util import montage as sk_montage
+
     n = arr.shape[0]
     ncols = max(1, min(int(ncols), n))
     nrows = math.ceil(n / ncols)
-    grid = np.full((nrows * (h + pad) - pad, ncols * (w + pad) - pad), np.nan)
-    for k in range(n):
-        r, c = divmod(k, ncols)
-        grid[r * (h + pad) : r * (h + pad) + h, c * (w + pad) : c * (w + pad) + w] = arr[k]
-    return grid
+    grid = sk_montage(arr, fill=np.nan, grid_shape=(nrows, ncols), padding_width=pad)
+    # skimage pads the outer border too; the figures want gaps between images only.
+    return grid[pad : grid.shape[0] - pad, pad : grid.shape[1] - pad] if pad else grid
 
 
 def montage(

@@ -1,0 +1,76 @@
+"""The interface every unit prior implements (first paper, App. C)."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import torch
+from torch import Tensor
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prior(abc.ABC):
+    """Interface shared by every unit prior.
+
+    Subclasses are frozen dataclasses whose tensor fields named in ``param_names`` are the
+    trainable parameters; other fields (bounds) are fixed. ``replace`` returns an updated copy, so
+    training never mutates a prior in place.
+    """
+
+    param_names = ()
+
+    @property
+    def size(self) -> int:
+        """Number of units N."""
+        return getattr(self, self.param_names[0]).shape[-1]
+
+    def params(self) -> dict[str, Tensor]:
+        """The trainable parameters by name."""
+        return {name: getattr(self, name) for name in self.param_names}
+
+    def replace(self, **changes) -> Prior:
+        """A copy with some fields replaced (parameters or bounds)."""
+        return dataclasses.replace(self, **changes)
+
+    def to(self, device=None, dtype=None) -> Prior:
+        """A copy with every parameter tensor moved to ``device``/``dtype``."""
+        return self.replace(
+            **{k: v.to(device=device, dtype=dtype) for k, v in self.params().items()}
+        )
+
+    def config(self) -> dict:
+        """The non-tensor fields (bounds): enough, with ``params``, to rebuild the prior."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in self.param_names
+        }
+
+    @abc.abstractmethod
+    def moments(self, B: Tensor, A: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean f_a and variance f_c of Q(x; B, A)."""
+
+    @abc.abstractmethod
+    def log_partition(self, B: Tensor, A: Tensor) -> Tensor:
+        """ln Z(B, A): log normaliser of Q relative to P, so ln Z(0, 0) = 0."""
+
+    @abc.abstractmethod
+    def log_prob(self, x: Tensor) -> Tensor:
+        """ln P(x; theta), elementwise (a log-density for continuous units)."""
+
+    @abc.abstractmethod
+    def grad_log_partition(self, B: Tensor, A: Tensor) -> dict[str, Tensor]:
+        """d ln Z(B, A) / d theta for each parameter, elementwise (shape of B)."""
+
+    @abc.abstractmethod
+    def grad_log_prob(self, x: Tensor) -> dict[str, Tensor]:
+        """d ln P(x; theta) / d theta for each parameter, elementwise (shape of x)."""
+
+    @abc.abstractmethod
+    def sample(self, B: Tensor, A: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """One draw from Q(x; B, A) per element."""
+
+    def mean(self, B: Tensor) -> Tensor:
+        """Conditional mean f(B) = f_a(B, 0) of eq. (15)."""
+        return self.moments(B, torch.zeros_like(B))[0]

@@ -1,0 +1,63 @@
+"""What every stage shares: argument groups, the user-error class and a lazily opened MLflow run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from tapmachine import tracking
+
+
+class UsageError(Exception):
+    """An error in the user's input, reported as one line."""
+
+
+def parse_json(text: str, flag: str):
+    """``text`` parsed as JSON; a UsageError naming ``flag`` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{flag} is not JSON: {err}") from err
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, n))
+
+
+def add_numeric_args(s, dtype: str = "float32") -> None:
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--dtype", default=dtype, choices=["float32", "float64"])
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1)
+
+
+def job_kwargs(args) -> dict:
+    """The device, dtype and tracking manifest of a numeric command's arguments."""
+    return {"device": args.device, "dtype": args.dtype, "manifest": args.tracking}
+
+
+class LazyRun:
+    """An MLflow run opened when the library calls ``on_start(params, tags, ...)``.
+
+    Use inside ``with contextlib.ExitStack() as stack``: the run is entered on that stack, so it
+    ends with the stack, FAILED if an exception leaves it. ``run`` is a no-op run until then.
+    ``name`` is the run's name, or a function of the params that gives it.
+    """
+
+    def __init__(self, stack: contextlib.ExitStack, manifest, experiment: str, name):
+        self.stack, self.manifest, self.experiment, self.name = stack, manifest, experiment, name
+        self.run = tracking.attach_run(None, None)
+
+    def on_start(self, params: dict, tags: dict, *_) -> str | None:
+        self.run = self.stack.enter_context(
+            tracking.start_run(
+                self.manifest,
+                self.experiment,
+                self.name(params) if callable(self.name) else self.name,
+                params,
+                tags,
+            )
+        )
+        return self.run.run_id

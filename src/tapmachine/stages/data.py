@@ -1,0 +1,89 @@
+"""``tapmachine fetch`` and ``tapmachine derive``: the datasets, with a montage in MLflow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from tapmachine.stages.common import parse_json
+
+
+def fetch(args) -> None:
+    from tapmachine import data
+
+    if args.dataset == "mnist":
+        ds = data.fetch_mnist(args.cache_dir, local_path=args.local_path)
+    elif args.dataset == "fashion_mnist":
+        ds = data.fetch_fashion_mnist(args.cache_dir, local_path=args.local_path)
+    else:
+        ds = data.fetch_faces(cbcl_archive=args.cbcl_archive)
+    ds = dataclasses.replace(ds, name=args.dataset)
+    save_and_track(ds, args.out, args.tracking)
+
+
+def derive(args) -> None:
+    from tapmachine import data
+
+    transforms = parse_json(args.transforms, "--transforms")
+    source = data.load_dataset(args.source)
+    if args.labels:
+        source = data.select_labels(source, parse_json(args.labels, "--labels"))
+    ds = data.derive(source, transforms, name=args.name)
+    save_and_track(ds, args.out, args.tracking)
+
+
+def save_and_track(ds, out, manifest) -> None:
+    """Write ``ds`` to ``out``; log its summary and a montage of 50 images to MLflow."""
+    from tapmachine import data, tracking
+    from tapmachine.figures.montage import montage
+
+    out = Path(out)
+    data.save_dataset(ds, out)
+    counts = data.label_counts(ds.y_train)
+    summary = {
+        "name": ds.name,
+        "train_shape": list(ds.x_train.shape),
+        "test_shape": list(ds.x_test.shape),
+        "dtype": str(ds.x_train.dtype),
+        "train_label_counts": counts,
+        "provenance": ds.provenance,
+    }
+    print(json.dumps(summary, indent=2, default=str))
+    tags = {"dataset": ds.name}
+    if ds.provenance.get("substitute"):
+        tags["substitute"] = str(ds.provenance["substitute"])
+    with tracking.start_run(manifest, "data", ds.name, params=summary, tags=tags) as run:
+        mean_value = float(ds.x_train[:10000].astype("float64").mean())
+        run.log_metrics({"n_train": len(ds.x_train), "n_test": len(ds.x_test), "mean": mean_value})
+        picture = out.with_suffix(".montage.png")
+        title = ds.name
+        if ds.provenance.get("substitute"):
+            title += f" (substitute: {ds.provenance['substitute']})"
+        try:
+            montage(ds.x_train[:50], tuple(ds.image_shape), picture, title=title)
+            run.log_artifact(picture)
+        finally:
+            picture.unlink(missing_ok=True)
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser("fetch", help="fetch, verify and convert a raw dataset")
+    s.add_argument("--dataset", required=True, choices=["mnist", "fashion_mnist", "faces"])
+    s.add_argument("--cache-dir", required=True)
+    s.add_argument("--local-path", default=None, help="directory with the official idx files")
+    s.add_argument("--cbcl-archive", default=None, help="MIT CBCL faces.tar.gz (faces only)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)")
+    s.set_defaults(func=fetch)
+
+    s = subparsers.add_parser(
+        "derive", help="write a derived dataset (binarised, scaled, 8-bit, spin)"
+    )
+    s.add_argument("--source", required=True)
+    s.add_argument("--name", required=True)
+    s.add_argument("--transforms", required=True, help="JSON list of transforms")
+    s.add_argument("--labels", default=None, help="JSON list of labels to keep (default: all)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=derive)

@@ -1,0 +1,161 @@
+"""``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and log them to MLflow.
+
+``FIGURES`` maps each figure to the call of its ``make``; the parsers name the same figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+from pathlib import Path
+
+from tapmachine.figures.common import FigureResult
+from tapmachine.stages.common import set_threads
+
+
+def _fig3(m, a):
+    return m.make(a.metrics, a.model_files)
+
+
+def _fig4(m, a):
+    return m.make(a.model_files, a.data, a.n_images, a.per_group)
+
+
+def _fig5(m, a):
+    return m.make(a.solutions, a.slices)
+
+
+def _fig6(m, a):
+    return m.make(a.solutions, a.embedding, a.n_neighbors, a.seed)
+
+
+def _fig7(m, a):
+    return m.make(a.solutions, a.data, a.digits, a.n_images, a.embedding, a.n_neighbors, a.seed)
+
+
+def _fig12(m, a):
+    return m.make(a.scores, a.model_file)
+
+
+def _likelihood_table(m, a):
+    return m.make(a.scores, a.model_files, not a.no_reference)
+
+
+#: figure name -> (module under tapmachine.figures, call of its make with the parsed arguments)
+FIGURES = {
+    "fig3": _fig3,
+    "fig4": _fig4,
+    "fig5": _fig5,
+    "fig6": _fig6,
+    "fig7": _fig7,
+    "fig12": _fig12,
+    "likelihood_table": _likelihood_table,
+}
+
+
+def draw(args) -> None:
+    from tapmachine.figures import common
+
+    set_threads(getattr(args, "threads", 1))
+    if getattr(args, "embedding", None) == "umap" and not os.environ.get("NUMBA_CACHE_DIR"):
+        cache = Path("results/cache/numba").resolve()
+        cache.mkdir(parents=True, exist_ok=True)
+        os.environ["NUMBA_CACHE_DIR"] = str(cache)
+    module = importlib.import_module(f"tapmachine.figures.{args.figure}")
+    result = FIGURES[args.figure](module, args)
+    paths = common.save(result, args.png, args.pdf, args.csv)
+    track(args.tracking, args.figure, result, paths)
+    claims = result.table[result.table["kind"] == "claim"]
+    columns = [c for c in ("claim", "model", "epoch", "value", "detail") if c in claims]
+    print(claims[columns].to_string(index=False))
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str | None:
+    """Log the three files of a figure to a run ``name`` in the "figures" experiment.
+
+    Tags name the model runs it was drawn from (``train_run.<model>``; ``harvest_runs.<model>``
+    as JSON epoch -> run id) so a user can go from the figure to the runs behind it.
+    """
+    from tapmachine import tracking
+
+    tags = {"figure": name, "models": ",".join(m.name for m in result.models)}
+    for m in result.models:
+        if m.train_run_id:
+            tags[f"train_run.{m.name}"] = m.train_run_id
+        if m.harvest_run_ids:
+            tags[f"harvest_runs.{m.name}"] = json.dumps(m.harvest_run_ids, sort_keys=True)
+        if m.substitute:
+            tags[f"substitute.{m.name}"] = m.substitute
+    params = {"models": [m.name for m in result.models], **result.params}
+    claims = result.table[result.table["kind"] == "claim"] if "kind" in result.table else None
+    with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
+        if claims is not None and len(claims):
+            metrics = {}
+            for _, row in claims.iterrows():
+                try:
+                    value = float(row["value"])
+                except (TypeError, ValueError):
+                    continue
+                if not math.isfinite(value):
+                    continue
+                key = str(row["claim"])
+                if isinstance(row.get("model"), str) and row["model"]:
+                    key += f".{row['model']}"
+                epoch = row.get("epoch")
+                if epoch is not None and not (isinstance(epoch, float) and math.isnan(epoch)):
+                    key += f".epoch_{int(epoch)}"
+                metrics[_metric_key(key)] = value
+            run.log_metrics(metrics)
+        for p in paths:
+            run.log_artifact(p)
+        return run.run_id
+
+
+def _metric_key(key: str) -> str:
+    """MLflow metric names allow alphanumerics, _ - . / and spaces."""
+    return "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in key)[:250]
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")
+    figs = s.add_subparsers(dest="figure", required=True)
+    f3 = figs.add_parser("fig3", help="TAP log-likelihood per epoch")
+    f3.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of each model")
+    f3.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f4 = figs.add_parser("fig4", help="receptive fields ranked by spread and activation")
+    f4.add_argument("--model-files", nargs="+", required=True)
+    f4.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")
+    f4.add_argument("--n-images", type=int, default=2000)
+    f4.add_argument("--per-group", type=int, default=8)
+    f5 = figs.add_parser("fig5", help="free energies and counts of TAP solutions per epoch")
+    f5.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
+    f5.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")
+    f6 = figs.add_parser("fig6", help="embedding of TAP solutions over training")
+    f6.add_argument("--solutions", nargs="+", required=True)
+    f7 = figs.add_parser("fig7", help="embedding of initialisations and their TAP solutions")
+    f7.add_argument("--solutions", nargs="+", required=True)
+    f7.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    f7.add_argument("--digits", nargs="*", type=int, default=None, help="labels (default: all)")
+    f7.add_argument("--n-images", type=int, default=None)
+    for f in (f6, f7):
+        f.add_argument("--embedding", default="isomap", choices=["isomap", "umap"])
+        f.add_argument("--n-neighbors", type=int, default=10)
+        f.add_argument("--seed", type=int, default=0)
+    f12 = figs.add_parser("fig12", help="TAP vs AIS vs pseudo-likelihood per epoch (App. F)")
+    f12.add_argument("--scores", required=True, help="scores.csv of `tapmachine score --epochs`")
+    f12.add_argument("--model-file", required=True, help="the model's model.pt")
+    tab = figs.add_parser("likelihood_table", help="AIS test log-likelihood: TAP vs CD / PCD")
+    tab.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
+    tab.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    tab.add_argument("--no-reference", action="store_true", help="omit the published row")
+    for f in (f3, f4, f5, f6, f7, f12, tab):
+        f.add_argument("--png", required=True)
+        f.add_argument("--pdf", required=True)
+        f.add_argument("--csv", required=True)
+        f.add_argument("--tracking", default=None)
+        f.set_defaults(func=draw)
+    for f in (f3, f4, f5, f6, f7):
+        f.add_argument("--threads", type=int, default=1)

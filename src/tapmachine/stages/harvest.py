@@ -1,0 +1,81 @@
+"""``tapmachine harvest``: the TAP solutions of one training epoch, tracked in MLflow."""
+
+from __future__ import annotations
+
+import contextlib
+
+from tapmachine.stages.common import LazyRun, job_kwargs, set_threads
+
+
+def harvest_epoch(
+    model_file, checkpoint, epoch: int, data_path, settings, out_npz, out_csv, manifest=None, **kw
+) -> dict:
+    """``harvest.run_harvest`` inside a run of experiment "harvest" (summary as metrics, npz and
+    CSV as artifacts); the summary also goes to the model's training run, step = epoch."""
+    from tapmachine import harvest, tracking
+    from tapmachine.modelfile import ModelFile
+
+    with contextlib.ExitStack() as stack:
+        tracked = LazyRun(stack, manifest, "harvest", lambda p: f"{p['model']}/epoch_{epoch}")
+        summary = harvest.run_harvest(
+            model_file,
+            checkpoint,
+            epoch,
+            data_path,
+            settings,
+            out_npz,
+            out_csv,
+            on_start=tracked.on_start,
+            **kw,
+        )
+        tracked.run.log_metrics(summary, step=epoch)
+        tracked.run.log_artifact(out_npz)
+        tracked.run.log_artifact(out_csv)
+    if manifest:
+        train_run = tracking.attach_run(manifest, ModelFile.load(model_file).mlflow_run_id)
+        keys = ("n_unique", "helmholtz", "free_energy_std", "n_not_converged", "mean_iterations")
+        train_run.log_metrics({f"harvest_{k}": summary[k] for k in keys}, step=epoch)
+    return summary
+
+
+def run(args) -> None:
+    from tapmachine import harvest
+
+    set_threads(args.threads)
+    settings = harvest.HarvestSettings(
+        n_init=args.n_init,
+        dedup_tol=args.dedup_tol,
+        tol=args.tol,
+        max_iter=args.max_iter,
+        damping=args.damping,
+    )
+    harvest_epoch(
+        args.model_file,
+        args.checkpoint,
+        args.epoch,
+        args.data,
+        settings,
+        args.out_npz,
+        args.out_csv,
+        **job_kwargs(args),
+    )
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser("harvest", help="TAP solutions of one training epoch (Figs. 5-7)")
+    s.add_argument("--model-file", required=True, help="the model's model.pt")
+    s.add_argument("--checkpoint", required=True, help="checkpoints/epoch_{e}.pt of that model")
+    s.add_argument("--epoch", type=int, required=True)
+    s.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    s.add_argument("--n-init", type=int, default=None, help="first n images (default: all)")
+    s.add_argument("--dedup-tol", type=float, default=0.01)
+    s.add_argument("--tol", type=float, default=1e-12)
+    s.add_argument("--max-iter", type=int, default=2000)
+    s.add_argument("--damping", type=float, default=0.5)
+    s.add_argument("--out-npz", required=True)
+    s.add_argument("--out-csv", required=True)
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=run)

@@ -1,0 +1,90 @@
+"""The library works without MLflow: numerics never import ``tapmachine.tracking`` or mlflow."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LIBRARY = [
+    "priors",
+    "machine",
+    "tap",
+    "estimators",
+    "contrastive",
+    "training",
+    "harvest",
+    "likelihood",
+    "embed",
+    "modelfile",
+    "data",
+    "configuration",
+    "figures.common",
+    "figures.fig3",
+    "figures.fig4",
+    "figures.fig5",
+    "figures.fig6",
+    "figures.fig7",
+    "figures.fig12",
+    "figures.likelihood_table",
+]
+
+SCRIPT = textwrap.dedent(
+    """
+    import importlib, importlib.abc, sys
+    from pathlib import Path
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "mlflow" or name.startswith("mlflow.") or name == "tapmachine.tracking":
+                raise ImportError(f"{name} is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    import numpy as np, torch
+    for name in LIBRARY:
+        importlib.import_module(f"tapmachine.{name}")
+    from tapmachine import training
+    from tapmachine.data import Dataset, save_dataset
+    from tapmachine.modelfile import ModelFile
+
+    out = Path(sys.argv[1])
+    rng = np.random.default_rng(0)
+    x = (rng.random((120, 9)) < 0.3).astype(np.uint8)
+    y = np.zeros(120, dtype=np.int64)
+    save_dataset(Dataset(x, y, x[:20], y[:20], (3, 3), {}, "toy"), out / "toy.npz")
+    spec = {
+        "visible": {"prior": "bernoulli"},
+        "hidden": [{"prior": "bernoulli", "units": 4}],
+        "epochs": 2,
+        "batch_size": 40,
+        "eval": {"n_samples": 30},
+    }
+    seen = []
+    training.train_from_spec(
+        "toy", spec, str(out / "toy.npz"), str(out / "toy"),
+        on_epoch=lambda epoch, metrics, machine: seen.append(epoch),
+    )
+    model = ModelFile.load(out / "toy" / "model.pt")
+    assert seen == [1, 2] and len(model.history) == 2, (seen, model.history)
+    assert model.mlflow_run_id is None
+    loaded = [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]
+    assert not loaded and "tapmachine.tracking" not in sys.modules, loaded
+    print("ok", model.sizes)
+    """
+)
+
+
+def test_library_imports_and_trains_without_mlflow(tmp_path):
+    code = f"LIBRARY = {LIBRARY!r}\n" + SCRIPT
+    env = {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok (9, 4)"

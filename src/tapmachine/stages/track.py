@@ -4,7 +4,7 @@ Tracking during a run is best effort (``tapmachine.tracking``): a store that is 
 killed before it logged, leaves the result files complete and the store short. This command
 rebuilds the missing runs from the files alone: datasets (``results/data``), training
 (``models/*/metrics.csv``), harvests (``solutions/*/epoch_*.csv``), likelihood scores
-(``eval/*/*.csv``) and figures (``figures/*.csv`` with their PNG/PDF). A run already present
+(``likelihood/*/*.csv``) and figures (``figures/*.csv`` with their PNG/PDF). A run already present
 (same experiment, run name, config run name and FINISHED) is kept, so a second replay adds
 nothing; replayed runs carry ``tapmachine.replayed = true``.
 """
@@ -77,7 +77,7 @@ def _claims(csv: Path) -> dict[int | None, dict[str, float]]:
     """The claims of a figure table as metrics (same names and steps as the live runs)."""
     import pandas as pd
 
-    from tapmachine.figures.common import _metric_key
+    from tapmachine.stages.figures import _metric_key
 
     table = pd.read_csv(csv)
     steps: dict[int | None, dict[str, float]] = {}
@@ -122,7 +122,7 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
         yield Item(
             "harvest", f"{model}/epoch_{epoch}", {}, {epoch: {"n_unique": n_unique}}, arts, tags
         )
-    for csv in sorted(results.glob("eval/*/*.csv")):
+    for csv in sorted(results.glob("likelihood/*/*.csv")):
         model = csv.parent.name
         kind = {"scores": "epochs", "final": "final"}.get(csv.stem, csv.stem)
         _, steps = _numeric_rows(csv)

@@ -18,6 +18,8 @@ import yaml
 from services import run_bounded
 from tiny_ops import prepare
 
+from tapmachine.modelfile import ModelFile
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.workflow
 EPOCHS = 8
@@ -77,7 +79,7 @@ def workdirs(tmp_path_factory):
 
 
 def _params(work: Path) -> dict:
-    blob = torch.load(work / MODEL, map_location="cpu", weights_only=False)
+    state = ModelFile.load(work / MODEL).machine_state
     flat = {}
 
     def walk(prefix, obj):
@@ -90,7 +92,7 @@ def _params(work: Path) -> dict:
             for i, v in enumerate(obj):
                 walk(f"{prefix}[{i}]", v)
 
-    walk("machine", blob["machine"])
+    walk("machine", state)
     return flat
 
 

@@ -32,15 +32,11 @@ onstart:
 
 
 onsuccess:
-    _track_stage.invocation_end(
-        True, config["tracking"]["store"], TRACKING_FILE, RESULTS
-    )
+    _track_stage.invocation_end(True, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 onerror:
-    _track_stage.invocation_end(
-        False, config["tracking"]["store"], TRACKING_FILE, RESULTS
-    )
+    _track_stage.invocation_end(False, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 localrules:

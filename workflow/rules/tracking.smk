@@ -19,9 +19,7 @@ for _key, _value in _tracking.HTTP_LIMITS.items():
 # The store exists before the DAG is built, so that no job ever makes the manifest: a manifest made
 # by a job would count as an updated input and rerun every rule. Best effort: with a store that is
 # down this takes one short try and records the error; jobs then try once each and carry on.
-if not Path(TRACKING_FILE).exists() or "error" in json.loads(
-    Path(TRACKING_FILE).read_text()
-):
+if not Path(TRACKING_FILE).exists() or "error" in json.loads(Path(TRACKING_FILE).read_text()):
     _tracking.init_store(config["tracking"]["store"], TRACKING_FILE, best_effort=True)
 
 

@@ -192,12 +192,12 @@ def test_embedded_sqlite_store_counts(sqlite_run):
     _check_counts(_count(f"sqlite:///{work}/results/mlflow/mlflow.db"), work)
 
 
-def _chromium(url: str, out_dir: Path, shot: Path, shown, attempts: int = 4) -> str:
+def _chromium(url: str, out_dir: Path, shot: Path, shown, attempts: int = 6) -> str:
     """The text of ``url`` rendered by headless Chromium, once ``shown(text)`` holds (a page
     whose data is still loading is tried again, up to ``attempts`` times); then a screenshot."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     base = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
-    base += [f"--user-data-dir={out_dir / 'chromium-profile'}", "--virtual-time-budget=30000"]
+    base += [f"--user-data-dir={out_dir / 'chromium-profile'}", "--virtual-time-budget=10000"]
     for _ in range(attempts):
         dom = run_bounded([*base, "--dump-dom", url], timeout=120)
         assert dom.returncode == 0, dom.stdout[-2000:]

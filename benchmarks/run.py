@@ -135,7 +135,7 @@ def bench_harvest(device, quick: bool) -> dict:
     nv, nh = 784, 100
     k = 2000 if quick else 10000
     x, source = binary_mnist(k)
-    model_file = ROOT / "results" / "models" / "bmnist_h100" / "model.pt"
+    model_file = ROOT / "results" / "default" / "models" / "bmnist_h100" / "model.pt"
     if model_file.exists():
         machine = training.load_model(model_file, device=device, dtype=torch.float32)
         model = str(model_file.relative_to(ROOT))

@@ -67,6 +67,7 @@ def test_minimal_config_gets_every_default():
         SCHEMA,
     )
     assert config["seed"] == 2026 and config["dtype"] == "float32"
+    assert config["run"] == {"name": "default"}
     assert config["models"]["m"]["epochs"] == 100
 
 
@@ -108,6 +109,7 @@ def mutate(config, path, value):
             "models.rmnist_h100.visible.prior: 'gaussian' is not one of",
         ),
         (["dtype"], "float16", "dtype: 'float16' is not one of"),
+        (["run", "name"], "../elsewhere", "run.name: '../elsewhere' does not match"),
         (
             ["models", "bmnist_h25", "tap"],
             {"train_iterations": "forever"},
@@ -161,3 +163,9 @@ def test_bad_configs_name_key_and_value(default, path, value, expected):
         validate(config, SCHEMA)
     assert expected in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_paper_config_has_its_own_results_directory():
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    default = validate(load("config.yaml"), SCHEMA)
+    assert (paper["run"]["name"], default["run"]["name"]) == ("paper", "default")

@@ -2,6 +2,7 @@
 every figure, tracked in MLflow."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
+from tapmachine.tracking import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -182,7 +185,7 @@ def test_training_outputs_and_tracking(finished_run):
     import mlflow
     import pandas as pd
 
-    model_dir = finished_run / "results" / "models" / "tiny"
+    model_dir = finished_run / "results" / "default" / "models" / "tiny"
     metrics = pd.read_csv(model_dir / "metrics.csv")
     assert metrics["epoch"].tolist() == [1, 2]
     assert np.isfinite(metrics["tap_ll"]).all()
@@ -192,14 +195,14 @@ def test_training_outputs_and_tracking(finished_run):
     ]
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
-    data_runs = client.search_runs([experiments["data"]])
+    data_runs = client.search_runs([experiments["data"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in data_runs) == sorted(
         ["mnist", "fashion_mnist", "faces", *TINY["data"]["derived"]]
     )
     assert all(r.info.status == "FINISHED" for r in data_runs)
     mnist_run = next(r for r in data_runs if r.info.run_name == "mnist")
     assert "montage" in str([a.path for a in client.list_artifacts(mnist_run.info.run_id)])
-    train_runs = client.search_runs([experiments["train"]])
+    train_runs = client.search_runs([experiments["train"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in train_runs) == sorted(TINY["models"])
     (train_run,) = [r for r in train_runs if r.info.run_name == "tiny"]
     history = client.get_metric_history(train_run.info.run_id, "tap_ll")
@@ -213,7 +216,7 @@ def test_harvest_and_every_figure(finished_run):
     import mlflow
     import pandas as pd
 
-    results = finished_run / "results"
+    results = finished_run / "results" / "default"
     for epoch in (1, 2):
         with np.load(results / "solutions" / "tiny" / f"epoch_{epoch}.npz") as npz:
             assert npz["converged"].shape == (60,)
@@ -222,13 +225,13 @@ def test_harvest_and_every_figure(finished_run):
             assert (results / "figures" / f"{fig}.{ext}").stat().st_size > 0, (fig, ext)
         table = pd.read_csv(results / "figures" / f"{fig}.csv")
         assert (table["kind"] == "claim").any(), fig
-    client = mlflow.MlflowClient(f"sqlite:///{results}/mlflow/mlflow.db")
+    client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
-    figure_runs = client.search_runs([experiments["figures"]])
+    figure_runs = client.search_runs([experiments["figures"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in figure_runs) == sorted(FIGURES)
     assert all(r.info.status == "FINISHED" for r in figure_runs)
-    assert len(client.search_runs([experiments["harvest"]])) == 2
-    ucd_runs = client.search_runs([experiments["ucd"]])
+    assert len(client.search_runs([experiments["harvest"]], STAGE_RUNS)) == 2
+    ucd_runs = client.search_runs([experiments["ucd"]], STAGE_RUNS)
     dbms = ["ucd_lmi", "pcd", "no_centering"]
     assert sorted(r.info.run_name for r in ucd_runs) == sorted(
         ["fig1_gibbs", "fig1_gibbs_lmi", "fig1_mh", "fig1_mh_lmi"]
@@ -236,7 +239,9 @@ def test_harvest_and_every_figure(finished_run):
         + [f"score_binary_mnist_{m}" for m in dbms]
         + ["classifier_binary_mnist"]
     )
-    (train_run,) = client.search_runs([experiments["train"]], "attributes.run_name = 'tiny'")
+    (train_run,) = client.search_runs(
+        [experiments["train"]], f"{STAGE_RUNS} and attributes.run_name = 'tiny'"
+    )
     steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
     assert sorted(m.step for m in steps) == [1, 2]
 
@@ -307,6 +312,21 @@ def test_rerun_is_a_no_op(finished_run):
     result = snakemake(finished_run, "--cores", "2", "-n")
     assert result.returncode == 0
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_recreating_the_tracking_store_reruns_nothing(finished_run):
+    """The store's manifest is an ancient() input made before the DAG: a new store (deleted,
+    re-created, or benchmarks/run.py rewriting the manifest) leaves every result up to date."""
+    store = finished_run / "results" / "mlflow"
+    store.rename(finished_run / "results" / "mlflow.moved")
+    try:
+        result = snakemake(finished_run, "--cores", "2", "-n")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Nothing to be done" in result.stdout + result.stderr
+        assert (store / "experiments.json").exists()  # made afresh, at parse time
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+        (finished_run / "results" / "mlflow.moved").rename(store)
 
 
 def test_bad_config_fails_before_any_job(tmp_path):

@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         figures,
         harvest,
         likelihood,
+        track,
         tracking,
         train,
         ucd,
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     ucd.register(sub)
     denoise.register(sub)
     deep.register(sub)
+    track.register(sub)
     return p
 
 
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.modelfile import ModelFileError
     from tapmachine.stages.common import UsageError
     from tapmachine.stages.deep import DeepStageError
+    from tapmachine.stages.track import TrackError
     from tapmachine.stages.ucd import UCDError
     from tapmachine.stages.ucd_dbm import UCDDBMError
     from tapmachine.training import TrainingError
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         UCDDBMError,
         DenoiseError,
         DeepStageError,
+        TrackError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

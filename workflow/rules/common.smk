@@ -14,13 +14,20 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
-RESULTS = "results"
-TRACKING = f"{config['tracking']['store']}/experiments.json"
+# Results per config (`run: {name: ...}`): every output under results/{name}/, datasets shared.
+RUN_NAME = config["run"]["name"]
+RESULTS = f"results/{RUN_NAME}"
+DATA = "results/data"
+# The store manifest is an ancient() input: re-creating the store reruns nothing.
+TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
+TRACKING = ancient(TRACKING_FILE)
+# Rules that run on the device ask the cluster for a GPU when the config says cuda.
+GPUS = 1 if config["device"].startswith("cuda") else 0
 DEVICE_ARGS = f"--device {config['device']} --dtype {config['dtype']} --seed {config['seed']}"
 
 
 def dataset_file(name):
-    return f"{RESULTS}/data/{name}.npz"
+    return f"{DATA}/{name}.npz"
 
 
 def fetch_source_args(wildcards):

@@ -138,7 +138,7 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
     claims = result.table[result.table["kind"] == "claim"] if "kind" in result.table else None
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
         if claims is not None and len(claims):
-            metrics = {}
+            by_step: dict[int | None, dict[str, float]] = {}
             for _, row in claims.iterrows():
                 try:
                     value = float(row["value"])
@@ -150,10 +150,14 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
                 if isinstance(row.get("model"), str) and row["model"]:
                     key += f".{row['model']}"
                 epoch = row.get("epoch")
+                step = None
                 if epoch is not None and not (isinstance(epoch, float) and math.isnan(epoch)):
-                    key += f".epoch_{int(epoch)}"
-                metrics[_metric_key(key)] = value
-            run.log_metrics(metrics)
+                    step = int(epoch)  # the epoch is the metric's step, not part of its name
+                by_step.setdefault(step, {})[_metric_key(key)] = value
+            for step, metrics in sorted(
+                by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]
+            ):
+                run.log_metrics(metrics, step=step)
         for p in paths:
             run.log_artifact(p)
         return run.run_id

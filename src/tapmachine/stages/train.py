@@ -51,6 +51,12 @@ def train_model(
             on_pretrain_epoch=log_pretrain_epoch,
         )
         tracked.run.log_artifact(Path(outdir) / "metrics.csv")
+        if tracked.run.active:
+            # the MLflow model (pyfunc: clamped hidden means) and the training data as its dataset
+            from tapmachine import data
+
+            ds = data.load_dataset(data_path)
+            tracked.run.log_machine(Path(outdir) / "model.pt", ds.x_train[:5], data_path, ds.name)
     return machine
 
 

@@ -11,7 +11,7 @@ if UCD_DBM["cifar10_archive"]:
             archive=ancient(UCD_DBM["cifar10_archive"]),
             tracking=TRACKING,
         output:
-            npz=f"{RESULTS}/data/binary_cifar10.npz",
+            npz=dataset_file("binary_cifar10"),
         log:
             "logs/ucd/cifar10.log",
         benchmark:

@@ -252,7 +252,7 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     import pandas as pd
     import torch
 
-    results = finished_run / "results"
+    results = finished_run / "results" / "default"
     blob = torch.load(results / "ucd" / "classifier" / "binary_mnist.pt", weights_only=True)
     assert blob["test_accuracy"] >= CLASSIFIER_FLOOR
     for model in ("ucd_lmi", "pcd", "no_centering"):
@@ -274,7 +274,7 @@ def test_denoise_figures_and_runs(finished_run):
     import mlflow
     import pandas as pd
 
-    results = finished_run / "results"
+    results = finished_run / "results" / "default"
     fig8 = pd.read_csv(results / "figures" / "fig8.csv")
     curves = fig8[fig8["kind"] != "claim"]
     assert {"method", "p", "mcc", "mcc_se"} <= set(fig8.columns)
@@ -289,9 +289,9 @@ def test_denoise_figures_and_runs(finished_run):
         assert npz["mcc"].shape == (4, TINY["denoise"]["fig8"]["n_images"])
     real = pd.read_csv(results / "figures" / "fig_denoise_real.csv")
     assert (real["kind"] == "claim").any()
-    client = mlflow.MlflowClient(f"sqlite:///{results}/mlflow/mlflow.db")
+    client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
-    runs = client.search_runs([experiments["denoise"]])
+    runs = client.search_runs([experiments["denoise"]], STAGE_RUNS)
     # One run per denoised model (TAP on the BSC, TAP on the Gaussian channel) and the baselines.
     assert sorted(r.info.run_name for r in runs) == [
         "baselines-bsc",

@@ -170,7 +170,7 @@ def register(subparsers, figures=None) -> None:
     (the ``figure`` command's subparsers; found in ``subparsers`` when not given, so calling
     ``register(sub)`` after the figure command exists is enough)."""
     s = subparsers.add_parser("deep-curve", help="per-epoch PL or TAP likelihood (Figs. 10-11)")
-    s.add_argument("--model-file", required=True, help="results/models/{model}/model.pt")
+    s.add_argument("--model-file", required=True, help="results/{run}/models/{model}/model.pt")
     s.add_argument("--data", required=True, help="the model's dataset (.npz)")
     s.add_argument("--measure", required=True, choices=["pl", "tap"])
     s.add_argument("--n-train", type=int, default=1000, help="first training images scored")

@@ -23,22 +23,48 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/ucd.smk"
+include: "workflow/rules/ucd_dbm.smk"
 include: "workflow/rules/denoise.smk"
+include: "workflow/rules/dbm.smk"
+
+
+# One MLflow parent run per experiment for this invocation; at the end a short summary (what was
+# made and where, failures, how to browse the runs). tapmachine.stages.track.
+onstart:
+    _track_stage.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
+
+
+onsuccess:
+    _track_stage.invocation_end(True, config["tracking"]["store"], TRACKING_FILE, RESULTS)
+
+
+onerror:
+    _track_stage.invocation_end(False, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 localrules:
     all,
     tracking_init,
+    fetch_dataset,
     data,
     train,
     fig12,
     likelihood_table,
     harvest,
     figures,
+    ucd_fig1,
+    ucd_train,
+    ucd_samples,
+    ucd_completion,
+    ucd_table1,
+    ucd_table2,
     fig8,
     fig9,
     fig_denoise_real,
     denoise,
+    fig10,
+    fig11,
 
 
 rule all:
@@ -50,4 +76,12 @@ rule all:
         rules.likelihood_table.input,
         rules.harvest.input,
         rules.figures.input,
+        rules.ucd_fig1.input,
+        rules.ucd_train.input,
+        rules.ucd_samples.input,
+        rules.ucd_completion.input,
+        rules.ucd_table1.input,
+        rules.ucd_table2.input,
         rules.denoise.input,
+        rules.fig10.input,
+        rules.fig11.input,

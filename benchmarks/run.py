@@ -135,7 +135,7 @@ def bench_harvest(device, quick: bool) -> dict:
     nv, nh = 784, 100
     k = 2000 if quick else 10000
     x, source = binary_mnist(k)
-    model_file = ROOT / "results" / "models" / "bmnist_h100" / "model.pt"
+    model_file = ROOT / "results" / "default" / "models" / "bmnist_h100" / "model.pt"
     if model_file.exists():
         machine = training.load_model(model_file, device=device, dtype=torch.float32)
         model = str(model_file.relative_to(ROOT))
@@ -543,6 +543,140 @@ def _paper_profile(quick: bool) -> dict:
     }
 
 
+def bench_ucd_coupling(device, quick: bool) -> dict:
+    """UCD-LMI estimate of grad ln Z for a 784 x 500 RBM from 1,000 chains (second paper, Alg. 2).
+
+    The machine is initialised as the paper trains it (spin units, orthogonal W, Logistic(0, 0.5)
+    biases). One estimate = local search (Alg. 1) + one Gibbs sweep + the MH coupling (Alg. 3) of
+    the marginalised estimator (eq. 27, the default ``UCDSettings``); the plain estimator (eq. 11)
+    is timed too. Operation count (matmuls only, per chain, in units of Nv Nh): local search
+    4 per step (two fields per step), the Gibbs sweep 4, and per marginalised target the energy of
+    X_0 and of the first proposal (2 + 2), the statistic f(X_0) (2 for the conditional mean of the
+    summed layer, 2 for the outer product) and 10 per further coupling step (tau - 1, bounded by
+    the larger tau of the two targets). ``corrected_fraction``: chains whose estimate has a
+    correction term (tau > 1).
+    """
+    from tapmachine import ucd
+    from tapmachine.training import seeded_generator
+
+    nv, nh = 784, 500
+    chains = 200 if quick else 1000
+    repeats = 2 if quick else 5
+    machine = ucd.random_machine([nv, nh], seeded_generator(0, "bench_ucd")).to(device=device)
+    g = seeded_generator(0, "bench_ucd", "chains", device=device)
+    out = {}
+    for label, settings in (
+        ("marginalised", ucd.UCDSettings()),
+        ("plain", ucd.UCDSettings(marginalise=False)),
+    ):
+        ucd.model_expectation(machine, chains, settings, g)  # warm-up
+        best, est = float("inf"), None
+        for _ in range(repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            est = ucd.model_expectation(machine, chains, settings, g)
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
+        targets = 2 if settings.marginalise else 1
+        per_target = 8 if settings.marginalise else 6
+        units = (
+            4 * float(est.steps.sum())
+            + 4 * chains
+            + targets * (per_target * chains + 10 * float((est.tau - 1).sum()))
+        )
+        out[label] = {
+            "seconds": best,
+            "gflops": units * nv * nh / best / 1e9,
+            **est.summary(),
+        }
+    ref = matmul_gflops(chains, nv, nh, device)
+    main = out["marginalised"]
+    return {
+        "name": "ucd_coupling",
+        "seconds": main["seconds"],
+        "gflops": main["gflops"],
+        "ratio_to_matmul": main["gflops"] / ref,
+        "matmul_gflops": ref,
+        "chains": chains,
+        "T_mean": main["T_mean"],
+        "tau_mean": main["tau_mean"],
+        "corrected_fraction": main["corrected_fraction"],
+        "plain_seconds": out["plain"]["seconds"],
+        "plain_ratio_to_matmul": out["plain"]["gflops"] / ref,
+        "plain_tau_mean": out["plain"]["tau_mean"],
+        "plain_corrected_fraction": out["plain"]["corrected_fraction"],
+    }
+
+
+def bench_ucd_train_step(device, quick: bool) -> dict:
+    """One UCD-LMI training step of a 784-500-500 DBM at batch 1,000 (second paper, Alg. 2).
+
+    A step = the positive phase (one posterior coupling per row, eq. 28) + the negative phase
+    (1,000 joint couplings, eq. 11), both marginalised (eq. 27), and the SGD update, through the
+    training loop's own functions. Operation count (matmuls only, 2 flops per multiply-add),
+    in units of S = Nv N1 + N1 N2 (all couplings once) per chain: local search 2 per step (each
+    block update computes the fields of its layers), the Gibbs sweep 2, per marginalised target
+    about 4 for the energies and statistics of X_0 and 10 per further coupling step (tau - 1).
+    The paper's size (6,272-6,272-6,272, batch 1,000) is projected, not run: memory per step =
+    weights + velocity + gradient (3 x 4 bytes per coupling) + the states of both phases
+    (float32), and hours for 100,000 steps = measured seconds x (paper S / this S) x 100,000.
+    """
+    from tapmachine import training
+    from tapmachine.ucd import dbm
+
+    sizes = [784, 500, 500]
+    batch = 200 if quick else 1000
+    repeats = 2 if quick else 3
+    g = training.seeded_generator(0, "bench_ucd_train")
+    opts = dbm.DBMOptions()
+    machine = dbm.build_dbm(sizes, g, opts, 0.01).to(device=device)
+    x, _ = binary_mnist(batch)
+    x = dbm.data_for(machine, x.to(device))
+    settings = training.TrainSettings(
+        batch_size=batch, learning_rate=0.01, momentum=0.0, l2=0.0, method="ucd_lmi"
+    )
+    state = dbm.init_state(machine, x, "ucd_lmi", opts, batch, g)
+    velocity = [torch.zeros_like(W) for W in machine.weights]
+
+    def step(m):
+        grads = dbm.gradients(m, x, "ucd_lmi", opts, state, 1, g)
+        return training._apply_update(m, grads, velocity, 0.01, settings)
+
+    step(machine)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        step(machine)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    mt = state.metrics
+    S = sizes[0] * sizes[1] + sizes[1] * sizes[2]
+    per_chain = 2 * (mt["pos_T_mean"] + mt["neg_T_mean"]) + 2 * 2 + 2 * 2 * 4
+    per_chain += 2 * 10 * ((mt["pos_tau_mean"] - 1) + (mt["neg_tau_mean"] - 1))
+    flops = 2.0 * per_chain * batch * S
+    gflops = flops / best / 1e9
+    ref = matmul_gflops(batch, sizes[0], sizes[1], device)
+    paper = [6272, 6272, 6272]
+    S_paper = paper[0] * paper[1] + paper[1] * paper[2]
+    mem_paper = 3 * 4 * S_paper + 4 * 1000 * sum(paper) * 2 * 3
+    return {
+        "name": "ucd_train_step",
+        "sizes": sizes,
+        "batch": batch,
+        "seconds": best,
+        "gflops": gflops,
+        "ratio_to_matmul": gflops / ref,
+        "matmul_gflops": ref,
+        "tau_mean": mt["tau_mean"],
+        "T_mean": mt["T_mean"],
+        "corrected_fraction": mt["corrected_fraction"],
+        "paper_sizes": paper,
+        "paper_memory_per_step_gb": mem_paper / 1e9,
+        "paper_projected_hours_100k_steps": best * (S_paper / S) * 100_000 / 3600,
+    }
+
+
 def bench_denoise(device, quick: bool) -> dict:
     """TAP denoising of the binary symmetric channel (Fig. 8): 1,000 test digits x 11 values of
     p stacked in one batched solve on an Nh = 500 RBM, from the OPE to tol 1e-8 (cap 1,000).
@@ -611,6 +745,50 @@ def bench_denoise(device, quick: bool) -> dict:
     }
 
 
+def bench_adatap(device, quick: bool) -> dict:
+    """One adaTAP (VAMP, Alg. 3) iteration on a 784 x 500 binary RBM at batch K = 100 (Fig. 10).
+
+    Operation count per row (Schur complement onto the 500 hidden units, ``adatap``): forming
+    S = D_h - W^T D_v^{-1} W (2 Nv Nh^2), its inverse (2 Nh^3, LU and solve), D_v^{-1} W S^{-1}
+    (2 Nv Nh^2). The matmul reference is the float32 rate on (Nh x Nv) @ (Nv x Nh). Also the
+    time of one TAP iteration at the same batch, and their ratio (the paper: ~3 orders).
+    """
+    from tapmachine import adatap
+
+    nv, nh = 784, 500
+    k = 20 if quick else 100
+    g = torch.Generator().manual_seed(0)
+    W = 0.01 * torch.randn(nv, nh, generator=g)
+    machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
+    x, source = binary_mnist(k)
+    x = x.to(device)
+    adatap.solve(machine, x, tol=0.0, max_iter=1)  # warm-up
+    iters = 2
+    _sync(device)
+    t0 = time.perf_counter()
+    adatap.solve(machine, x, tol=0.0, max_iter=iters)
+    _sync(device)
+    seconds = (time.perf_counter() - t0) / iters
+    t0 = time.perf_counter()
+    tap.solve(machine, x, tol=0.0, max_iter=50)
+    _sync(device)
+    tap_seconds = (time.perf_counter() - t0) / 50
+    flops = k * (4.0 * nv * nh * nh + 2.0 * nh**3)
+    gflops = flops / seconds / 1e9
+    ref = matmul_gflops(nh, nv, nh, device, repeats=5)
+    return {
+        "name": "adatap",
+        "seconds": seconds,
+        "gflops": gflops,
+        "ratio_to_matmul": gflops / ref,
+        "matmul_gflops": ref,
+        "batch": k,
+        "tap_seconds_per_iteration": tap_seconds,
+        "adatap_over_tap": seconds / tap_seconds,
+        "data": source,
+    }
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "denoise": bench_denoise,
@@ -618,6 +796,9 @@ BENCHMARKS = {
     "ais": bench_ais,
     "priors": bench_priors,
     "paper_profile": bench_paper_profile,
+    "adatap": bench_adatap,
+    "ucd_coupling": bench_ucd_coupling,
+    "ucd_train_step": bench_ucd_train_step,
 }
 
 

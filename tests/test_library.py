@@ -29,9 +29,26 @@ LIBRARY = [
     "figures.fig7",
     "figures.fig12",
     "figures.likelihood_table",
+    "ucd",
+    "ucd.search",
+    "ucd.couplings",
+    "ucd.target",
+    "ucd.estimator",
+    "ucd.init",
+    "ucd.dbm",
+    "ucd.generate",
+    "ucd.cifar",
+    "fid",
+    "figures.ucd_fig1",
+    "figures.ucd_dbm",
     "figures.fig8",
     "figures.fig9",
     "figures.fig_denoise_real",
+    "adatap",
+    "pretrain",
+    "curves",
+    "figures.fig10",
+    "figures.fig11",
 ]
 
 SCRIPT = textwrap.dedent(
@@ -73,6 +90,33 @@ SCRIPT = textwrap.dedent(
     model = ModelFile.load(out / "toy" / "model.pt")
     assert seen == [1, 2] and len(model.history) == 2, (seen, model.history)
     assert model.mlflow_run_id is None
+    deep = {**spec, "hidden": [{"prior": "bernoulli", "units": 4}] * 2,
+            "pretrain": {"epochs": 1, "learning_rate": 0.05}}
+    pre = []
+    training.train_from_spec(
+        "toydeep", deep, str(out / "toy.npz"), str(out / "toydeep"),
+        on_pretrain_epoch=lambda layer, epoch, metrics: pre.append((layer, epoch)),
+    )
+    assert pre == [(1, 1), (2, 1)], pre
+    assert ModelFile.load(out / "toydeep" / "model.pt").sizes == (9, 4, 4)
+    from tapmachine.ucd import dbm
+
+    g = training.seeded_generator(0, "toy", "dbm")
+    machine = dbm.build_dbm([9, 4, 3], g, dbm.DBMOptions(), 0.01)
+    settings = training.TrainSettings(
+        epochs=2, batch_size=40, method="ucd_lmi", evaluate=False, momentum=0.0
+    )
+    steps = []
+    machine, history = training.train(
+        machine, dbm.data_for(machine, torch.as_tensor(x, dtype=torch.float32)), settings, g,
+        checkpoint_dir=out / "dbm" / "checkpoints", progress=False,
+        on_step=lambda step, metrics: steps.append((step, metrics["tau_mean"])),
+    )
+    ModelFile.from_machine(machine, "dbm", history=history, extras={"method": "ucd_lmi"}).save(
+        out / "dbm" / "model.pt"
+    )
+    assert [s for s, _ in steps] == list(range(1, 7)), steps
+    assert ModelFile.load(out / "dbm" / "model.pt").extras == {"method": "ucd_lmi"}
     loaded = [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]
     assert not loaded and "tapmachine.tracking" not in sys.modules, loaded
     print("ok", model.sizes)

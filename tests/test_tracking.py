@@ -2,10 +2,19 @@
 
 import json
 import multiprocessing as mp
+import time
 
 import pytest
 
 from tapmachine import tracking
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state(monkeypatch):
+    """Each test starts as a new job would: nothing disabled, no cached experiment ids."""
+    monkeypatch.setattr(tracking, "_DISABLED", {})
+    monkeypatch.setattr(tracking, "_IDS", {})
+    monkeypatch.setenv(tracking.ENV_PARENT_RUNS, "")  # restored (unset) after the test
 
 
 @pytest.fixture
@@ -64,19 +73,94 @@ def test_failure_marks_run_failed(store):
     assert found.info.status == "FAILED"
 
 
-def test_tracking_failure_does_not_stop_the_work(tmp_path, capsys):
+@pytest.mark.parametrize("where", ["dead_server", "unusable_sqlite"])
+def test_tracking_failure_does_not_stop_the_work(tmp_path, capsys, monkeypatch, where):
+    """A store that fails costs one short try, one log line, and nothing else."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    if where == "dead_server":
+        uri = "http://127.0.0.1:9"  # the discard port: connection refused at once
+    else:
+        (tmp_path / "a_file").write_text("not a directory")
+        uri = f"sqlite:///{tmp_path}/a_file/x.db"
     manifest = tmp_path / "experiments.json"
-    manifest.write_text(
-        json.dumps(
-            {"tracking_uri": "sqlite:////nonexistent/dir/x.db", "experiments": {"train": "1"}}
-        )
-    )
+    manifest.write_text(json.dumps({"tracking_uri": uri, "experiments": {"train": "1"}}))
     done = []
+    t0 = time.monotonic()
+    for name in ("m1", "m2"):
+        with tracking.start_run(manifest, "train", name) as run:
+            assert not run.active
+            run.log_metrics({"x": 1.0}, step=1)
+            done.append(name)
+    with tracking.start_run(manifest, "figures", "f") as run:
+        assert not run.active
+    assert time.monotonic() - t0 < 10
+    assert done == ["m1", "m2"]
+    err = capsys.readouterr().err
+    assert err.count("tracking disabled for the rest of this job") == 1, err
+    assert tracking.disabled_reason(uri)
+
+
+def test_init_store_best_effort_records_the_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    manifest = tmp_path / "m.json"
+    with pytest.raises(OSError):
+        tracking.init_store(tmp_path / "s", manifest)
+    info = tracking.init_store(tmp_path / "s", manifest, best_effort=True)
+    assert info["experiments"] == {} and "init_store" in info["error"]
+    assert json.loads(manifest.read_text())["tracking_uri"] == "http://127.0.0.1:9"
+
+
+def test_experiment_looked_up_by_name_in_the_store_used(store, tmp_path, monkeypatch):
+    """A manifest written for store A, used with MLFLOW_TRACKING_URI = store B: runs land in
+    B's experiment of that name, not in whatever experiment has A's id in B."""
+    import mlflow
+
+    manifest, info = store
+    other = f"sqlite:///{tmp_path}/other.db"
+    client = mlflow.MlflowClient(other)
+    for name in ("zzz", "figures", "train"):  # ids differ from those of store A
+        client.create_experiment(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
     with tracking.start_run(manifest, "train", "m") as run:
-        run.log_metrics({"x": 1.0}, step=1)
-        done.append(True)
-    assert done == [True]
-    assert "tapmachine.tracking" in capsys.readouterr().err
+        assert run.active
+    train = client.get_experiment_by_name("train").experiment_id
+    assert train != info["experiments"]["train"]
+    (found,) = client.search_runs([train])
+    assert found.info.run_name == "m"
+
+
+def test_runs_carry_provenance_tags_and_nest_under_the_invocation(store, monkeypatch):
+    import mlflow
+
+    manifest, info = store
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    monkeypatch.setenv(tracking.ENV_CONFIG_DIGEST, "abc123")
+    parents = tracking.open_invocation(manifest.parent, manifest, "snakemake tiny")
+    assert set(parents) == set(tracking.EXPERIMENTS)
+    with tracking.start_run(manifest, "train", "m") as run:
+        run_id = run.run_id
+    tracking.close_invocation(manifest, "FINISHED")
+    client = mlflow.MlflowClient(info["tracking_uri"])
+    tags = client.get_run(run_id).data.tags
+    assert tags["mlflow.parentRunId"] == parents["train"]
+    assert tags["tapmachine.run_name"] == "tiny" and tags["config_digest"] == "abc123"
+    assert len(tags["mlflow.source.git.commit"]) == 40
+    assert tags["mlflow.user"]
+    assert client.get_run(parents["train"]).info.status == "FINISHED"
+
+
+def test_sigterm_marks_the_run_killed(store):
+    import os
+    import signal
+
+    manifest, info = store
+    with pytest.raises(SystemExit) as exc, tracking.start_run(manifest, "train", "t"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert exc.value.code == 143
+    (found,) = _runs(info, "train")
+    assert found.info.status == "KILLED"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 def test_no_manifest_means_no_tracking():
@@ -102,3 +186,34 @@ def test_parallel_writers_lose_nothing(store):
         assert p.exitcode == 0
     assert len(_runs(info, "harvest")) == 12
     assert len(_runs(info, "data")) == 0
+
+
+def test_trained_machine_logged_as_mlflow_model_with_dataset(store, tmp_path):
+    """The pyfunc model predicts the clamped hidden means, sigmoid(x W + b) for a Bernoulli RBM."""
+    import mlflow
+    import numpy as np
+    import torch
+
+    from tapmachine import training
+
+    manifest, info = store
+    spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    x = torch.tensor(np.random.default_rng(0).integers(0, 2, (20, 6)), dtype=torch.float64)
+    machine = training.build_machine(spec, x, 0.5, training.seeded_generator(0, "m"))
+    model_file = tmp_path / "model.pt"
+    torch.save({"machine": training.machine_state(machine)}, model_file)
+    with tracking.start_run(manifest, "train", "m") as run:
+        uri = run.log_machine(model_file, x[:4].numpy(), tmp_path / "data.npz", "toy")
+    assert uri is not None
+    (found,) = _runs(info, "train")
+    assert found.info.status == "FINISHED"
+    mlflow.set_tracking_uri(info["tracking_uri"])
+    loaded = mlflow.pyfunc.load_model(uri)
+    got = loaded.predict(x[:5].numpy().astype(np.float32))
+    field = x[:5] @ machine.W
+    expected = machine.hidden.moments(field, torch.zeros_like(field))[0]
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert tuple(loaded.metadata.signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 6)
+    client = mlflow.MlflowClient(info["tracking_uri"])
+    inputs = client.get_run(found.info.run_id).inputs.dataset_inputs
+    assert [d.dataset.name for d in inputs] == ["toy"]

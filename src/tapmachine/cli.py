@@ -14,7 +14,18 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tapmachine.stages import data, denoise, figures, harvest, likelihood, tracking, train
+    from tapmachine.stages import (
+        data,
+        deep,
+        denoise,
+        figures,
+        harvest,
+        likelihood,
+        track,
+        tracking,
+        train,
+        ucd,
+    )
 
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -24,7 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     harvest.register(sub)
     likelihood.register(sub)
     figures.register(sub)
+    ucd.register(sub)
     denoise.register(sub)
+    deep.register(sub)
+    track.register(sub)
     return p
 
 
@@ -35,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.harvest import HarvestError
     from tapmachine.modelfile import ModelFileError
     from tapmachine.stages.common import UsageError
+    from tapmachine.stages.deep import DeepStageError
+    from tapmachine.stages.track import TrackError
+    from tapmachine.stages.ucd import UCDError
+    from tapmachine.stages.ucd_dbm import UCDDBMError
     from tapmachine.training import TrainingError
 
     args = _parser().parse_args(argv)
@@ -47,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         HarvestError,
         FigureError,
         ModelFileError,
+        UCDError,
+        UCDDBMError,
         DenoiseError,
+        DeepStageError,
+        TrackError,
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)

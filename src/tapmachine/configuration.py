@@ -71,6 +71,7 @@ def validate(config: dict, schema_file: str | Path) -> dict:
     _check_likelihood(config)
     _check_harvest_and_figures(config)
     _check_denoise(config)
+    _check_deep(config)
     return config
 
 
@@ -99,6 +100,64 @@ def _check_denoise(config: dict) -> None:
     for p in section["fig9"]["ps"] or []:
         if p not in grid:
             raise ConfigError(f"config error at denoise.fig9.ps: {p} is not in denoise.fig8.ps")
+
+
+BINARY_PRIORS = ("bernoulli", "spin")
+
+
+def _check_deep(config: dict) -> None:
+    """Deep TAP machines (App. E), adaTAP (App. D) and Figs. 10-11: what the code supports."""
+    for name, model in config["models"].items():
+        key = f"models.{name}"
+        hidden = model["hidden"]
+        if len(hidden) > 1:
+            for i, layer in enumerate(hidden):
+                if layer["prior"] not in BINARY_PRIORS:
+                    raise ConfigError(
+                        f"config error at {key}.hidden[{i}].prior: {layer['prior']!r} is not "
+                        "supported in a deep machine (hidden layers of a DBM must be bernoulli "
+                        "or spin: pretraining feeds their magnetisations to binary RBMs)"
+                    )
+            if model["method"] != "tap":
+                raise ConfigError(
+                    f"config error at {key}.method: {model['method']!r} is not supported for a "
+                    f"machine with {len(hidden)} hidden layers (deep machines train by TAP)"
+                )
+        if model.get("pretrain") is not None and len(hidden) < 2:
+            raise ConfigError(
+                f"config error at {key}.pretrain: greedy pretraining needs at least 2 hidden "
+                f"layers, {name!r} has {len(hidden)}"
+            )
+        if model["inference"] == "adatap":
+            layers = [("visible.prior", model["visible"])] + [
+                (f"hidden[{i}].prior", h) for i, h in enumerate(hidden)
+            ]
+            for where, layer in layers:
+                if layer["prior"] not in BINARY_PRIORS:
+                    raise ConfigError(
+                        f"config error at {key}.{where}: adaTAP (inference: adatap, Alg. 3) is "
+                        f"implemented for bernoulli and spin units, not {layer['prior']!r}"
+                    )
+            if len(hidden) != 1 or model["method"] != "tap":
+                raise ConfigError(
+                    f"config error at {key}.inference: adatap needs an RBM trained by TAP "
+                    f"(one hidden layer, method tap); {name!r} has {len(hidden)} hidden layers "
+                    f"and method {model['method']!r}"
+                )
+    deep = config.get("deep", {})
+    for fig, spec in deep.items():
+        for i, name in enumerate(spec.get("models", [])):
+            where = f"deep.{fig}.models[{i}]"
+            if name not in config["models"]:
+                raise ConfigError(f"config error at {where}: {name!r} is not a model of `models`")
+            n_hidden = len(config["models"][name]["hidden"])
+            if fig == "fig10" and n_hidden != 1:
+                raise ConfigError(f"config error at {where}: {name!r} is not an RBM")
+            if fig == "fig11" and n_hidden < 2:
+                raise ConfigError(
+                    f"config error at {where}: {name!r} has {n_hidden} hidden layer "
+                    "(Fig. 11 draws deep machines)"
+                )
 
 
 def _check_likelihood(config: dict) -> None:

@@ -135,6 +135,9 @@ class ModelFile:
     dataset: str = "?"
     substitute: str | None = None
     mlflow_run_id: str | None = None
+    #: Plain per-stage extras (numbers, strings, lists, dicts): the DBM stage stores the method,
+    #: image shape, training seconds, step count and tau summary here.
+    extras: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_machine(cls, machine: BoltzmannMachine, name: str, **fields) -> ModelFile:
@@ -152,6 +155,7 @@ class ModelFile:
             dataset=str(blob.get("dataset") or "?"),
             substitute=blob.get("substitute") or None,
             mlflow_run_id=blob.get("mlflow_run_id") or None,
+            extras=dict(blob.get("extras") or {}),
         )
 
     def save(self, path: str | os.PathLike) -> None:
@@ -183,6 +187,9 @@ class Checkpoint:
     fingerprint: str
     settings: dict = dataclasses.field(default_factory=dict)
     chains: torch.Tensor | None = None
+    #: A DBM method's persistent state (``ucd.dbm.DBMState.to_dict``): chains of every layer and
+    #: centering offsets, as lists of tensors.
+    dbm_state: dict | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Checkpoint:
@@ -199,6 +206,7 @@ class Checkpoint:
             fingerprint=str(blob.get("fingerprint") or ""),
             settings=dict(blob.get("settings") or {}),
             chains=chains,
+            dbm_state=blob.get("dbm_state"),
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -1,23 +1,40 @@
 """The one place that talks to MLflow.
 
 Files under ``results/`` are the record; MLflow mirrors them so runs can be browsed and compared.
-Hence every call after a run has started is best-effort: a tracking failure is reported on stderr
-and never loses or aborts the computation that produced the result.
+Hence tracking is best effort and cheap:
 
-The store is created once, by ``init_store`` (a local Snakemake rule), before any parallel job:
-a fresh SQLite store breaks when several processes create its schema at once, and a named experiment
-first used concurrently through a server can silently receive runs in "Default". ``init_store``
-therefore creates every experiment and writes their ids to a JSON file that jobs read.
+- every HTTP call is bounded (``MLFLOW_HTTP_REQUEST_TIMEOUT`` 10 s, no retries, unless the user
+  set those variables), and a server is probed once (``/health``, 5 s) before a run is created;
+- the first failed call disables tracking for the rest of the process (the job) with one line on
+  stderr, so a job never waits on a dead store twice; ``tapmachine track`` replays the files of
+  ``results/`` into a store afterwards, idempotently (``tapmachine.stages.track``);
+- experiments are looked up by name in the store actually used (``$MLFLOW_TRACKING_URI`` wins
+  over the manifest's URI), so a manifest written for one store never sends runs to the wrong
+  experiment of another;
+- every run carries the git commit, user, source, config digest and config run name, and is
+  nested under the parent run of its ``snakemake`` invocation (environment variables set by the
+  Snakefile's ``onstart``: ``TAPMACHINE_PARENT_RUNS`` maps experiment -> parent run id);
+- SIGTERM inside ``start_run`` marks the run KILLED instead of leaving it RUNNING.
+
+The store is created once, by ``init_store`` (a local Snakemake rule and the Snakefile's
+``onstart``), before any parallel job: a fresh SQLite store breaks when several processes create
+its schema at once, and a named experiment first used concurrently through a server can silently
+receive runs in "Default".
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import math
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -32,11 +49,55 @@ __all__ = [
     "start_run",
     "attach_run",
     "ui_link",
+    "standard_tags",
+    "open_invocation",
+    "close_invocation",
+    "disabled_reason",
+    "STAGE_RUNS",
 ]
 
-EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise")
+EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise", "ucd")
 
 _ENV = "MLFLOW_TRACKING_URI"
+#: Bounds on every MLflow HTTP request (defaults only: a user's own settings win).
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_MAX_BACKOFF": "2",
+}
+PROBE_TIMEOUT_S = 5.0
+#: Tag telling stage runs ("stage") from the parent run of an invocation ("invocation"); search
+#: with ``STAGE_RUNS`` as ``filter_string`` to leave the parents out.
+KIND_TAG = "tapmachine.kind"
+STAGE_RUNS = "tags.`tapmachine.kind` = 'stage'"
+#: Environment variables the Snakefile sets for every job.
+ENV_PARENT_RUNS = "TAPMACHINE_PARENT_RUNS"
+ENV_RUN_NAME = "TAPMACHINE_RUN_NAME"
+ENV_CONFIG_DIGEST = "TAPMACHINE_CONFIG_DIGEST"
+ENV_GIT_COMMIT = "TAPMACHINE_GIT_COMMIT"
+
+# Tracking URIs that failed in this process: every later call to them is skipped.
+_DISABLED: dict[str, str] = {}
+
+
+def disabled_reason(uri: str) -> str | None:
+    """Why tracking to ``uri`` was disabled in this process, or None while it is enabled."""
+    return _DISABLED.get(uri)
+
+
+def _disable(uri: str | None, what: str, err: BaseException) -> None:
+    reason = f"{what} failed ({type(err).__name__}: {str(err)[:300]})"
+    if uri is not None and uri not in _DISABLED:
+        _DISABLED[uri] = reason
+        print(
+            f"tapmachine.tracking: {reason}; tracking disabled for the rest of this job "
+            "(results are unaffected; replay them later with `tapmachine track`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif uri is None:
+        print(f"tapmachine.tracking: {reason}", file=sys.stderr, flush=True)
 
 
 def default_tracking_uri(store_dir: str | os.PathLike) -> str:
@@ -46,34 +107,67 @@ def default_tracking_uri(store_dir: str | os.PathLike) -> str:
     return "sqlite:///" + str(Path(store_dir).resolve() / "mlflow.db")
 
 
-def _client(uri: str):
+def _probe(uri: str) -> None:
+    """One short request to a server's ``/health``; raises if it does not answer 200 in time."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S) as resp:
+        if resp.status != 200:
+            raise ConnectionError(f"{uri}/health answered {resp.status}")
+
+
+def _client(uri: str, probe: bool = False):
+    if uri in _DISABLED:
+        raise ConnectionError(f"tracking to {uri} is disabled: {_DISABLED[uri]}")
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    if probe:
+        _probe(uri)
     import mlflow  # imported lazily: mlflow takes seconds to import
 
     return mlflow.MlflowClient(tracking_uri=uri)
 
 
-def init_store(store_dir: str | os.PathLike, manifest: str | os.PathLike) -> dict:
+def init_store(
+    store_dir: str | os.PathLike, manifest: str | os.PathLike, best_effort: bool = False
+) -> dict:
     """Create the store (schema) and every experiment; write their ids to ``manifest`` (JSON).
 
     With the embedded SQLite store, artifacts go to ``store_dir/artifacts/<experiment>``. With
     ``MLFLOW_TRACKING_URI`` pointing at a server, the server decides where artifacts live.
+    A server that does not answer fails here within seconds (``PROBE_TIMEOUT_S``); with
+    ``best_effort`` that failure is printed and recorded in the manifest (``"error"``) instead of
+    raised, so that the jobs depending on the manifest still run (each tries the store once).
     """
     store_dir = Path(store_dir)
     store_dir.mkdir(parents=True, exist_ok=True)
     uri = default_tracking_uri(store_dir)
-    client = _client(uri)
-    embedded = uri.startswith("sqlite:")
-    ids = {}
-    for name in EXPERIMENTS:
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            location = (store_dir / "artifacts" / name).resolve().as_uri() if embedded else None
-            ids[name] = client.create_experiment(name, artifact_location=location)
-        else:
-            ids[name] = exp.experiment_id
-    info = {"tracking_uri": uri, "experiments": ids}
+    try:
+        client = _client(uri, probe=True)
+        ids = {name: _get_or_create(client, uri, store_dir, name) for name in EXPERIMENTS}
+        info = {"tracking_uri": uri, "experiments": ids}
+    except Exception as err:  # noqa: BLE001
+        if not best_effort:
+            raise
+        _disable(uri, "init_store", err)
+        info = {"tracking_uri": uri, "experiments": {}, "error": _DISABLED.get(uri, str(err))}
     _write_json_atomic(manifest, info)
     return info
+
+
+def _get_or_create(client, uri: str, store_dir: Path, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    embedded = uri.startswith("sqlite:")
+    location = (Path(store_dir) / "artifacts" / name).resolve().as_uri() if embedded else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # noqa: BLE001 - created meanwhile by another process: look it up
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 def _write_json_atomic(path, obj) -> None:
@@ -81,15 +175,24 @@ def _write_json_atomic(path, obj) -> None:
 
 
 def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:
-    """(tracking URI, experiment id) of experiment ``name`` from the manifest of ``init_store``.
+    """(tracking URI, experiment id) of experiment ``name`` in the store actually used.
 
-    ``$MLFLOW_TRACKING_URI``, if set now, wins over the URI recorded in the manifest.
+    The URI is ``$MLFLOW_TRACKING_URI`` if set now, else the one recorded in the manifest of
+    ``init_store``; the id is looked up by name in that store (created there if missing), never
+    copied from a manifest that may describe another store.
     """
     info = json.loads(Path(manifest).read_text())
-    if name not in info["experiments"]:
+    if name not in info.get("experiments", {}) and name not in EXPERIMENTS:
         raise KeyError(f"experiment {name!r} is not in the tracking manifest {manifest}")
     uri = os.environ.get(_ENV) or info["tracking_uri"]
-    return uri, info["experiments"][name]
+    key = (uri, name)
+    if key not in _IDS:
+        client = _client(uri, probe=True)
+        _IDS[key] = _get_or_create(client, uri, Path(manifest).parent, name)
+    return uri, _IDS[key]
+
+
+_IDS: dict[tuple[str, str], str] = {}
 
 
 def ui_link(base_url: str, experiment: str) -> str:
@@ -113,54 +216,149 @@ def _flatten(params: Mapping, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+_GIT_COMMIT: list[str | None] = []
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this package (None outside git); asked once per process."""
+    if not _GIT_COMMIT:
+        try:
+            out = subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            )
+            _GIT_COMMIT.append(out.stdout.strip() or None)
+        except (OSError, subprocess.SubprocessError):
+            _GIT_COMMIT.append(None)
+    return _GIT_COMMIT[0]
+
+
+def standard_tags() -> dict[str, str]:
+    """Tags every run carries: git commit, user, source, config run name and digest."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (containers)
+        user = str(os.getuid())
+    command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:2]))
+    tags = {"mlflow.user": user, "mlflow.source.type": "JOB", "mlflow.source.name": command}
+    commit = os.environ.get(ENV_GIT_COMMIT) or _git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    for env, key in ((ENV_RUN_NAME, "tapmachine.run_name"), (ENV_CONFIG_DIGEST, "config_digest")):
+        if os.environ.get(env):
+            tags[key] = os.environ[env]
+    return tags
+
+
+def _parent_from_env(experiment: str) -> str | None:
+    try:
+        return json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}").get(experiment)
+    except (json.JSONDecodeError, AttributeError):
+        return None
+
+
 class Run:
     """A handle on one MLflow run; every method is best-effort (see module docstring)."""
 
-    def __init__(self, client, run_id: str | None):
+    def __init__(self, client, run_id: str | None, uri: str | None = None):
         self._client = client
         self.run_id = run_id
+        self._uri = uri
 
     @property
     def active(self) -> bool:
-        return self.run_id is not None
+        return self.run_id is not None and (self._uri is None or self._uri not in _DISABLED)
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        _disable(self._uri, what, err)
 
     def log_params(self, params: Mapping) -> None:
         if not self.active:
             return
-        from mlflow.entities import Param
-
         try:
+            from mlflow.entities import Param
+
             items = [Param(k, v) for k, v in _flatten(params).items()]
             for i in range(0, len(items), 100):
                 self._client.log_batch(self.run_id, params=items[i : i + 100])
         except Exception as err:  # noqa: BLE001 - tracking must never lose a result
-            _warn("log_params", err)
+            self._failed("log_params", err)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.active:
             return
-        from mlflow.entities import Metric
-
         try:
+            from mlflow.entities import Metric
+
             stamp = int(time.time() * 1000)
             items = [
                 Metric(k, float(v), stamp, step or 0)
                 for k, v in metrics.items()
                 if v is not None and math.isfinite(float(v))
             ]
-            if items:
-                self._client.log_batch(self.run_id, metrics=items)
+            for i in range(0, len(items), 1000):
+                self._client.log_batch(self.run_id, metrics=items[i : i + 1000])
         except Exception as err:  # noqa: BLE001
-            _warn("log_metrics", err)
+            self._failed("log_metrics", err)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if not self.active:
             return
         try:
-            for k, v in tags.items():
-                self._client.set_tag(self.run_id, k, str(v))
+            from mlflow.entities import RunTag
+
+            self._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         except Exception as err:  # noqa: BLE001
-            _warn("set_tags", err)
+            self._failed("set_tags", err)
+
+    def log_machine(
+        self,
+        model_file: str | os.PathLike,
+        example,
+        dataset_file: str | os.PathLike | None = None,
+        dataset_name: str | None = None,
+        name: str = "model",
+    ) -> str | None:
+        """Log a trained machine (``model.pt``) as an MLflow pyfunc model with a signature and an
+        input example (``tapmachine.mlflow_model``), and the training data as the run's dataset
+        input (``log_input``), so the UI's Models and Dataset columns are filled. Returns the
+        model URI, or None (best effort)."""
+        if not self.active:
+            return None
+        try:
+            import mlflow
+            import numpy as np
+            from mlflow.models import infer_signature
+
+            from tapmachine.mlflow_model import TapMachineModel
+
+            example = np.asarray(example, dtype=np.float32)
+            model = TapMachineModel()
+            model.load_context(type("C", (), {"artifacts": {"model": str(model_file)}})())
+            signature = infer_signature(example, model.predict(None, example))
+            mlflow.set_tracking_uri(self._uri)
+            with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
+                info = mlflow.pyfunc.log_model(
+                    name=name,
+                    python_model=model,
+                    artifacts={"model": str(model_file)},
+                    signature=signature,
+                    input_example=example[:2],
+                    pip_requirements=["tapmachine", "torch", "numpy"],
+                )
+                if dataset_file is not None:
+                    data = mlflow.data.from_numpy(
+                        example, source=str(Path(dataset_file).resolve()), name=dataset_name
+                    )
+                    mlflow.log_input(data, context="training")
+            return info.model_uri
+        except Exception as err:  # noqa: BLE001
+            self._failed("log_machine", err)
+            return None
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         if not self.active:
@@ -168,7 +366,24 @@ class Run:
         try:
             self._client.log_artifact(self.run_id, str(path), artifact_path)
         except Exception as err:  # noqa: BLE001
-            _warn(f"log_artifact({path})", err)
+            self._failed(f"log_artifact({path})", err)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit(143) in the main thread, so the run is closed as KILLED."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
@@ -180,31 +395,47 @@ def start_run(
     tags: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> Iterator[Run]:
-    """Open a run in ``experiment``; mark it FINISHED, or FAILED if the body raises.
+    """Open a run in ``experiment``; mark it FINISHED, FAILED if the body raises, KILLED on
+    SIGTERM or Ctrl-C.
 
     ``manifest=None`` disables tracking (a library user without a store): the body still runs.
+    Without ``parent_run_id`` the run is nested under this invocation's parent run of
+    ``experiment`` (``$TAPMACHINE_PARENT_RUNS``), if any.
     """
-    client, run_id = None, None
+    client, run_id, uri = None, None, None
     if manifest is not None:
         try:
+            info = json.loads(Path(manifest).read_text())
+            uri = os.environ.get(_ENV) or info["tracking_uri"]
             uri, exp_id = experiment_id(manifest, experiment)
             client = _client(uri)
-            all_tags = {"mlflow.runName": run_name, "tapmachine.stage": experiment}
-            if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
+            all_tags = {
+                "mlflow.runName": run_name,
+                "tapmachine.stage": experiment,
+                KIND_TAG: "stage",
+            }
+            all_tags.update(standard_tags())
+            parent = parent_run_id or _parent_from_env(experiment)
+            if parent:
+                all_tags["mlflow.parentRunId"] = parent
             all_tags.update(tags or {})
             run_id = client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
         except Exception as err:  # noqa: BLE001
-            _warn("start_run", err)
+            _disable(uri, "start_run", err)
             client, run_id = None, None
-    run = Run(client, run_id)
+    run = Run(client, run_id, uri)
     run.log_params(params or {})
-    try:
-        yield run
-    except BaseException:
-        _terminate(run, "FAILED")
-        raise
-    _terminate(run, "FINISHED")
+    guard = _sigterm_raises() if run.active else contextlib.nullcontext()
+    with guard:
+        try:
+            yield run
+        except (KeyboardInterrupt, SystemExit):
+            _terminate(run, "KILLED")
+            raise
+        except BaseException:
+            _terminate(run, "FAILED")
+            raise
+        _terminate(run, "FINISHED")
 
 
 def _terminate(run: Run, status: str) -> None:
@@ -212,7 +443,7 @@ def _terminate(run: Run, status: str) -> None:
         try:
             run._client.set_terminated(run.run_id, status=status)
         except Exception as err:  # noqa: BLE001
-            _warn("set_terminated", err)
+            run._failed("set_terminated", err)
 
 
 def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
@@ -222,10 +453,56 @@ def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
     """
     if manifest is None or not run_id:
         return Run(None, None)
+    uri = None
     try:
         info = json.loads(Path(manifest).read_text())
         uri = os.environ.get(_ENV) or info["tracking_uri"]
-        return Run(_client(uri), run_id)
+        return Run(_client(uri), run_id, uri)
     except Exception as err:  # noqa: BLE001
-        _warn("attach_run", err)
+        _disable(uri, "attach_run", err)
         return Run(None, None)
+
+
+def open_invocation(
+    store_dir: str | os.PathLike, manifest: str | os.PathLike, name: str
+) -> dict[str, str]:
+    """One parent run per experiment for this ``snakemake`` invocation (the store is made first
+    unless ``manifest`` already describes it).
+
+    Returns {experiment: parent run id} and exports it as ``$TAPMACHINE_PARENT_RUNS`` so that
+    every job started afterwards (locally or through SLURM, which passes the environment on)
+    nests its runs under it. Best effort: on failure prints one line and returns {}.
+    """
+    uri = None
+    try:
+        uri = default_tracking_uri(store_dir)
+        info = json.loads(Path(manifest).read_text()) if Path(manifest).exists() else {}
+        if "error" in info or info.get("tracking_uri") != uri or not info.get("experiments"):
+            info = init_store(store_dir, manifest)
+        client = _client(uri)
+        tags = {"mlflow.runName": name, KIND_TAG: "invocation", **standard_tags()}
+        parents = {
+            exp: client.create_run(exp_id, run_name=name, tags=tags).info.run_id
+            for exp, exp_id in info["experiments"].items()
+        }
+    except Exception as err:  # noqa: BLE001
+        _disable(uri, "opening the invocation's parent runs", err)
+        return {}
+    os.environ[ENV_PARENT_RUNS] = json.dumps(parents, sort_keys=True)
+    return parents
+
+
+def close_invocation(manifest: str | os.PathLike, status: str) -> None:
+    """Mark this invocation's parent runs (``$TAPMACHINE_PARENT_RUNS``) FINISHED or FAILED."""
+    parents = json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}")
+    if not parents:
+        return
+    uri = None
+    try:
+        info = json.loads(Path(manifest).read_text())
+        uri = os.environ.get(_ENV) or info["tracking_uri"]
+        client = _client(uri)
+        for run_id in parents.values():
+            client.set_terminated(run_id, status=status)
+    except Exception as err:  # noqa: BLE001
+        _disable(uri, "closing the invocation's parent runs", err)

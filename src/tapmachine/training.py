@@ -1,4 +1,5 @@
-"""One training loop for every gradient method: TAP (Alg. 2), CD-k and PCD-k.
+"""One training loop for every gradient method: TAP (Alg. 2), CD-k and PCD-k, and for DBMs
+UCD-LMI and its PCD baselines (second paper; ``tapmachine.ucd.dbm``).
 
 The loop owns everything around the gradient: minibatches, the update rule of Alg. 2 (step size,
 l2 penalty and momentum on the couplings), learning-rate schedules, per-epoch evaluation by the
@@ -77,7 +78,12 @@ class TrainSettings:
     max_iter: int = 500
     dedup_tol: float = 1e-2
     eval_samples: int = 1000
+    #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
+    ucd: dict | None = None
+    #: Run the per-epoch TAP evaluation (off where a DBM run is scored elsewhere).
+    evaluate: bool = True
     train_noise: dict | None = None
+    inference: str = "tap"
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
@@ -203,6 +209,11 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
     if settings.method == "tap":
         K = settings.n_solutions or x.shape[0]
         init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
+        solver = tap.solve
+        if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
+            from tapmachine import adatap
+
+            solver = adatap.solve
         if settings.train_noise:
             init = noisy_initialisations(machine, init, settings.train_noise, generator)
         if settings.train_iterations == "converge":
@@ -215,8 +226,9 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
                 max_iter=settings.train_max_iter,
                 unique_tol=settings.dedup_tol if settings.train_unique else None,
                 stats=stats,
+                solver=solver,
             )
-        states = tap.solve(
+        states = solver(
             machine,
             init,
             damping=settings.damping,
@@ -224,6 +236,13 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
             max_iter=settings.train_iterations,
         )
         return tap.tap_gradients(machine, x, states)
+    if settings.method in _DBM_METHODS:
+        from tapmachine.ucd import dbm
+
+        options = dbm.DBMOptions.from_dict(settings.ucd)
+        return dbm.gradients(
+            machine, x, settings.method, options, chains, settings.sampling_steps, generator
+        )
     if settings.method == "cd":
         return contrastive.cd_gradients(machine, x, settings.sampling_steps, generator)
     return contrastive.pcd_gradients(machine, x, chains, settings.sampling_steps, generator)
@@ -238,6 +257,7 @@ def converged_tap_gradients(
     max_iter: int = 100,
     unique_tol: float | None = None,
     stats: dict | None = None,
+    solver=tap.solve,
 ) -> dict:
     """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
 
@@ -251,9 +271,10 @@ def converged_tap_gradients(
     how many data points fall into them). If no row converged, all rows are used and the step
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
-    ``solutions`` (sum of solutions used) and ``unconverged_steps``.
+    ``solutions`` (sum of solutions used) and ``unconverged_steps``. ``solver`` is
+    ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
     """
-    states = tap.solve(machine, init, damping=damping, tol=tol, max_iter=max_iter)
+    states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
     converged = states.converged
     if bool(converged.any()):
         if unique_tol is not None:
@@ -315,6 +336,7 @@ def check_train_noise(machine: BoltzmannMachine, noise: dict | None) -> None:
 _RHO_RANGE = (1e-6, 1.0 - 1e-6)
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``).
 RHO_STEPS = ("plain", "logit")
+_DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
 
 
 def _step_prior_parameter(
@@ -438,10 +460,17 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     ``NUMERICS_VERSION``.
 
     The number of epochs is left out when the step size is constant, so a finished run can be
-    extended; a decaying schedule depends on it, so there it counts.
+    extended; a decaying schedule depends on it, so there it counts. ``inference`` is left out
+    at its default ``tap``, so checkpoints written before the setting existed still resume.
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
+    # The DBM switches at their defaults leave the fingerprint of an RBM run as it was before
+    # they existed, so its checkpoints still resume.
+    if fields["ucd"] is None:
+        fields.pop("ucd")
+    if fields["evaluate"]:
+        fields.pop("evaluate")
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")
     if not fields.get("train_noise"):
@@ -454,6 +483,8 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     if settings.rho_step == "logit":
         # The logit step is the rho update from before rho_step existed: its checkpoints resume.
         fields.pop("rho_step", None)
+    if fields["inference"] == "tap":  # the default: fingerprints from before the setting existed
+        fields.pop("inference")
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())
@@ -474,6 +505,7 @@ def train(
     x_eval: Tensor | None = None,
     on_epoch=None,
     progress: bool = True,
+    on_step=None,
 ) -> tuple[BoltzmannMachine, list[dict]]:
     """Train ``machine`` on the rows of ``x_train``; returns the final machine and metrics.
 
@@ -482,7 +514,8 @@ def train(
     statistics and timings. With ``checkpoint_dir``, the full state (machine, momentum, chains,
     generator, metrics) is saved after every epoch and a later call resumes from the last one,
     giving results identical to an uninterrupted run. ``on_epoch(epoch, metrics, machine)`` is
-    called after each epoch (logging).
+    called after each epoch (logging); ``on_step(step, metrics)`` after each update with the
+    DBM methods' per-step metrics (tau, T, corrected fraction, start energy gap, norm).
     """
     from tqdm import tqdm
 
@@ -494,6 +527,13 @@ def train(
     if settings.method == "pcd":
         chains = contrastive.PersistentChains.from_data(
             x_train, n_chains=settings.batch_size, generator=generator
+        )
+    elif settings.method in _DBM_METHODS:
+        from tapmachine.ucd import dbm
+
+        options = dbm.DBMOptions.from_dict(settings.ucd)
+        chains = dbm.init_state(
+            machine, x_train, settings.method, options, settings.batch_size, generator
         )
     history: list[dict] = []
     start = 1
@@ -520,7 +560,11 @@ def train(
             machine = ckpt.machine(machine.device, machine.dtype)
             velocity = [v.to(machine.device) for v in ckpt.velocity]
             generator.set_state(ckpt.generator)
-            if ckpt.chains is not None:
+            if ckpt.dbm_state is not None:
+                from tapmachine.ucd import dbm
+
+                chains = dbm.DBMState.from_dict(ckpt.dbm_state, machine.device)
+            elif ckpt.chains is not None:
                 chains = contrastive.PersistentChains(ckpt.chains.to(machine.device))
             history = ckpt.history
             start = ckpt.epoch + 1
@@ -548,6 +592,9 @@ def train(
             grads = _gradients(machine, x, settings, chains, generator, step_stats)
             machine = _apply_update(machine, grads, velocity, lr, settings)
             _check_finite(machine, epoch, b)
+            if on_step is not None:
+                metrics = dict(getattr(chains, "metrics", None) or {})
+                on_step((epoch - 1) * n_batches + b + 1, metrics)
         train_seconds = time.perf_counter() - t0
         metrics = {"epoch": epoch, "learning_rate": lr, "train_seconds": train_seconds}
         if step_stats:
@@ -556,15 +603,17 @@ def train(
             metrics["train_converged_fraction"] = step_stats["converged"] / n_steps
             metrics["train_mean_solutions"] = step_stats["solutions"] / n_steps
             metrics["train_unconverged_steps"] = step_stats["unconverged_steps"]
-        metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
+        if settings.evaluate:
+            metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
         metrics.update(_weight_stats(machine))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         history.append(metrics)
-        print(
-            f"epoch {epoch}: tap_ll {metrics['tap_ll']:.5f} +- {metrics['tap_ll_stderr']:.5f}, "
-            f"{metrics['n_unique']} unique solutions, {metrics['epoch_seconds']:.1f} s",
-            file=sys.stderr,
-        )
+        if settings.evaluate:
+            print(
+                f"epoch {epoch}: tap_ll {metrics['tap_ll']:.5f} +- {metrics['tap_ll_stderr']:.5f}, "
+                f"{metrics['n_unique']} unique solutions, {metrics['epoch_seconds']:.1f} s",
+                file=sys.stderr,
+            )
         if ckpt_dir is not None:
             Checkpoint(
                 machine_state=machine_state(machine),
@@ -574,7 +623,8 @@ def train(
                 generator=generator.get_state(),
                 fingerprint=fingerprint,
                 settings=dataclasses.asdict(settings),
-                chains=None if chains is None else chains.visible.cpu(),
+                chains=chains.visible.cpu() if settings.method == "pcd" else None,
+                dbm_state=chains.to_dict() if settings.method in _DBM_METHODS else None,
             ).save(ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:
             on_epoch(epoch, metrics, machine)
@@ -591,14 +641,17 @@ def train_from_spec(
     dtype: str = "float32",
     on_start=None,
     on_epoch=None,
+    on_pretrain_epoch=None,
 ) -> BoltzmannMachine:
     """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv.
 
     ``on_start(params, tags)`` is called once the initial machine is built, before the first
     epoch, with a description of the run; it may return the run's id, stored in model.pt as its
-    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. The stage layer
-    (``tapmachine.stages.train``) passes callbacks that log to MLflow; this module knows nothing
-    of tracking.
+    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. A model with
+    ``pretrain:`` settings (a deep TAP machine) is first pretrained greedily (Alg. 4,
+    ``pretrain.pretrain_from_spec``), calling ``on_pretrain_epoch(layer, epoch, metrics)`` after
+    each greedy RBM epoch. The stage layer (``tapmachine.stages.train``) passes callbacks that
+    log to MLflow; this module knows nothing of tracking.
     """
     from tapmachine import data
 
@@ -632,6 +685,12 @@ def train_from_spec(
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
     run_id = on_start(params, tags) if on_start is not None else None
+    if spec.get("pretrain"):  # deep TAP machines: greedy pretraining first (Alg. 4)
+        from tapmachine import pretrain
+
+        machine = pretrain.pretrain_from_spec(
+            machine, x_train, spec, settings, generator, outdir, on_epoch=on_pretrain_epoch
+        )
     machine, history = train(
         machine,
         x_train,

@@ -14,13 +14,20 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
-RESULTS = "results"
-TRACKING = f"{config['tracking']['store']}/experiments.json"
+# Results per config (`run: {name: ...}`): every output under results/{name}/, datasets shared.
+RUN_NAME = config["run"]["name"]
+RESULTS = f"results/{RUN_NAME}"
+DATA = "results/data"
+# The store manifest is an ancient() input: re-creating the store reruns nothing.
+TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
+TRACKING = ancient(TRACKING_FILE)
+# Rules that run on the device ask the cluster for a GPU when the config says cuda.
+GPUS = 1 if config["device"].startswith("cuda") else 0
 DEVICE_ARGS = f"--device {config['device']} --dtype {config['dtype']} --seed {config['seed']}"
 
 
 def dataset_file(name):
-    return f"{RESULTS}/data/{name}.npz"
+    return f"{DATA}/{name}.npz"
 
 
 def fetch_source_args(wildcards):
@@ -106,6 +113,52 @@ def option_value(option, value):
     return f"{option} {value}" if value is not None else ""
 
 
+# UCD-LMI DBMs (ucd_dbm.smk): config ucd.dbm, the datasets and models of Tables 1-2.
+import sys
+
+UCD_DBM = config["ucd"]["dbm"]
+UCD_DATASETS = list(UCD_DBM["datasets"])
+UCD_ABLATION_DATASET = UCD_DBM["ablation_dataset"]
+if UCD_DBM["cifar10_archive"]:
+    UCD_DATASETS.append("binary_cifar10")
+else:
+    print(
+        "ucd: CIFAR-10 targets skipped (set ucd.dbm.cifar10_archive to cifar-10-python.tar.gz)",
+        file=sys.stderr,
+    )
+for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
+    if _name == "binary_cifar10":
+        continue
+    if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
+        raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
+if "ucd_lmi" not in UCD_DBM["models"]:
+    raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
+
+
+def ucd_dbm_spec(wildcards):
+    models = dict(UCD_DBM["models"])
+    if wildcards.dataset == UCD_ABLATION_DATASET:
+        models.update(UCD_DBM["ablation"])
+    if wildcards.model not in models:
+        raise ValueError(f"ucd.dbm: no model {wildcards.model!r} for {wildcards.dataset}")
+    return json.dumps(models[wildcards.model], sort_keys=True)
+
+
+def ucd_dbm_dir(dataset, model):
+    return f"{RESULTS}/ucd/dbm/{dataset}/{model}"
+
+
+def ucd_dbm_mem_mb(wildcards):
+    spec = json.loads(ucd_dbm_spec(wildcards))
+    return 2000 + 8 * max(spec["hidden"])
+
+
+UCD_TABLE1 = [(d, m) for d in UCD_DATASETS for m in UCD_DBM["models"]]
+UCD_TABLE2 = [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
+UCD_ALL_MODELS = sorted(set(UCD_TABLE1) | set(UCD_TABLE2))
+UCD_FIG_MODELS = [
+    (d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]
+]
 # Denoising (denoise.smk).
 DENOISE = config["denoise"]
 DENOISE_TAP = DENOISE["fig8"]["models"]  # method label -> model

@@ -5,7 +5,7 @@ rule fetch_dataset:
     input:
         tracking=TRACKING,
     output:
-        npz=f"{RESULTS}/data/{{dataset}}.npz",
+        npz=f"{DATA}/{{dataset}}.npz",
     log:
         "logs/data/fetch_{dataset}.log",
     benchmark:
@@ -31,7 +31,7 @@ rule derive_dataset:
         source=lambda w: dataset_file(config["data"]["derived"][w.derived]["source"]),
         tracking=TRACKING,
     output:
-        npz=f"{RESULTS}/data/{{derived}}.npz",
+        npz=f"{DATA}/{{derived}}.npz",
     log:
         "logs/data/derive_{derived}.log",
     benchmark:

@@ -1,7 +1,7 @@
 # Denoising with trained machines as priors (first paper, Sec. VII.4): the binary symmetric
 # channel on binary-MNIST test digits (Figs. 8-9: OPE, 1-NN and one TAP denoiser per RBM, all p
 # of one model in one batched solve) and, beyond the paper, a Gaussian channel on real-valued
-# MNIST (fig_denoise_real). Results land in results/denoise/, figures in results/figures/; each
+# MNIST (fig_denoise_real). Results land in {RESULTS}/denoise/, figures in {RESULTS}/figures/; each
 # denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`
 # (cross-key checks in tapmachine.configuration; settings and paths in common.smk).
 

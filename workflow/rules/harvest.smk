@@ -25,6 +25,7 @@ rule harvest_solutions:
     resources:
         mem_mb=3000,
         runtime=60,
+        gpu=GPUS,
     params:
         checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",
         settings=harvest_settings_args,

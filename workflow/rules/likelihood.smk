@@ -37,6 +37,7 @@ rule score_epochs:
     resources:
         mem_mb=4000,
         runtime=240,
+        gpu=GPUS,
     params:
         model_dir=lambda w: f"{RESULTS}/models/{w.model}",
         epochs=FIG12_EPOCHS,
@@ -67,6 +68,7 @@ rule score_final:
     resources:
         mem_mb=4000,
         runtime=120,
+        gpu=GPUS,
     params:
         model_dir=lambda w: f"{RESULTS}/models/{w.model}",
         settings=SCORE_SETTINGS["table"],

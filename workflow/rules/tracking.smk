@@ -1,9 +1,31 @@
-# The MLflow store and every experiment are created once, locally, before any parallel job.
+# MLflow tracking, best effort (tapmachine.tracking): the store and every experiment are created
+# once, when the workflow is parsed, before any job; every rule takes the manifest as an ancient()
+# input (common.smk), so re-creating the store reruns nothing. tracking_init remakes a manifest
+# deleted while the workflow runs.
+import hashlib
+import os
+
+from tapmachine import tracking as _tracking
+from tapmachine.stages import track as _track_stage
+
+# Every job (local or through SLURM, which passes the environment on) sees these.
+os.environ[_tracking.ENV_RUN_NAME] = RUN_NAME
+os.environ[_tracking.ENV_CONFIG_DIGEST] = hashlib.sha256(
+    json.dumps(config, sort_keys=True, default=str).encode()
+).hexdigest()[:16]
+for _key, _value in _tracking.HTTP_LIMITS.items():
+    os.environ.setdefault(_key, _value)
+
+# The store exists before the DAG is built, so that no job ever makes the manifest: a manifest made
+# by a job would count as an updated input and rerun every rule. Best effort: with a store that is
+# down this takes one short try and records the error; jobs then try once each and carry on.
+if not Path(TRACKING_FILE).exists() or "error" in json.loads(Path(TRACKING_FILE).read_text()):
+    _tracking.init_store(config["tracking"]["store"], TRACKING_FILE, best_effort=True)
 
 
 rule tracking_init:
     output:
-        manifest=TRACKING,
+        manifest=TRACKING_FILE,
     log:
         "logs/tracking_init.log",
     benchmark:

@@ -21,7 +21,8 @@ rule train_model:
     threads: 2
     resources:
         mem_mb=train_mem_mb,
-        runtime=240,
+        runtime=lambda w, attempt: 240 * attempt,  # resumed attempts get more time
+        gpu=GPUS,
     params:
         spec=model_spec,
         outdir=lambda w: f"{RESULTS}/models/{w.model}",

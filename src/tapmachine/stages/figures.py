@@ -43,6 +43,28 @@ def _likelihood_table(m, a):
     return m.make(a.scores, a.model_files, not a.no_reference)
 
 
+def _ucd_fig1(m, a):
+    return m.make(a.steps)
+
+
+def _ucd_samples(m, a):
+    return m.samples(a.models, a.seed)
+
+
+def _ucd_completion(m, a):
+    return m.completion(a.models, a.data, a.seed)
+
+
+def _ucd_table1(m, a):
+    return m.table1(a.scores)
+
+
+def _ucd_table2(m, a):
+    return m.table2(a.scores)
+
+
+#: figure name -> call of its module's make with the parsed arguments; the module is
+#: tapmachine.figures.<name> unless MODULES names another.
 def _fig8(m, a):
     return m.make(a.tap, a.baselines, a.model_files, a.labels)
 
@@ -64,10 +86,18 @@ FIGURES = {
     "fig7": _fig7,
     "fig12": _fig12,
     "likelihood_table": _likelihood_table,
+    "ucd_fig1": _ucd_fig1,
+    "ucd_samples": _ucd_samples,
+    "ucd_completion": _ucd_completion,
+    "ucd_table1": _ucd_table1,
+    "ucd_table2": _ucd_table2,
     "fig8": _fig8,  # parsers in stages.denoise
     "fig9": _fig9,
     "fig_denoise_real": _fig_denoise_real,
 }
+
+#: figures drawn by a module of another name (the DBM figures of the second paper share one)
+MODULES = {f: "ucd_dbm" for f in ("ucd_samples", "ucd_completion", "ucd_table1", "ucd_table2")}
 
 
 def draw(args) -> None:
@@ -78,7 +108,7 @@ def draw(args) -> None:
         cache = Path("results/cache/numba").resolve()
         cache.mkdir(parents=True, exist_ok=True)
         os.environ["NUMBA_CACHE_DIR"] = str(cache)
-    module = importlib.import_module(f"tapmachine.figures.{args.figure}")
+    module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
     result = FIGURES[args.figure](module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
     track(args.tracking, args.figure, result, paths)
@@ -108,7 +138,7 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
     claims = result.table[result.table["kind"] == "claim"] if "kind" in result.table else None
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
         if claims is not None and len(claims):
-            metrics = {}
+            by_step: dict[int | None, dict[str, float]] = {}
             for _, row in claims.iterrows():
                 try:
                     value = float(row["value"])
@@ -120,10 +150,14 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
                 if isinstance(row.get("model"), str) and row["model"]:
                     key += f".{row['model']}"
                 epoch = row.get("epoch")
+                step = None
                 if epoch is not None and not (isinstance(epoch, float) and math.isnan(epoch)):
-                    key += f".epoch_{int(epoch)}"
-                metrics[_metric_key(key)] = value
-            run.log_metrics(metrics)
+                    step = int(epoch)  # the epoch is the metric's step, not part of its name
+                by_step.setdefault(step, {})[_metric_key(key)] = value
+            for step, metrics in sorted(
+                by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]
+            ):
+                run.log_metrics(metrics, step=step)
         for p in paths:
             run.log_artifact(p)
         return run.run_id
@@ -167,7 +201,20 @@ def register(subparsers) -> None:
     tab.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
     tab.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
     tab.add_argument("--no-reference", action="store_true", help="omit the published row")
-    for f in (f3, f4, f5, f6, f7, f12, tab):
+    u1 = figs.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
+    u1.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
+    us = figs.add_parser("ucd_samples", help="second paper, Fig. 2: samples, UCD-LMI vs PCD")
+    us.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
+    uc = figs.add_parser("ucd_completion", help="second paper, Fig. 3: lower halves completed")
+    uc.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
+    uc.add_argument("--data", nargs="+", required=True, help="dataset .npz per model")
+    ut1 = figs.add_parser("ucd_table1", help="second paper, Table 1 (classifier FID) + TAP LL")
+    ut2 = figs.add_parser("ucd_table2", help="second paper, Table 2: ablation (classifier FID)")
+    for f in (ut1, ut2):
+        f.add_argument("--scores", nargs="+", required=True, help="score JSONs of `ucd score`")
+    for f in (us, uc, ut1, ut2):
+        f.add_argument("--seed", type=int, default=0)
+    for f in (f3, f4, f5, f6, f7, f12, tab, u1, us, uc, ut1, ut2):
         f.add_argument("--png", required=True)
         f.add_argument("--pdf", required=True)
         f.add_argument("--csv", required=True)

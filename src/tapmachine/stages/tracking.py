@@ -6,7 +6,7 @@ from __future__ import annotations
 def init(args) -> None:
     from tapmachine import tracking
 
-    info = tracking.init_store(args.store, args.manifest)
+    info = tracking.init_store(args.store, args.manifest, best_effort=True)
     print(f"tracking store {info['tracking_uri']}; experiments {info['experiments']}")
 
 

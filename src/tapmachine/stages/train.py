@@ -25,14 +25,18 @@ def train_model(
     manifest=None,
 ):
     """``training.train_from_spec`` inside a run of experiment "train" (metrics per epoch,
-    metrics.csv as artifact, the run id in model.pt)."""
-    from tapmachine import training
+    a deep model's greedy pretraining epochs as ``pretrain_l{layer}.*``, metrics.csv as artifact,
+    the run id in model.pt)."""
+    from tapmachine import pretrain, training
 
     with contextlib.ExitStack() as stack:
         tracked = LazyRun(stack, manifest, "train", name)
 
         def log_epoch(epoch, metrics, machine):
             tracked.run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
+
+        def log_pretrain_epoch(layer, epoch, metrics):
+            tracked.run.log_metrics(pretrain.prefixed(layer, metrics), step=epoch)
 
         machine = training.train_from_spec(
             name,
@@ -44,8 +48,15 @@ def train_model(
             dtype=dtype,
             on_start=tracked.on_start,
             on_epoch=log_epoch,
+            on_pretrain_epoch=log_pretrain_epoch,
         )
         tracked.run.log_artifact(Path(outdir) / "metrics.csv")
+        if tracked.run.active:
+            # the MLflow model (pyfunc: clamped hidden means) and the training data as its dataset
+            from tapmachine import data
+
+            ds = data.load_dataset(data_path)
+            tracked.run.log_machine(Path(outdir) / "model.pt", ds.x_train[:5], data_path, ds.name)
     return machine
 
 

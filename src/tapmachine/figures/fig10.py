@@ -1,0 +1,194 @@
+"""Fig. 10 (App. D): adaTAP vs TAP for training binary RBMs.
+
+Left: pseudo-likelihood (nats per image, stochastic over ``pl_sites`` sites per block of images,
+App. F) of training images after every epoch of RBMs trained with TAP or adaTAP gradients,
+each iterated a fixed number of times (``tap.train_iterations``: 3, 10, 100 in the paper, damping
+0.5). Right: seconds per inference iteration vs batch size, TAP (Alg. 1) and adaTAP (Alg. 3),
+measured in one run on the same machine and inputs (log-log).
+
+Claims (reproduction.md): all strategies comparable except adaTAP with 3 iterations, which is
+the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The table gives, per
+model, the final pseudo-likelihood; ``adatap3_is_outlier`` is 1 when adaTAP-3 ends lowest and
+below every other curve by more than the spread among the others; ``time_ratio`` is the
+adaTAP/TAP time per iteration at each batch size (the paper's batch is 100).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tapmachine.figures.common import (
+    FigureError,
+    FigureResult,
+    claim,
+    describe,
+    model_info,
+    new_figure,
+    table,
+)
+
+__all__ = ["make", "outlier"]
+
+
+def _label(inference: str, iterations: int) -> str:
+    return f"{'adaTAP' if inference == 'adatap' else 'TAP'} {iterations} it."
+
+
+def outlier(finals: dict[str, float], candidate: str) -> tuple[bool, str]:
+    """Whether ``candidate`` ends below every other curve by more than their spread."""
+    others = {k: v for k, v in finals.items() if k != candidate}
+    if candidate not in finals or not others:
+        return False, "needs the candidate and at least one other curve"
+    lo, hi = min(others.values()), max(others.values())
+    gap = lo - finals[candidate]
+    spread = hi - lo
+    verdict = gap > 0 and gap > spread
+    detail = (
+        f"final PL {finals[candidate]:.3f} vs others {lo:.3f}..{hi:.3f} "
+        f"(gap below the lowest other {gap:.3f}, spread among others {spread:.3f})"
+    )
+    return verdict, detail
+
+
+def make(curve_csvs, model_files, timing_csv) -> FigureResult:
+    if len(curve_csvs) != len(model_files):
+        raise FigureError("fig10 needs one model.pt per curve CSV")
+    infos = [model_info(f) for f in model_files]
+    frames = []
+    for path in curve_csvs:
+        df = pd.read_csv(path)
+        if df.empty or "pl" not in df:
+            raise FigureError(f"{path}: no pseudo-likelihood per epoch (deep-curve --measure pl)")
+        frames.append(df.sort_values("epoch"))
+    timing = pd.read_csv(timing_csv).sort_values("batch_size")
+    if timing.empty:
+        raise FigureError(f"{timing_csv}: no timings")
+
+    fig = new_figure(12.5, 4.6)
+    ax_pl, ax_t = fig.subplots(1, 2)
+    drawn, claims, finals = [], [], {}
+    labels = {}
+    for info, df in zip(infos, frames, strict=True):
+        inference = str(df["inference"].iloc[0])
+        its = int(df["train_iterations"].iloc[0])
+        label = _label(inference, its)
+        labels[info.name] = label
+        style = "-" if inference == "tap" else "--"
+        ax_pl.errorbar(
+            df["epoch"],
+            df["pl"],
+            yerr=df["pl_stderr"],
+            ls=style,
+            marker="o",
+            ms=3,
+            capsize=2,
+            label=label,
+        )
+        finals[label] = float(df["pl"].iloc[-1])
+        for _, r in df.iterrows():
+            drawn.append(
+                {
+                    "panel": "pl",
+                    "model": info.name,
+                    "label": label,
+                    "epoch": int(r["epoch"]),
+                    "value": r["pl"],
+                    "stderr": r["pl_stderr"],
+                }
+            )
+        claims.append(claim("final_pl", finals[label], info.name, label, int(df["epoch"].iloc[-1])))
+    ax_pl.set_xlabel("epoch")
+    ax_pl.set_ylabel("pseudo-likelihood (nats / image)")
+    ax_pl.legend(fontsize=8)
+    ax_pl.set_title("pseudo-likelihood over training", fontsize=10)
+
+    b = timing["batch_size"].to_numpy(float)
+    ax_t.loglog(b, timing["tap_seconds"], "o-", label="TAP (Alg. 1)")
+    ax_t.loglog(b, timing["adatap_seconds"], "s--", label="adaTAP / VAMP (Alg. 3)")
+    ax_t.set_xlabel("batch size")
+    ax_t.set_ylabel("seconds per iteration")
+    ax_t.legend(fontsize=8)
+    t0 = timing.iloc[0]
+    ax_t.set_title(
+        f"one iteration, Nv={int(t0['n_visible'])}, Nh={int(t0['n_hidden'])}, "
+        f"{int(t0['threads'])} thread(s), {t0['dtype']}",
+        fontsize=10,
+    )
+    for _, r in timing.iterrows():
+        drawn.append(
+            {
+                "panel": "timing",
+                "label": "tap",
+                "batch_size": int(r["batch_size"]),
+                "value": r["tap_seconds"],
+            }
+        )
+        drawn.append(
+            {
+                "panel": "timing",
+                "label": "adatap",
+                "batch_size": int(r["batch_size"]),
+                "value": r["adatap_seconds"],
+            }
+        )
+        claims.append(
+            claim(
+                f"time_ratio_batch_{int(r['batch_size'])}",
+                float(r["ratio"]),
+                "",
+                f"adaTAP / TAP seconds per iteration at batch {int(r['batch_size'])}: "
+                f"{r['adatap_seconds']:.3g} s / {r['tap_seconds']:.3g} s",
+            )
+        )
+    at100 = timing[timing["batch_size"] == 100]
+    if len(at100):
+        ratio = float(at100["ratio"].iloc[0])
+        claims.append(
+            claim(
+                "adatap_orders_slower_at_batch_100",
+                ratio >= 100,
+                "",
+                f"held: ratio {ratio:.0f} (log10 {math.log10(ratio):.1f}; paper: ~3 orders)"
+                if ratio >= 100
+                else f"not held: ratio {ratio:.0f} < 100",
+            )
+        )
+
+    ada3 = [lab for lab in finals if lab.startswith("adaTAP 3 ")]
+    if ada3:
+        verdict, detail = outlier(finals, ada3[0])
+        claims.append(
+            claim(
+                "adatap3_is_outlier", verdict, "", ("held: " if verdict else "not held: ") + detail
+            )
+        )
+        others = [v for k, v in finals.items() if k != ada3[0]]
+        claims.append(
+            claim(
+                "spread_of_others",
+                float(np.ptp(others)) if others else math.nan,
+                "",
+                "max - min final PL of the other strategies",
+            )
+        )
+
+    sizes = infos[0].sizes
+    n_images = int(frames[0]["n_images"].iloc[0]) if "n_images" in frames[0] else None
+    note = (
+        ""
+        if sizes and sizes[-1] >= 500
+        else (
+            "\nREDUCED size: the paper's Nh=500 on 5,000 images needs --configfile "
+            "workflow/config/paper.yaml (adaTAP-100 at Nh=500 is hours on CPU)"
+        )
+    )
+    fig.suptitle(
+        f"Fig. 10: TAP vs adaTAP, {describe(infos[0]).split(' on ')[-1]}, RBM {sizes}"
+        + (f", {n_images} images scored" if n_images else "")
+        + note,
+        fontsize=9,
+    )
+    return FigureResult(fig, table(drawn, claims), infos, {"labels": labels})

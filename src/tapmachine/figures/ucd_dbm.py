@@ -1,0 +1,284 @@
+"""Second paper, Figs. 2-3 and Tables 1-2: what DBMs trained by UCD-LMI and the baselines do.
+
+- ``samples`` (Fig. 2): samples by local search from uniform states (Sec. 4.4), one panel per
+  (dataset, model); CSV rows per sample: local-search steps T and the fraction of pixels on;
+  claim per model: the fraction of distinct samples (a collapsed model gives few distinct local
+  modes; its quality is judged by the FID of Table 1).
+- ``completion`` (Fig. 3): test images with the lower half masked, completed by local search on
+  the clamped model (``ucd.generate.complete``); rows: masked input, completion, truth. CSV: per
+  image the per-pixel error of the completed half; claim: mean error per model against the error
+  of filling the half with the training mean (a baseline that ignores the visible half).
+- ``table1`` / ``table2``: classifier FID (``tapmachine.fid``; NOT the paper's Inception FID) of
+  every DBM, with the TAP log-likelihood of test images (first paper, App. E) beside it in
+  Table 1, and whether the two measures rank the methods alike (Kendall's tau per dataset).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, new_figure
+from tapmachine.figures.common import table as make_table
+
+__all__ = ["samples", "completion", "table1", "table2"]
+
+FID_LABEL = "classifier FID (small MLP features; not Inception FID)"
+PAPER_SIZES = (6272, 6272, 6272)
+
+
+def _size_note(blob) -> str:
+    """'784-200-200, 200 steps (reduced; paper size: paper.yaml)' for titles."""
+    W = blob["machine"]["weights"]
+    sizes = (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
+    text = "-".join(str(n) for n in sizes)
+    if blob.get("steps"):
+        text += f", {blob['steps']} steps"
+    if sizes != PAPER_SIZES:
+        text += " (reduced; paper size: paper.yaml)"
+    return text
+
+
+def _load(path):
+    """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine."""
+    from tapmachine.modelfile import ModelFile, ModelFileError
+
+    try:
+        model = ModelFile.load(path)
+    except ModelFileError as err:
+        raise FigureError(f"{err} (`tapmachine ucd train-dbm`)") from None
+    blob = {
+        "name": model.name,
+        "dataset": model.dataset,
+        "spec": model.spec,
+        "substitute": model.substitute,
+        "mlflow_run_id": model.mlflow_run_id,
+        "machine": model.machine_state,
+        **model.extras,
+    }
+    return blob, model.machine()
+
+
+def image_grid(images, shape, cols: int):
+    """(n, H*W) in [0, 1] -> one (rows*H, cols*W) array with 1-pixel gaps."""
+    n = images.shape[0]
+    h, w = shape
+    rows = -(-n // cols)
+    tiles = np.ones((rows * cols, h + 1, w + 1))
+    tiles[:n, :h, :w] = np.asarray(images, dtype=float).reshape(n, h, w)
+    return (
+        tiles.reshape(rows, cols, h + 1, w + 1)
+        .transpose(0, 2, 1, 3)
+        .reshape(rows * (h + 1), cols * (w + 1))
+    )
+
+
+def _grid(images, shape, cols):
+    """Images as one grid; 8-bit expansions ((H, 8 W) bits, MSB first) shown as grey levels."""
+    images = np.asarray(images)
+    h, w = shape
+    if w % 8 == 0 and w // 8 == h:  # the bits8 layout of the data stage: 8 bits per pixel
+        weights = 2.0 ** np.arange(7, -1, -1) / 255.0
+        images = images.reshape(len(images), h * (w // 8), 8) @ weights
+        shape = (h, w // 8)
+    return image_grid(images, shape, cols)
+
+
+def _info(blob) -> ModelInfo:
+    return ModelInfo(
+        name=f"{blob['dataset']}/{blob['name']}",
+        dataset=blob["dataset"],
+        substitute=str(blob.get("substitute") or ""),
+        train_run_id=str(blob.get("mlflow_run_id") or ""),
+    )
+
+
+def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
+    """Fig. 2: ``n`` samples per model by local search from uniform random states."""
+    from tapmachine import training
+    from tapmachine.ucd import dbm, generate
+
+    fig = new_figure(2.6 * len(model_paths), 3.0)
+    axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
+    drawn, claims, infos = [], [], []
+    for ax, path in zip(axes, model_paths, strict=True):
+        blob, machine = _load(path)
+        info = _info(blob)
+        infos.append(info)
+        g = training.seeded_generator(seed, "ucd_samples", info.name)
+        x, T = generate.sample(machine, n, g)
+        images = dbm.to_unit_interval(machine, x).cpu().numpy()
+        ax.imshow(_grid(images, blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(
+            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}", fontsize=7
+        )
+        ax.axis("off")
+        for i in range(n):
+            drawn.append(
+                {
+                    "model": info.name,
+                    "method": blob["method"],
+                    "sample": i,
+                    "T": int(T[i]),
+                    "on_fraction": float(images[i].mean()),
+                }
+            )
+        distinct = len({images[i].tobytes() for i in range(n)}) / n
+        claims.append(
+            claim("distinct_sample_fraction", distinct, info.name, "distinct local modes / n")
+        )
+    fig.suptitle("DBM samples by local search from noise (Fig. 2)", fontsize=9)
+    return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
+
+
+def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResult:
+    """Fig. 3: lower halves of ``n`` test images completed by local search; truth beside."""
+    import torch
+
+    from tapmachine import data, training
+    from tapmachine.ucd import dbm, generate
+
+    if len(model_paths) != len(data_paths):
+        raise FigureError("give one dataset file per model")
+    fig = new_figure(2.4 * len(model_paths), 4.0)
+    axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
+    drawn, claims, infos = [], [], []
+    for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
+        blob, machine = _load(path)
+        info = _info(blob)
+        infos.append(info)
+        ds = data.load_dataset(dpath)
+        if ds.name != blob["dataset"]:
+            raise FigureError(f"{path} was trained on {blob['dataset']}, not {ds.name}")
+        h, w = ds.image_shape
+        truth = torch.as_tensor(ds.x_test[:n], dtype=machine.dtype)
+        mask = generate.lower_half_mask(h, w)
+        g = training.seeded_generator(seed, "ucd_completion", info.name)
+        out, steps = generate.complete(machine, dbm.data_for(machine, truth), mask, g)
+        filled = dbm.to_unit_interval(machine, out[0])
+        masked = truth.clone()
+        masked[:, mask] = 0.5
+        err = (filled[:, mask] != truth[:, mask]).double().mean(1)
+        mean_fill = (torch.as_tensor(ds.x_train).double().mean(0) >= 0.5).to(truth.dtype)
+        base = (mean_fill[mask][None, :] != truth[:, mask]).double().mean(1)
+        rows = torch.stack([masked, filled, truth], 1).reshape(3 * n, -1)
+        ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(f"{info.name}, {_size_note(blob)}\nmasked | completed | truth", fontsize=7)
+        ax.axis("off")
+        for i in range(n):
+            drawn.append(
+                {
+                    "model": info.name,
+                    "image": i,
+                    "pixel_error": float(err[i]),
+                    "mean_fill_error": float(base[i]),
+                    "T": int(steps[i]),
+                }
+            )
+        claims.append(
+            claim(
+                "completion_beats_mean_fill",
+                float(err.mean() < base.mean()),
+                info.name,
+                f"pixel error {float(err.mean()):.4f} vs thresholded-mean fill "
+                f"{float(base.mean()):.4f}",
+            )
+        )
+    fig.suptitle("Completion of the lower half by local search (Fig. 3)", fontsize=9)
+    return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
+
+
+def _scores(paths) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        try:
+            with open(p) as fh:
+                rows.append(json.load(fh))
+        except FileNotFoundError:
+            raise FigureError(f"{p} not found: run `tapmachine ucd score` first") from None
+    if not rows:
+        raise FigureError("no score files")
+    return pd.DataFrame(rows)
+
+
+def _kendall(a, b) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    n = len(a)
+    s, pairs = 0.0, 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += np.sign(a[i] - a[j]) * np.sign(b[i] - b[j])
+            pairs += 1
+    return s / pairs if pairs else float("nan")
+
+
+def _table_figure(df: pd.DataFrame, columns, title):
+    fig = new_figure(min(12, 1.6 * len(columns) + 1), 0.45 * len(df) + 1.2)
+    ax = fig.subplots()
+    ax.axis("off")
+    cells = [
+        [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+        for row in df[columns].itertuples(index=False)
+    ]
+    t = ax.table(cellText=cells, colLabels=columns, loc="center")
+    t.auto_set_font_size(False)
+    t.set_fontsize(7)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def table1(score_paths) -> FigureResult:
+    """Table 1 + beyond the paper: classifier FID and TAP log-likelihood per DBM, ranks compared."""
+    df = _scores(score_paths).sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
+    claims = []
+    for ds, sub in df.groupby("dataset"):
+        ok = sub["tap_ll"].notna()
+        # lower FID is better, higher log-likelihood is better: agreement is tau(FID, -LL) > 0
+        k = (
+            _kendall(sub.loc[ok, "classifier_fid"], -sub.loc[ok, "tap_ll"])
+            if ok.sum() > 1
+            else np.nan
+        )
+        claims.append(
+            claim("rank_agreement_kendall_fid_vs_tap_ll", k, ds, "1 = same ranking, -1 = reversed")
+        )
+        best = sub.iloc[0]
+        claims.append(
+            claim(
+                "ucd_lmi_best_fid",
+                float(best["method"] == "ucd_lmi"),
+                ds,
+                f"lowest classifier FID: {best['model']} ({best['classifier_fid']:.3g})",
+            )
+        )
+    cols = ["dataset", "model", "method", "classifier_fid", "classifier_accuracy", "tap_ll"]
+    fig = _table_figure(
+        df, cols, f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E)"
+    )
+    infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
+    return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})
+
+
+def table2(score_paths) -> FigureResult:
+    """Table 2: the ablation (MNIST), each component removed in turn; classifier FID."""
+    df = _scores(score_paths).reset_index(drop=True)
+    claims = []
+    full = df[df["model"] == "ucd_lmi"]
+    if len(full):
+        ref = float(full["classifier_fid"].iloc[0])
+        for r in df.itertuples():
+            if r.model != "ucd_lmi":
+                claims.append(
+                    claim(
+                        "removal_worsens_fid",
+                        float(r.classifier_fid > ref),
+                        r.model,
+                        f"{r.classifier_fid:.4g} vs full UCD-LMI {ref:.4g}",
+                    )
+                )
+    cols = ["dataset", "model", "method", "spec", "classifier_fid", "tap_ll"]
+    fig = _table_figure(df, cols, f"Ablation (Table 2): {FID_LABEL}")
+    infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
+    return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})

@@ -1,0 +1,89 @@
+"""Samples (Fig. 2) and completion (Fig. 3) of a trained DBM by local search (Sec. 4.4, 5.2).
+
+Sampling: "we first use the local search algorithm to find a local minimum of the energy
+function [...] In practice, we can skip running the MH algorithm and just use the local minimum as
+a sample" (Sec. 4.4): local search (Alg. 1) from uniform random states; the visible layer of the
+local mode is the sample.
+
+Completion: the observed pixels are clamped, the missing pixels and every hidden layer move, and
+the same block-wise local search runs on the clamped model (Sec. 5.2): the visible block update
+sets only the missing pixels to their conditional minimum (eqs. 15-17). Each chain draws its
+block order (even or odd first) once, as in Alg. 1, and stops after the first step that changes
+nothing; the result is a block-wise minimum of the energy over (missing pixels, hidden layers).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from tapmachine.machine import BoltzmannMachine
+from tapmachine.ucd.search import local_search
+from tapmachine.ucd.target import Target, binary_mode, uniform_layer
+
+__all__ = ["sample", "complete", "lower_half_mask"]
+
+
+@torch.no_grad()
+def sample(
+    machine: BoltzmannMachine, n: int, generator: torch.Generator, search_cap: int = 10_000
+) -> tuple[Tensor, Tensor]:
+    """``n`` samples: visible layers of local modes found from uniform states; and their T."""
+    target = Target.joint(machine)
+    found = local_search(target, target.uniform(target.blank(n), generator), generator, search_cap)
+    return found.state[0], found.steps
+
+
+def lower_half_mask(height: int, width: int, device=None) -> Tensor:
+    """(H * W,) bool: True on the lower half of the image rows (the pixels to fill in, Fig. 3)."""
+    rows = torch.arange(height, device=device)[:, None].expand(height, width)
+    return (rows >= height // 2).reshape(-1)
+
+
+def _block(machine: BoltzmannMachine, xs: list, parity: int, v_obs: Tensor, mask: Tensor) -> list:
+    out = list(xs)
+    for l in range(parity, machine.n_layers, 2):
+        new = binary_mode(machine.priors[l], machine.input_to(l, out))
+        out[l] = torch.where(mask, new, v_obs) if l == 0 else new
+    return out
+
+
+@torch.no_grad()
+def complete(
+    machine: BoltzmannMachine,
+    v_obs: Tensor,
+    mask: Tensor,
+    generator: torch.Generator,
+    max_steps: int = 10_000,
+) -> tuple[list, Tensor]:
+    """Fill the ``mask``ed pixels of the rows ``v_obs`` by local search on the clamped model.
+
+    ``v_obs``: (rows, Nv) in the machine's visible units; ``mask``: (Nv,) or (rows, Nv) bool,
+    True where the pixel is missing (its value in ``v_obs`` is ignored). Missing pixels and hidden
+    layers start uniform. Returns the final state (a list of layers; layer 0 is the completed
+    image) and the step count per row.
+    """
+    m = machine
+    v_obs = torch.as_tensor(v_obs, dtype=m.dtype, device=m.device)
+    n = v_obs.shape[0]
+    mask = torch.as_tensor(mask, dtype=torch.bool, device=m.device).expand(n, m.sizes[0])
+    noise = uniform_layer(m.priors[0], n, generator, m.dtype, m.device)
+    xs = [torch.where(mask, noise, v_obs)]
+    xs += [uniform_layer(p, n, generator, m.dtype, m.device) for p in m.priors[1:]]
+    even_first = torch.rand(n, generator=generator, device=m.device) < 0.5
+    steps = torch.zeros(n, dtype=torch.long, device=m.device)
+    moving = torch.ones(n, dtype=torch.bool, device=m.device)
+    for _ in range(max_steps):
+        a = _block(m, _block(m, xs, 0, v_obs, mask), 1, v_obs, mask)
+        b = _block(m, _block(m, xs, 1, v_obs, mask), 0, v_obs, mask)
+        new = [torch.where(even_first[:, None], x, y) for x, y in zip(a, b, strict=True)]
+        steps += moving.long()
+        changed = torch.zeros(n, dtype=torch.bool, device=m.device)
+        for x, y in zip(new, xs, strict=True):
+            changed |= (x != y).any(-1)
+        # a chain that stopped is at a fixed point of both block updates: it stays put
+        xs = new
+        moving = changed
+        if not bool(moving.any()):
+            break
+    return xs, steps

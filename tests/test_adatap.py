@@ -1,0 +1,185 @@
+"""adaTAP by VAMP (App. D, Alg. 3) against its own fixed-point equations, TAP and enumeration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from tapmachine import adatap, tap
+from tapmachine.machine import RBM, BoltzmannMachine
+from tapmachine.priors import Bernoulli, Spin, TruncatedGaussian
+
+DT = torch.float64
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _machine(prior_cls, sizes, scale, seed):
+    g = _gen(seed)
+    ws = [
+        scale * torch.randn(n0, n1, dtype=DT, generator=g)
+        for n0, n1 in zip(sizes[:-1], sizes[1:], strict=True)
+    ]
+    ps = [prior_cls(0.5 * torch.randn(n, dtype=DT, generator=g)) for n in sizes]
+    return BoltzmannMachine(tuple(ps), tuple(ws))
+
+
+def _states(prior, n):
+    codes = torch.arange(2**n)
+    bits = ((codes[:, None] >> torch.arange(n)) & 1).to(DT)
+    return 2.0 * bits - 1.0 if isinstance(prior, Spin) else bits
+
+
+def _exact_marginals(m):
+    """Exact visible and hidden means of an RBM by enumerating the visible layer."""
+    X = _states(m.visible, m.sizes[0])
+    B = X @ m.W
+    log_w = m.visible.log_prob(X).sum(-1) + m.hidden.log_partition(B, torch.zeros_like(B)).sum(-1)
+    p = torch.softmax(log_w, 0)
+    hidden_mean = m.hidden.moments(B, torch.zeros_like(B))[0]
+    return p @ X, p @ hidden_mean
+
+
+def _data(m, K, seed):
+    return _states(m.visible, m.sizes[0])[
+        torch.randint(0, 2 ** m.sizes[0], (K,), generator=_gen(seed))
+    ]
+
+
+@pytest.mark.parametrize("prior_cls", [Bernoulli, Spin])
+@pytest.mark.parametrize("sizes", [(9, 5), (4, 7), (6, 5, 4)])
+def test_fixed_point_satisfies_vamp_equations(prior_cls, sizes):
+    """At convergence a_1 = a_2 = C_2 (B_2) and c_1 = diag(C_2), with C_2 from the joint J."""
+    m = _machine(prior_cls, sizes, 0.3, 1)
+    x = torch.rand(4, sizes[0], dtype=DT, generator=_gen(2))
+    st = adatap.solve(m, x, tol=1e-28, max_iter=2000)
+    assert st.converged.all()
+    a, c = torch.cat(st.a, 1), torch.cat(st.c, 1)
+    A1, B1 = torch.cat(st.A, 1), torch.cat(st.B, 1)
+    J = adatap.joint_couplings(m)
+    A2, B2 = 1.0 / c - A1, a / c - B1
+    C2 = torch.linalg.inv(torch.diag_embed(A2) - J)
+    torch.testing.assert_close(torch.diagonal(C2, dim1=1, dim2=2), c, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close((C2 @ B2[..., None])[..., 0], a, rtol=1e-9, atol=1e-11)
+    # the prior node: a = f_a(B, A) layer by layer, as a TAP state
+    for l, p in enumerate(m.priors):
+        torch.testing.assert_close(p.moments(st.B[l], st.A[l])[0], st.a[l])
+
+
+@pytest.mark.parametrize("prior_cls", [Bernoulli, Spin])
+def test_schur_complement_equals_joint_inverse(prior_cls):
+    """The RBM fast path (Schur complement onto the smaller layer) is the joint-matrix Alg. 3."""
+    for sizes in ((12, 5), (5, 12)):
+        m = _machine(prior_cls, sizes, 0.4, 3)
+        x = _data(m, 6, 4)
+        fast = adatap.solve(m, x, max_iter=7, tol=0.0, method="bipartite")
+        slow = adatap.solve(m, x, max_iter=7, tol=0.0, method="joint")
+        for u, v in zip(fast.a + fast.c + fast.A, slow.a + slow.c + slow.A, strict=True):
+            torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-10)  # round-off only
+
+
+@pytest.mark.parametrize("prior_cls", [Bernoulli, Spin])
+def test_same_fixed_point_as_tap_at_weak_coupling(prior_cls):
+    """adaTAP - TAP = O(s^3) for W = s W0: the two agree through second order in the couplings
+    (what TAP keeps), so they share the fixed point in the weak-coupling limit."""
+    scales = (0.02, 0.04, 0.08) if prior_cls is Bernoulli else (0.01, 0.02, 0.04)
+    base = _machine(prior_cls, (10, 6), 1.0, 5)
+    gaps = []
+    for s in scales:
+        m = base.replace(weights=[s * W for W in base.weights])
+        x = _data(m, 3, 6)
+        ada = adatap.solve(m, x, tol=1e-30, max_iter=3000)
+        ref = tap.solve(m, x, tol=1e-30, max_iter=3000)
+        assert ada.converged.all() and ref.converged.all()
+        gaps.append(max(float((u - v).abs().max()) for u, v in zip(ada.a, ref.a, strict=True)))
+    slope = np.polyfit(np.log(scales), np.log(gaps), 1)[0]
+    assert slope > 2.7, (gaps, slope)
+    assert gaps[0] < 1e-6
+
+
+def test_accuracy_against_enumeration_beside_tap(capsys):
+    """Moderate couplings: adaTAP's and TAP's marginals against exact ones (numbers printed)."""
+    rows = []
+    for seed in range(4):
+        for scale in (0.3, 0.6):
+            m = _machine(Bernoulli, (12, 8), scale, 10 + seed)
+            mv, mh = _exact_marginals(m)
+            x = _data(m, 1, seed)
+            ada = adatap.solve(m, x, tol=1e-26, max_iter=5000)
+            ref = tap.solve(m, x, tol=1e-26, max_iter=5000)
+            if not (ada.converged.all() and ref.converged.all()):
+                continue
+            err_a = float(torch.cat([ada.a[0][0] - mv, ada.a[1][0] - mh]).abs().mean())
+            err_t = float(torch.cat([ref.a[0][0] - mv, ref.a[1][0] - mh]).abs().mean())
+            rows.append((scale, err_a, err_t))
+    assert len(rows) >= 6
+    with capsys.disabled():
+        for scale, ea, et in rows:
+            print(f"\nscale {scale}: mean |a - exact| adaTAP {ea:.2e}, TAP {et:.2e}")
+    for _scale, ea, et in rows:
+        # both are good approximations at these couplings; neither is off by an order
+        assert ea < 0.05 and et < 0.05
+        assert ea < 5 * et and et < 5 * ea
+    # App. D: adaTAP is "in general more accurate": on average over these machines it is here
+    assert sum(r[1] for r in rows) < sum(r[2] for r in rows)
+
+
+def test_damping_convergence_and_freezing():
+    m = _machine(Bernoulli, (10, 6), 0.3, 7)
+    x = _data(m, 5, 8)
+    undamped = adatap.solve(m, x, damping=0.0, tol=1e-24, max_iter=500)
+    damped = adatap.solve(m, x, damping=0.5, tol=1e-24, max_iter=500)
+    assert undamped.converged.all() and damped.converged.all()
+    assert damped.iterations.float().mean() > undamped.iterations.float().mean()
+    torch.testing.assert_close(undamped.a[0], damped.a[0], rtol=0, atol=1e-9)
+    capped = adatap.solve(m, x, tol=1e-30, max_iter=3)
+    assert not capped.converged.any() and torch.all(capped.iterations == 3)
+    # a converged row is frozen: the same result whatever the other rows do
+    one = adatap.solve(m, x[:1], damping=0.5, tol=1e-24, max_iter=500)
+    torch.testing.assert_close(one.a[1], damped.a[1][:1], rtol=0, atol=0)
+
+
+def test_rejects_unsupported_priors_and_shapes():
+    g = _gen(9)
+    W = 0.1 * torch.randn(4, 3, dtype=DT, generator=g)
+    tg = TruncatedGaussian(torch.zeros(4, dtype=DT), torch.ones(4, dtype=DT), 0.0, 1.0)
+    m = RBM(W, tg, Bernoulli(torch.zeros(3, dtype=DT)))
+    with pytest.raises(adatap.AdaTAPError, match="TruncatedGaussian"):
+        adatap.solve(m, torch.rand(2, 4, dtype=DT))
+    good = RBM(W, Bernoulli(torch.zeros(4, dtype=DT)), Bernoulli(torch.zeros(3, dtype=DT)))
+    with pytest.raises(ValueError, match="shape"):
+        adatap.solve(good, torch.rand(2, 5, dtype=DT))
+    with pytest.raises(ValueError, match="damping"):
+        adatap.solve(good, torch.rand(2, 4, dtype=DT), damping=1.0)
+
+
+def test_converged_training_gradients_use_adatap():
+    """inference: adatap with train_iterations: converge: Alg. 2's gradient from adaTAP fixed
+    points iterated to train_tol (every row converges here), not from TAP's."""
+    from tapmachine import training
+
+    m = _machine(Bernoulli, (7, 5), 0.4, 3)
+    x = _data(m, 6, 4)
+    s = training.TrainSettings(
+        batch_size=6,
+        train_iterations="converge",
+        train_tol=1e-20,
+        train_max_iter=2000,
+        train_unique=False,
+        inference="adatap",
+    )
+    got = training._gradients(m, x, s, None, _gen(5))
+    st = adatap.solve(m, x, damping=s.damping, tol=1e-20, max_iter=2000)
+    assert st.converged.all()
+    want = tap.tap_gradients(m, x, st)
+    tap_grads = training._gradients(m, x, dataclasses.replace(s, inference="tap"), None, _gen(5))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+    # The coupling gradients (eq. 40) of the two solvers' fixed points differ.
+    dW_tap, dW_ada = tap_grads["weights"][0], want["weights"][0]
+    assert not torch.allclose(dW_tap, dW_ada, rtol=1e-6, atol=1e-9), "adaTAP was not used"

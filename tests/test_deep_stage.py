@@ -1,0 +1,238 @@
+"""Figs. 10-11 stage: config checks for deep/adaTAP models, curves, timing and figure claims."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from tapmachine import curves
+from tapmachine.configuration import ConfigError, validate
+from tapmachine.figures import fig10, fig11
+from tapmachine.machine import RBM, BoltzmannMachine
+from tapmachine.priors import Bernoulli
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@pytest.fixture(scope="module")
+def default():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def _set(config, path, value):
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return config
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (
+            ["models", "bmnist_dbm2", "hidden"],
+            [],
+            "models.bmnist_dbm2.hidden: [] should be non-empty",
+        ),
+        (
+            ["models", "bmnist_dbm2", "hidden", 1, "prior"],
+            "truncated_gaussian",
+            "models.bmnist_dbm2.hidden[1].prior: 'truncated_gaussian' is not supported in a deep",
+        ),
+        (
+            ["models", "bmnist_dbm3", "method"],
+            "cd",
+            "models.bmnist_dbm3.method: 'cd' is not supported for a machine with 3 hidden layers",
+        ),
+        (
+            ["models", "bmnist_h25", "pretrain"],
+            {"epochs": 2},
+            "models.bmnist_h25.pretrain: greedy pretraining needs at least 2 hidden layers",
+        ),
+        (
+            ["models", "bmnist_dbm2", "pretrain"],
+            {"epochs": 0},
+            "models.bmnist_dbm2.pretrain.epochs: 0 is less than the minimum of 1",
+        ),
+        (
+            ["models", "rmnist_h100", "inference"],
+            "adatap",
+            "models.rmnist_h100.visible.prior: adaTAP (inference: adatap, Alg. 3) is implemented "
+            "for bernoulli and spin units, not 'truncated_gauss_bernoulli'",
+        ),
+        (
+            ["models", "bmnist_dbm2", "inference"],
+            "adatap",
+            "models.bmnist_dbm2.inference: adatap needs an RBM trained by TAP",
+        ),
+        (["models", "bmnist_h25", "inference"], "vamp", "models.bmnist_h25.inference: 'vamp'"),
+        (
+            ["deep", "fig11", "models"],
+            ["bmnist_h25"],
+            "deep.fig11.models[0]: 'bmnist_h25' has 1 hidden layer",
+        ),
+        (["deep", "fig10", "models"], ["nope"], "deep.fig10.models[0]: 'nope' is not a model"),
+        (
+            ["deep", "fig10", "timing", "batch_sizes"],
+            [0],
+            "deep.fig10.timing.batch_sizes[0]: 0 is less than the minimum of 1",
+        ),
+    ],
+)
+def test_bad_deep_configs_name_the_key(default, path, value, expected):
+    config = _set(copy.deepcopy(default), path, value)
+    with pytest.raises(ConfigError) as info:
+        validate(config, SCHEMA)
+    assert expected in str(info.value)
+
+
+def test_shipped_configs_declare_figs_10_11():
+    for name in ("config.yaml", "workflow/config/paper.yaml"):
+        config = validate(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+        f10 = config["deep"]["fig10"]["models"]
+        kinds = {
+            (config["models"][m]["inference"], config["models"][m]["tap"]["train_iterations"])
+            for m in f10
+        }
+        assert kinds == {(i, n) for i in ("tap", "adatap") for n in (3, 10, 100)}
+        depths = sorted(
+            len(config["models"][m]["hidden"]) for m in config["deep"]["fig11"]["models"]
+        )
+        assert depths == [2, 3]
+    paper = validate(yaml.safe_load((ROOT / "workflow/config/paper.yaml").read_text()), SCHEMA)
+    m = paper["models"]["bmnist_fig10_adatap3"]
+    assert (m["n_train"], m["hidden"][0]["units"], m["learning_rate"], m["batch_size"]) == (
+        5000,
+        500,
+        0.001,
+        100,
+    )
+    assert paper["models"]["bmnist_dbm2"]["pretrain"] == {
+        "epochs": 50,
+        "learning_rate": 0.001,
+        "inputs": "samples",
+    }
+    assert paper["deep"]["fig10"]["timing"]["adatap_method"] == "joint"
+
+
+def test_timing_rows_and_curves():
+    rows = curves.inference_timing(20, 6, [1, 4], torch.Generator().manual_seed(0), repeats=1)
+    assert [r["batch_size"] for r in rows] == [1, 4]
+    assert all(r["tap_seconds"] > 0 and r["adatap_seconds"] > 0 for r in rows)
+    g = torch.Generator().manual_seed(1)
+    m = RBM(
+        0.3 * torch.randn(6, 4, generator=g, dtype=torch.float64),
+        Bernoulli(torch.zeros(6, dtype=torch.float64)),
+        Bernoulli(torch.zeros(4, dtype=torch.float64)),
+    )
+    x = torch.bernoulli(torch.full((30, 6), 0.5, dtype=torch.float64), generator=g)
+    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, g)
+    assert pl[0]["pl"] == pytest.approx(pl[1]["pl"]) and pl[0]["pl"] < 0
+    deep = BoltzmannMachine(
+        (
+            Bernoulli(torch.zeros(6, dtype=torch.float64)),
+            Bernoulli(torch.zeros(4, dtype=torch.float64)),
+            Bernoulli(torch.zeros(3, dtype=torch.float64)),
+        ),
+        (m.W, 0.2 * torch.randn(4, 3, generator=g, dtype=torch.float64)),
+    )
+    rows = curves.tap_likelihood_curve([(1, deep)], x[:20], x[20:], 10)
+    assert rows[0]["tap_ll_train"] < 0 and rows[0]["tap_ll_test"] < 0 and rows[0]["n_unique"] >= 1
+
+
+def test_outlier_rule():
+    finals = {"TAP 3 it.": -100.0, "TAP 10 it.": -101.0, "adaTAP 3 it.": -110.0}
+    assert fig10.outlier(finals, "adaTAP 3 it.")[0]
+    finals["adaTAP 3 it."] = -101.5  # below, but by less than the others' spread
+    assert not fig10.outlier(finals, "adaTAP 3 it.")[0]
+
+
+def _model_file(tmp_path, name, sizes):
+    from tapmachine.modelfile import ModelFile
+
+    ps = [Bernoulli(torch.zeros(n)) for n in sizes]
+    ws = [torch.zeros(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    path = tmp_path / name / "model.pt"
+    path.parent.mkdir(parents=True)
+    machine = BoltzmannMachine(tuple(ps), tuple(ws))
+    ModelFile.from_machine(machine, name, dataset="binary_mnist").save(path)
+    return path
+
+
+def test_figures_from_synthetic_curves(tmp_path):
+    models, csvs = [], []
+    for inference, its, slope in (("tap", 3, 1.0), ("adatap", 3, 0.2), ("adatap", 10, 1.0)):
+        name = f"m_{inference}{its}"
+        models.append(_model_file(tmp_path, name, (6, 4)))
+        df = pd.DataFrame(
+            {
+                "epoch": [1, 2, 3],
+                "pl": [-10 + slope * e for e in (1, 2, 3)],
+                "pl_stderr": 0.1,
+                "inference": inference,
+                "train_iterations": its,
+            }
+        )
+        csvs.append(tmp_path / f"{name}.csv")
+        df.to_csv(csvs[-1], index=False)
+    timing = tmp_path / "t.csv"
+    pd.DataFrame(
+        {
+            "batch_size": [1, 100],
+            "tap_seconds": [1e-4, 1e-3],
+            "adatap_seconds": [1e-2, 2.0],
+            "ratio": [100.0, 2000.0],
+            "n_visible": 6,
+            "n_hidden": 4,
+            "threads": 1,
+            "dtype": "float32",
+        }
+    ).to_csv(timing, index=False)
+    result = fig10.make(csvs, models, timing)
+    claims = result.table[result.table["kind"] == "claim"].set_index("claim")
+    assert claims.loc["adatap3_is_outlier", "value"] == 1.0
+    assert claims.loc["time_ratio_batch_100", "value"] == 2000.0
+    deep_models, deep_csvs = [], []
+    for name, sizes, gain in (("d2", (6, 4, 3), 0.01), ("d3", (6, 4, 3, 2), -0.01)):
+        deep_models.append(_model_file(tmp_path, name, sizes))
+        df = pd.DataFrame(
+            {
+                "epoch": [1, 2, 3],
+                "tap_ll_train": [-0.3 + gain * e for e in (1, 2, 3)],
+                "tap_ll_test": [-0.32 + gain * e for e in (1, 2, 3)],
+                "tap_ll_train_stderr": 0.01,
+                "tap_ll_test_stderr": 0.01,
+            }
+        )
+        deep_csvs.append(tmp_path / f"{name}.csv")
+        df.to_csv(deep_csvs[-1], index=False)
+    result = fig11.make(deep_csvs, deep_models)
+    c = result.table[result.table["kind"] == "claim"]
+    rises = c[c["claim"] == "train_rises"].set_index("model")["value"]
+    assert rises["d2"] == 1.0 and rises["d3"] == 0.0
+    gap = c[c["claim"] == "train_test_gap"].set_index("model")["value"]
+    assert gap["d2"] == pytest.approx(0.02)
+    # the same figure through the command line: `figure fig11` is dispatched by stages.figures
+    from tapmachine import cli
+
+    out = tmp_path / "cli"
+    paths = [out / f"fig11.{ext}" for ext in ("png", "pdf", "csv")]
+    argv = ["figure", "fig11", "--curves", *map(str, deep_csvs)]
+    argv += ["--model-files", *map(str, deep_models)]
+    argv += ["--png", str(paths[0]), "--pdf", str(paths[1]), "--csv", str(paths[2])]
+    assert cli.main(argv) == 0
+    drawn = pd.read_csv(paths[2])
+    assert drawn[drawn["claim"] == "train_rises"].set_index("model")["value"]["d2"] == 1.0

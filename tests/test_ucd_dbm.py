@@ -1,0 +1,272 @@
+"""UCD-LMI DBM training, its baselines, samples and completion, checked by enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tapmachine import training
+from tapmachine.ucd import dbm
+
+SIZES = [5, 3, 2]
+
+
+def _all_states(sizes, spin: bool) -> list:
+    n = sum(sizes)
+    bits = torch.tensor(list(itertools.product([0.0, 1.0], repeat=n)), dtype=torch.float64)
+    if spin:
+        bits = 2 * bits - 1
+    return list(torch.split(bits, sizes, dim=1))
+
+
+def exact_log_likelihood(machine, x) -> float:
+    """Mean ln P(x) by enumeration of every state of the machine."""
+    m = machine.to(dtype=torch.float64)
+    xs = _all_states(m.sizes, isinstance(m.visible, dbm.Spin))
+    logp = -m.energy(xs)
+    log_z = torch.logsumexp(logp, 0)
+    v = xs[0]
+    match = (x.double()[:, None, :] == v[None, :, :]).all(-1)  # (rows, states)
+    per_row = torch.logsumexp(torch.where(match, logp[None, :], -torch.inf), 1)
+    return float((per_row - log_z).mean())
+
+
+def _data(generator) -> torch.Tensor:
+    patterns = torch.tensor(
+        [[1, 1, 0, 0, 1], [0, 0, 1, 1, 0], [1, 0, 1, 0, 1], [1, 1, 1, 0, 0]], dtype=torch.float32
+    )
+    idx = torch.randint(0, len(patterns), (400,), generator=generator)
+    return patterns[idx]
+
+
+def _train(method: str, seed: int, steps: int = 300):
+    g = training.seeded_generator(seed, "test", "init")
+    opts = dbm.DBMOptions()
+    machine = dbm.build_dbm(SIZES, g, opts, 0.01)
+    x01 = _data(g)
+    x = dbm.data_for(machine, x01)
+    settings = training.TrainSettings(
+        epochs=steps * 20 // len(x),
+        batch_size=20,
+        learning_rate=0.05,
+        momentum=0.0,
+        l2=0.0,
+        method=method,
+        evaluate=False,
+    )
+    start = exact_log_likelihood(machine, x)
+    gen = training.seeded_generator(seed, "test", "train")
+    out, _ = training.train(machine, x, settings, gen, progress=False)
+    return start, exact_log_likelihood(out, x)
+
+
+def test_ucd_lmi_raises_exact_likelihood_and_beats_pcd():
+    """UCD-LMI raises the exact log-likelihood (enumeration) of a 5-3-2 DBM by more than 0.5 nats
+    on every seed. Against PCD the claim is weaker and the test says so: the MEAN margin
+    (UCD-LMI minus PCD, exact log-likelihood per image) over 4 seeds exceeds 0.2 nats and
+    UCD-LMI is ahead on at least 3 of the 4 seeds, not on all of them (one seed is a tie:
+    measured margins 0.335, -0.008, 0.425, 0.527 at 300 steps)."""
+    margins = []
+    for seed in range(4):
+        start, ucd_end = _train("ucd_lmi", seed)
+        _, pcd_end = _train("dbm_pcd", seed)
+        print(f"seed {seed}: start {start:.3f}, ucd_lmi {ucd_end:.3f}, dbm_pcd {pcd_end:.3f}")
+        assert ucd_end > start + 0.5
+        margins.append(ucd_end - pcd_end)
+    margins = torch.tensor(margins)
+    print("margins", margins.tolist())
+    # Measured (4 seeds, 300 steps): margins 0.335, -0.008, 0.425, 0.527 nats per image; PCD's
+    # biased mean-field positive phase loses on average, but one seed is a tie.
+    assert float(margins.mean()) > 0.2
+    assert int((margins > 0).sum()) >= 3
+
+
+def _block_minima(machine, v_obs, mask):
+    """Every state (missing pixels, hidden layers) consistent with v_obs, and which of them no
+    block update changes (block-wise minima), by enumeration."""
+    from tapmachine.ucd.generate import _block
+
+    m = machine
+    free = int(mask.sum()) + sum(m.sizes[1:])
+    bits = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=free)), dtype=m.dtype)
+    k = int(mask.sum())
+    v = v_obs.expand(len(bits), -1).clone()
+    v[:, mask] = bits[:, :k]
+    xs = [v, *torch.split(bits[:, k:], list(m.sizes[1:]), dim=1)]
+    fixed = torch.ones(len(bits), dtype=torch.bool)
+    for parity in (0, 1):
+        new = _block(m, xs, parity, v, mask)
+        for a, b in zip(new, xs, strict=True):
+            fixed &= (a == b).all(-1)
+    return xs, m.energy(xs), fixed
+
+
+def test_completion_returns_the_exact_conditional_mode_when_unique():
+    from tapmachine.ucd.generate import complete
+
+    checked = 0
+    for seed in range(200):
+        g = training.seeded_generator(seed, "test", "complete")
+        m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
+        m = m.replace(weights=[0.7 * W for W in m.weights])
+        v_obs = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
+        mask = torch.tensor([False, False, False, True, True, True])
+        xs, energy, fixed = _block_minima(m, v_obs, mask)
+        if int(fixed.sum()) != 1:  # about 1 in 20 of these models
+            continue  # several block-wise minima: local search may end in any of them
+        checked += 1
+        mode = int(energy.argmin())
+        assert bool(fixed[mode])  # the global mode is a block-wise minimum
+        starts = 64
+        out, steps = complete(m, v_obs.expand(starts, -1), mask, g)
+        for layer, x in zip(out, xs, strict=True):
+            assert torch.equal(layer, x[mode].expand(starts, -1))
+        assert torch.equal(out[0][:, ~mask], v_obs.expand(starts, -1)[:, ~mask])
+        assert int(steps.min()) >= 1
+    assert checked >= 5
+
+
+def _fake_cifar(path, rng):
+    import io
+    import pickle
+    import tarfile
+
+    import numpy as np
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, n in [(f"data_batch_{i}", 20) for i in range(1, 6)] + [("test_batch", 20)]:
+            blob = pickle.dumps(
+                {
+                    b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                    b"labels": list(rng.integers(0, 10, n)),
+                }
+            )
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+
+
+def test_cifar10_archive_is_verified_by_md5_before_opening(tmp_path):
+    import numpy as np
+
+    from tapmachine.ucd import cifar
+
+    path = tmp_path / "cifar-10-python.tar.gz"
+    _fake_cifar(path, np.random.default_rng(0))
+    with pytest.raises(cifar.CifarError, match="not the official"):
+        cifar.load_cifar10(path)  # the official md5: this file is rejected unopened
+    with pytest.raises(cifar.CifarError, match="is not a file"):
+        cifar.load_cifar10(tmp_path / "missing.tar.gz")
+    x_train, y_train, x_test, y_test = cifar.load_cifar10(path, cifar.md5_of(path))
+    assert x_train.shape == (100, 3072) and x_test.shape == (20, 3072)
+    b = cifar.binarise(x_train)
+    assert set(np.unique(b)) <= {0, 1} and np.array_equal(b, x_train >= 128)
+
+
+def test_centered_step_is_the_centered_coordinate_update():
+    """Montavon & Mueller: a step (dW_c, dc) on the centered parameters, mapped back to the
+    plain machine, equals the plain step ``_centered`` returns (closed form, eq. in the module)."""
+    g = torch.Generator().manual_seed(3)
+    sizes = [5, 4, 3]
+    W = [
+        torch.randn(a, b, generator=g, dtype=torch.float64)
+        for a, b in zip(sizes, sizes[1:], strict=False)
+    ]
+    a = [torch.randn(n, generator=g, dtype=torch.float64) for n in sizes]
+    mu = [torch.rand(n, generator=g, dtype=torch.float64) for n in sizes]
+    pos = [torch.rand(7, n, generator=g, dtype=torch.float64) for n in sizes]
+    neg = [(torch.rand(9, n, generator=g, dtype=torch.float64) < 0.5).double() for n in sizes]
+    db = [p.mean(0) - q.mean(0) for p, q in zip(pos, neg, strict=True)]
+    plain = dbm._centered({"weights": [None, None], "priors": [{"U": d} for d in db]}, pos, neg, mu)
+
+    def centered_bias(W, a):  # c_l = a_l + W_l mu_{l+1} + W_{l-1}^T mu_{l-1}
+        c = [x.clone() for x in a]
+        for l in range(len(W)):
+            c[l] += W[l] @ mu[l + 1]
+            c[l + 1] += W[l].T @ mu[l]
+        return c
+
+    def plain_bias(W, c):
+        out = [x.clone() for x in c]
+        for l in range(len(W)):
+            out[l] -= W[l] @ mu[l + 1]
+            out[l + 1] -= W[l].T @ mu[l]
+        return out
+
+    lr = 0.1
+    dWc = [
+        (p0 - m0).T @ (p1 - m1) / 7 - (n0 - m0).T @ (n1 - m1) / 9
+        for p0, p1, n0, n1, m0, m1 in zip(pos, pos[1:], neg, neg[1:], mu, mu[1:], strict=False)
+    ]
+    c = centered_bias(W, a)
+    W_new = [w + lr * d for w, d in zip(W, dWc, strict=True)]
+    a_new = plain_bias(W_new, [x + lr * d for x, d in zip(c, db, strict=True)])
+    for l in range(2):
+        torch.testing.assert_close(W[l] + lr * plain["weights"][l], W_new[l])
+    for l in range(3):
+        torch.testing.assert_close(a[l] + lr * plain["priors"][l]["U"], a_new[l])
+
+
+def test_on_step_receives_the_ucd_metrics():
+    g = training.seeded_generator(0, "test", "on_step")
+    machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
+    x = dbm.data_for(machine, _data(g)[:60])
+    settings = training.TrainSettings(
+        epochs=1,
+        batch_size=20,
+        learning_rate=0.05,
+        momentum=0.0,
+        l2=0.0,
+        method="ucd_lmi",
+        evaluate=False,
+    )
+    seen = []
+    training.train(
+        machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m))
+    )
+    assert [s for s, _ in seen] == [1, 2, 3]
+    for _, m in seen:
+        for key in ("tau_mean", "T_mean", "corrected_fraction", "start_energy_gap", "grad_norm"):
+            assert key in m and m[key] == m[key]  # present and not NaN
+        assert m["tau_mean"] >= 1 and m["T_mean"] >= 1 and 0 <= m["corrected_fraction"] <= 1
+
+
+@pytest.mark.parametrize("method", ["ucd_lmi", "centered_pcd"])
+def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, method):
+    """Training 3 epochs in one go and training 1 epoch, stopping, then asking for 3 from the
+    same checkpoint folder give bitwise equal machines (checkpoints: machine, momentum,
+    generator, the DBM state's chains and offsets; loaded with weights_only=True)."""
+    from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+
+    def run(epochs, folder):
+        g = training.seeded_generator(0, "test", "resume")
+        machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
+        x = dbm.data_for(machine, _data(g)[:100])
+        settings = training.TrainSettings(
+            epochs=epochs,
+            batch_size=20,
+            learning_rate=0.05,
+            momentum=0.5,
+            l2=0.0,
+            method=method,
+            evaluate=False,
+        )
+        return training.train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
+
+    whole, _ = run(3, tmp_path / "whole")
+    run(1, tmp_path / "cut")
+    assert checkpoint_epochs(tmp_path / "cut") == [1]
+    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").dbm_state
+    assert state is not None and state["method"] == method
+    if method == "centered_pcd":
+        assert state["chains"] is not None and state["offsets"] is not None
+    resumed, history = run(3, tmp_path / "cut")
+    assert [row["epoch"] for row in history] == [1, 2, 3]
+    for a, b in zip(whole.weights, resumed.weights, strict=True):
+        assert torch.equal(a, b)
+    for pa, pb in zip(whole.priors, resumed.priors, strict=True):
+        for key, value in pa.params().items():
+            assert torch.equal(value, pb.params()[key])
+    assert not torch.equal(whole.weights[0], run(1, tmp_path / "other")[0].weights[0])

@@ -135,32 +135,38 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
         if m.substitute:
             tags[f"substitute.{m.name}"] = m.substitute
     params = {"models": [m.name for m in result.models], **result.params}
-    claims = result.table[result.table["kind"] == "claim"] if "kind" in result.table else None
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
-        if claims is not None and len(claims):
-            by_step: dict[int | None, dict[str, float]] = {}
-            for _, row in claims.iterrows():
-                try:
-                    value = float(row["value"])
-                except (TypeError, ValueError):
-                    continue
-                if not math.isfinite(value):
-                    continue
-                key = str(row["claim"])
-                if isinstance(row.get("model"), str) and row["model"]:
-                    key += f".{row['model']}"
-                epoch = row.get("epoch")
-                step = None
-                if epoch is not None and not (isinstance(epoch, float) and math.isnan(epoch)):
-                    step = int(epoch)  # the epoch is the metric's step, not part of its name
-                by_step.setdefault(step, {})[_metric_key(key)] = value
-            for step, metrics in sorted(
-                by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]
-            ):
-                run.log_metrics(metrics, step=step)
+        by_step = claim_metrics(result.table)
+        for step, metrics in sorted(by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            run.log_metrics(metrics, step=step)
         for p in paths:
             run.log_artifact(p)
         return run.run_id
+
+
+def claim_metrics(table) -> dict[int | None, dict[str, float]]:
+    """The numeric claim rows of a figure table as MLflow metrics, grouped by step.
+
+    The metric is ``claim[.model]``; a row's epoch is its step (None where it has none), not part
+    of the name. Rows whose value is not a finite number are left out.
+    """
+    steps: dict[int | None, dict[str, float]] = {}
+    if "kind" not in table:
+        return steps
+    for _, row in table[table["kind"] == "claim"].iterrows():
+        try:
+            value = float(row["value"])
+        except (TypeError, ValueError):
+            continue
+        if not math.isfinite(value):
+            continue
+        key = str(row["claim"])
+        if isinstance(row.get("model"), str) and row["model"]:
+            key += f".{row['model']}"
+        epoch = row.get("epoch")
+        missing = epoch is None or (isinstance(epoch, float) and math.isnan(epoch))
+        steps.setdefault(None if missing else int(epoch), {})[_metric_key(key)] = value
+    return steps
 
 
 def _metric_key(key: str) -> str:

@@ -77,26 +77,9 @@ def _claims(csv: Path) -> dict[int | None, dict[str, float]]:
     """The claims of a figure table as metrics (same names and steps as the live runs)."""
     import pandas as pd
 
-    from tapmachine.stages.figures import _metric_key
+    from tapmachine.stages.figures import claim_metrics
 
-    table = pd.read_csv(csv)
-    steps: dict[int | None, dict[str, float]] = {}
-    if "kind" not in table:
-        return steps
-    for _, row in table[table["kind"] == "claim"].iterrows():
-        try:
-            value = float(row["value"])
-        except (TypeError, ValueError):
-            continue
-        if not math.isfinite(value):
-            continue
-        key = str(row["claim"])
-        if isinstance(row.get("model"), str) and row["model"]:
-            key += f".{row['model']}"
-        epoch = row.get("epoch")
-        step = None if _missing(epoch) else int(epoch)
-        steps.setdefault(step, {})[_metric_key(key)] = value
-    return steps
+    return claim_metrics(pd.read_csv(csv))
 
 
 def items(results: Path, data: Path | None) -> Iterator[Item]:

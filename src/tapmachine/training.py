@@ -413,7 +413,8 @@ def evaluate_tap_log_likelihood(
     magnetisations; distinct solutions differ by O(1) in some units). The default ``tol`` 1e-12
     is tighter than the paper's 1e-8: on trained models rows near marginal stability stop at 1e-8
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
-    the mean, its standard error over rows, and the solution statistics.
+    the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
+    solutions) and the solution statistics.
     """
     states = tap.solve(
         machine, x, damping=settings.damping, tol=settings.tol, max_iter=settings.max_iter
@@ -421,9 +422,13 @@ def evaluate_tap_log_likelihood(
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     if reps.numel() == 0:
         raise TrainingError("no TAP solution converged during evaluation")
-    ll = tap.log_likelihood(machine, x, states.select(reps), per_unit=True)
+    unique = states.select(reps)
+    ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
         "tap_ll": float(ll.mean()),
+        # The same number likelihood.tap_log_partition gives from these rows: Fig. 12's scoring
+        # reuses it instead of solving again (likelihood.score_checkpoints).
+        "log_z_tap": float(-tap.free_energy(machine, unique).double().mean()),
         "tap_ll_stderr": float(ll.std() / math.sqrt(len(ll))) if len(ll) > 1 else 0.0,
         "n_unique": int(reps.numel()),
         "n_converged": int(states.converged.sum()),

@@ -212,6 +212,32 @@ def test_tap_denoise_rows_independent_of_batch():
         torch.testing.assert_close(together.a[0][k], alone.a[0][0], atol=1e-6, rtol=0)
 
 
+def test_blocked_solve_equals_one_solve():
+    """Rows solved ``block`` at a time (uneven last block, p = 0.5 rows copied across blocks)
+    give the one-solve state row for row: means, fields, iteration counts, converged flags."""
+    machine = _rbm(20, 8, 0.4, 18)
+    x = torch.bernoulli(torch.full((9, 20), 0.4, dtype=DT), generator=_gen(19))
+    y, p_rows, _ = denoise.stack_noise(x, [0.0, 0.1, 0.3, 0.5], _gen(20))
+    m = torch.full((20,), 0.35, dtype=DT)
+    one = denoise.tap_denoise(machine, y, p_rows, m, tol=1e-14, block=len(y))
+    for block in (1, 4, 7):
+        parts = denoise.tap_denoise(machine, y, p_rows, m, tol=1e-14, block=block)
+        assert torch.equal(parts.iterations, one.iterations)
+        assert torch.equal(parts.converged, one.converged)
+        for got, want in zip(parts.a + parts.c + parts.B, one.a + one.c + one.B, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    sigma = torch.tensor([0.1, 0.4]).repeat_interleave(9)
+    yg = x.repeat(2, 1) + sigma[:, None].to(DT) * torch.randn(18, 20, dtype=DT, generator=_gen(21))
+    init = torch.full((18, 20), 0.5, dtype=DT)
+    one = denoise.tap_denoise_gaussian(machine, yg, sigma, init, tol=1e-14, block=18)
+    parts = denoise.tap_denoise_gaussian(machine, yg, sigma, init, tol=1e-14, block=5)
+    assert torch.equal(parts.iterations, one.iterations)
+    torch.testing.assert_close(parts.a[0], one.a[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(parts.A[0], one.A[0], atol=1e-12, rtol=0)
+    with pytest.raises(denoise.DenoiseError, match="block must be >= 1, got 0"):
+        denoise.tap_denoise(machine, y, p_rows, m, block=0)
+
+
 # --- Gaussian channel -----------------------------------------------------------------------
 
 

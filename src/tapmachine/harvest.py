@@ -91,21 +91,6 @@ class HarvestSettings:
             raise HarvestError(f"damping must be in [0, 1), got {self.damping}")
 
 
-def _concat_states(states: list[tap.TAPState]) -> tap.TAPState:
-    def cat(attr):
-        return [torch.cat(ts) for ts in zip(*(getattr(s, attr) for s in states), strict=True)]
-
-    return tap.TAPState(
-        a=cat("a"),
-        c=cat("c"),
-        A=cat("A"),
-        B=cat("B"),
-        iterations=torch.cat([s.iterations for s in states]),
-        converged=torch.cat([s.converged for s in states]),
-        clamped=False,
-    )
-
-
 def _min_separation(X: torch.Tensor, limit: int = 4000) -> float:
     """Smallest max-abs distance between two distinct rows of ``X`` (NaN if < 2 or too many).
 
@@ -154,7 +139,7 @@ def harvest(
                 max_iter=settings.max_iter,
             )
         )
-    state = _concat_states(states)
+    state = tap.TAPState.concat(states)
     with torch.no_grad():
         F = tap.free_energy(machine, state)
     reps, inverse, counts = tap.unique(state, settings.dedup_tol)

@@ -99,6 +99,25 @@ class TAPState:
             clamped=self.clamped,
         )
 
+    @classmethod
+    def concat(cls, states: Sequence[TAPState]) -> TAPState:
+        """The rows of ``states`` (solved separately, e.g. in blocks) stacked in order."""
+
+        def cat(attr):
+            return [torch.cat(ts) for ts in zip(*(getattr(s, attr) for s in states), strict=True)]
+
+        if len({s.clamped for s in states}) != 1:
+            raise ValueError("cannot concatenate clamped and free TAP states")
+        return cls(
+            a=cat("a"),
+            c=cat("c"),
+            A=cat("A"),
+            B=cat("B"),
+            iterations=torch.cat([s.iterations for s in states]),
+            converged=torch.cat([s.converged for s in states]),
+            clamped=states[0].clamped,
+        )
+
     def detach(self) -> TAPState:
         """A copy whose tensors carry no autograd history."""
 

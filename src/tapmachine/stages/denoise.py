@@ -134,8 +134,9 @@ def _load_images(data_path, settings: dict, binary: bool, dtype):
     return x, ref, ds
 
 
-def _load_machine(model_file, n_visible: int, dtype):
-    """(machine, ModelFile) of ``model_file``, read through ``tapmachine.modelfile``."""
+def _load_machine(model_file, n_visible: int, dtype, device):
+    """(machine on ``device``, ModelFile) of ``model_file``, read through
+    ``tapmachine.modelfile``."""
     from tapmachine.denoise import DenoiseError
     from tapmachine.modelfile import ModelFile
 
@@ -148,7 +149,7 @@ def _load_machine(model_file, n_visible: int, dtype):
         raise DenoiseError(
             f"{path}: the machine has {machine.sizes[0]} visible units, the images {n_visible}"
         )
-    return machine, record
+    return machine.to(device=device), record
 
 
 def _noise_generator(seed: int, channel: str):
@@ -187,7 +188,7 @@ def _summary_rows(method: str, levels, values: np.ndarray, key: str, extra=None)
     return rows
 
 
-def _track(manifest, run_name, params, tags, series: dict, levels_key, files):
+def _track(manifest, run_name, params, tags, series: dict, files):
     """One run in experiment ``denoise``: metric series (step = level index) and the files."""
     from tapmachine import tracking
 
@@ -220,32 +221,20 @@ def run_bsc(
     import torch
 
     from tapmachine import denoise
-    from tapmachine.files import write_csv
     from tapmachine.priors import Bernoulli
 
     tdtype = getattr(torch, dtype)
     x, ref, ds = _load_images(data_path, settings, binary=True, dtype=tdtype)
-    machine, record = _load_machine(model_file, x.shape[1], tdtype)
+    machine, record = _load_machine(model_file, x.shape[1], tdtype, device)
     if not isinstance(machine.visible, Bernoulli):
         raise denoise.DenoiseError(
             f"{model_file}: the binary symmetric channel needs Bernoulli visible units, "
             f"got {type(machine.visible).__name__}"
         )
-    machine = machine.to(device=device)
     ps = settings["ps"]
     y, p_rows, clean = denoise.stack_noise(x, ps, _noise_generator(seed, "bsc"))
     m = denoise.magnetisations(ref)
-    t0 = time.perf_counter()
-    state = denoise.tap_denoise(
-        machine,
-        y.to(device),
-        p_rows,
-        m.to(device),
-        damping=settings["damping"],
-        tol=settings["tol"],
-        max_iter=settings["max_iter"],
-    )
-    seconds = time.perf_counter() - t0
+    state, seconds = _solve_timed(denoise.tap_denoise, machine, y, p_rows, m, settings)
     means = state.a[0].cpu()
     n = x.shape[0]
     mcc = denoise.mcc(means.round(), clean).reshape(len(ps), n).numpy()
@@ -277,40 +266,49 @@ def run_bsc(
         "seconds": np.asarray(seconds),
     }
     print(
-        f"{name}: {len(ps)} p x {n} images in one solve, {seconds:.1f} s, "
+        f"{name}: {len(ps)} p x {n} images, {seconds:.1f} s, "
         f"{int(conv.sum())}/{conv.numel()} rows converged",
         file=sys.stderr,
     )
-    _write_outputs(rows, arrays, out_csv, out_npz, write_csv)
     params = {"model": name, "ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
     tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "bsc"}
-    run_id = _track(
-        manifest,
-        f"{name}-bsc",
-        params,
-        tags,
-        {"mcc": mcc.mean(1), "mcc_se": [r["se"] for r in rows]},
-        "p",
-        [out_csv],
-    )
-    _add_run_id(out_npz, arrays, run_id)
+    series = {"mcc": mcc.mean(1), "mcc_se": [r["se"] for r in rows]}
+    _publish(rows, arrays, out_csv, out_npz, manifest, f"{name}-bsc", params, tags, series)
     return arrays
 
 
-def _write_outputs(rows, arrays, out_csv, out_npz, write_csv) -> None:
+def _publish(rows, arrays, out_csv, out_npz, manifest, run_name, params, tags, series) -> None:
+    """Write the CSV summary and the npz (neither is left behind if the npz fails), track one
+    run (``_track``: ``series`` by level index, the CSV as artifact), and record its id in the
+    npz (figures attach their files to it)."""
+    from tapmachine.files import write_csv
+
     write_csv(rows, out_csv)
     try:
         _write_npz(out_npz, arrays)
     except BaseException:
         Path(out_csv).unlink(missing_ok=True)
         raise
-
-
-def _add_run_id(out_npz, arrays, run_id: str) -> None:
-    """Record the MLflow run in the npz (figures attach their files to it)."""
+    run_id = _track(manifest, run_name, params, tags, series, [out_csv])
     if run_id:
         arrays["mlflow_run_id"] = np.asarray(run_id)
         _write_npz(out_npz, arrays)
+
+
+def _solve_timed(denoiser, machine, y, levels, init, settings: dict):
+    """(state, seconds) of ``denoiser(machine, y, levels, init, ...)`` on the machine's device
+    with the settings' damping, tol and max_iter."""
+    t0 = time.perf_counter()
+    state = denoiser(
+        machine,
+        y.to(machine.device),
+        levels,
+        init.to(machine.device),
+        damping=settings["damping"],
+        tol=settings["tol"],
+        max_iter=settings["max_iter"],
+    )
+    return state, time.perf_counter() - t0
 
 
 def run_baselines(
@@ -326,7 +324,6 @@ def run_baselines(
     import torch
 
     from tapmachine import denoise
-    from tapmachine.files import write_csv
 
     tdtype = getattr(torch, dtype)
     x, ref, ds = _load_images(data_path, settings, binary=True, dtype=tdtype)
@@ -357,11 +354,10 @@ def run_baselines(
         "n_reference": np.asarray(ref.shape[0]),
         "knn_seconds": np.asarray(knn_seconds),
     }
-    _write_outputs(rows, arrays, out_csv, out_npz, write_csv)
     params = {"ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
     series = {f"mcc.{k}": v.mean(1) for k, v in mccs.items()}
-    run_id = _track(manifest, "baselines-bsc", params, {"channel": "bsc"}, series, "p", [out_csv])
-    _add_run_id(out_npz, arrays, run_id)
+    tags = {"channel": "bsc"}
+    _publish(rows, arrays, out_csv, out_npz, manifest, "baselines-bsc", params, tags, series)
     return arrays
 
 
@@ -386,12 +382,10 @@ def run_real(
     import torch
 
     from tapmachine import denoise
-    from tapmachine.files import write_csv
 
     tdtype = getattr(torch, dtype)
     x, ref, ds = _load_images(data_path, settings, binary=False, dtype=tdtype)
-    machine, record = _load_machine(model_file, x.shape[1], tdtype)
-    machine = machine.to(device=device)
+    machine, record = _load_machine(model_file, x.shape[1], tdtype, device)
     sigmas = settings["sigmas"]
     n = x.shape[0]
     s_rows = torch.tensor(sigmas, dtype=torch.float64).repeat_interleave(n)
@@ -400,17 +394,9 @@ def run_real(
     values, counts = denoise.site_histograms(ref)
     pointwise = denoise.pointwise_gaussian(y, s_rows, values, counts)
     knn = denoise.nearest_neighbours(y, ref, k=settings["k"], metric="euclidean")
-    t0 = time.perf_counter()
-    state = denoise.tap_denoise_gaussian(
-        machine,
-        y.to(device),
-        s_rows,
-        pointwise.to(device),
-        damping=settings["damping"],
-        tol=settings["tol"],
-        max_iter=settings["max_iter"],
+    state, seconds = _solve_timed(
+        denoise.tap_denoise_gaussian, machine, y, s_rows, pointwise, settings
     )
-    seconds = time.perf_counter() - t0
     tap_means = state.a[0].cpu()
     estimates = {"pointwise": pointwise, f"{settings['k']}nn": knn, "tap": tap_means, "noisy": y}
     mses = {k: denoise.mse(v, clean).reshape(len(sigmas), n).numpy() for k, v in estimates.items()}
@@ -438,7 +424,6 @@ def run_real(
         f"{int(conv.sum())}/{conv.numel()} rows converged",
         file=sys.stderr,
     )
-    _write_outputs(rows, arrays, out_csv, out_npz, write_csv)
     params = {
         "model": name,
         "sigmas": sigmas,
@@ -449,8 +434,7 @@ def run_real(
     series.update(
         {f"psnr.{k}": [denoise.psnr(float(e)) for e in v.mean(1)] for k, v in mses.items()}
     )
-    run_id = _track(manifest, f"{name}-gaussian", params, tags, series, "sigma", [out_csv])
-    _add_run_id(out_npz, arrays, run_id)
+    _publish(rows, arrays, out_csv, out_npz, manifest, f"{name}-gaussian", params, tags, series)
     return arrays
 
 
@@ -459,45 +443,25 @@ def run_real(
 # ---------------------------------------------------------------------------------------------
 
 
-def _cmd_bsc(args) -> None:
+def _cmd_run(args) -> None:
+    """``denoise bsc|baselines|real``: parse the settings, run the stage, say what was written."""
+    run, parse_settings = {
+        "bsc": (run_bsc, bsc_settings),
+        "baselines": (run_baselines, bsc_settings),
+        "real": (run_real, real_settings),
+    }[args.denoise_command]
     set_threads(args.threads)
-    settings = bsc_settings(args.settings)
-    run_bsc(
-        args.model_file,
-        args.data,
-        settings,
-        args.out_csv,
-        args.out_npz,
-        args.seed,
-        args.device,
-        args.dtype,
-        args.tracking,
-    )
-    print(f"wrote {args.out_csv}, {args.out_npz}")
-
-
-def _cmd_baselines(args) -> None:
-    set_threads(args.threads)
-    settings = bsc_settings(args.settings)
-    run_baselines(
-        args.data, settings, args.out_csv, args.out_npz, args.seed, args.dtype, args.tracking
-    )
-    print(f"wrote {args.out_csv}, {args.out_npz}")
-
-
-def _cmd_real(args) -> None:
-    set_threads(args.threads)
-    settings = real_settings(args.settings)
-    run_real(
-        args.model_file,
-        args.data,
-        settings,
-        args.out_csv,
-        args.out_npz,
-        args.seed,
-        args.device,
-        args.dtype,
-        args.tracking,
+    # The two TAP denoisers take a model and a device; the baselines neither.
+    model = {} if run is run_baselines else {"model_file": args.model_file, "device": args.device}
+    run(
+        data_path=args.data,
+        settings=parse_settings(args.settings),
+        out_csv=args.out_csv,
+        out_npz=args.out_npz,
+        seed=args.seed,
+        dtype=args.dtype,
+        manifest=args.tracking,
+        **model,
     )
     print(f"wrote {args.out_csv}, {args.out_npz}")
 
@@ -537,7 +501,7 @@ def register(subparsers) -> None:
     r = sub.add_parser("real", help="TAP denoising of the Gaussian channel (real-valued)")
     r.add_argument("--model-file", required=True, help="model.pt (e.g. Gauss-Bernoulli visible)")
     base = sub.add_parser("baselines", help="OPE (eq. 46) and k-NN on the BSC")
-    for p, func in ((b, _cmd_bsc), (r, _cmd_real), (base, _cmd_baselines)):
+    for p in (b, r, base):
         p.add_argument("--data", required=True, help="dataset .npz (test images denoised)")
         p.add_argument("--settings", default="{}", help=settings_help)
         p.add_argument("--out-csv", required=True)
@@ -546,7 +510,7 @@ def register(subparsers) -> None:
         p.add_argument(
             "--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)"
         )
-        p.set_defaults(func=func)
+        p.set_defaults(func=_cmd_run)
     figure_parsers = _figure_parsers(subparsers)
     f8 = figure_parsers.add_parser("fig8", help="mean MCC vs flip probability (Fig. 8)")
     f9 = figure_parsers.add_parser("fig9", help="one digit denoised at several p (Fig. 9)")

@@ -65,6 +65,22 @@ def binary_mnist(n: int | None = None) -> tuple[torch.Tensor, str]:
     return x, "random binary (run `snakemake data` for real binary-MNIST)"
 
 
+def trained_or_random(name: str, nh: int, device, runs=("default",)):
+    """(machine, description): the workflow's trained model ``name`` (float32) from the first of
+    ``results/{run}/models/{name}/model.pt`` that exists, else a random 784 x ``nh`` Bernoulli
+    RBM, W ~ N(0, 0.05^2) (it converges in few iterations and says little)."""
+    for run in runs:
+        model_file = ROOT / "results" / run / "models" / name / "model.pt"
+        if model_file.exists():
+            machine = training.load_model(model_file, device=device, dtype=torch.float32)
+            return machine, str(model_file.relative_to(ROOT))
+    nv = 784
+    g = torch.Generator().manual_seed(0)
+    W = 0.05 * torch.randn(nv, nh, generator=g)
+    machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
+    return machine, f"random RBM (train {name} for a meaningful figure)"
+
+
 def bench_tap_epoch(device, quick: bool) -> dict:
     """One TAP training epoch (Alg. 2) on binary-MNIST: Nh=500, M=K=100, 3 damped iterations.
 
@@ -135,15 +151,7 @@ def bench_harvest(device, quick: bool) -> dict:
     nv, nh = 784, 100
     k = 2000 if quick else 10000
     x, source = binary_mnist(k)
-    model_file = ROOT / "results" / "default" / "models" / "bmnist_h100" / "model.pt"
-    if model_file.exists():
-        machine = training.load_model(model_file, device=device, dtype=torch.float32)
-        model = str(model_file.relative_to(ROOT))
-    else:
-        g = torch.Generator().manual_seed(0)
-        W = 0.05 * torch.randn(nv, nh, generator=g)
-        machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
-        model = "random RBM (train bmnist_h100 for a meaningful figure)"
+    machine, model = trained_or_random("bmnist_h100", nh, device)
     x = x.to(device)
     _sync(device)
     t0 = time.perf_counter()
@@ -730,18 +738,7 @@ def bench_denoise(device, quick: bool) -> dict:
         x = torch.as_tensor(load_dataset(path).x_test[:n_images], dtype=torch.float32)
     else:
         x = x_train[-n_images:]
-    candidates = [
-        ROOT / "results" / r / "models" / "bmnist_h500" / "model.pt" for r in ("default", "paper")
-    ]
-    model_file = next((f for f in candidates if f.exists()), None)
-    if model_file is not None:
-        machine = training.load_model(model_file, device=device, dtype=torch.float32)
-        model = str(model_file.relative_to(ROOT))
-    else:
-        g = torch.Generator().manual_seed(0)
-        W = 0.05 * torch.randn(nv, nh, generator=g)
-        machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
-        model = "random RBM (train bmnist_h500 for a meaningful figure)"
+    machine, model = trained_or_random("bmnist_h500", nh, device, runs=("default", "paper"))
     y, p_rows, clean = denoise.stack_noise(x, ps, training.seeded_generator(0, "bench"))
     m = denoise.magnetisations(x_train).to(device)
     y = y.to(device)

@@ -230,27 +230,16 @@ def test_pretraining_feeds_magnetisations_and_resumes(tmp_path):
     settings = TrainSettings(epochs=2, batch_size=20, learning_rate=0.05, eval_samples=10)
     pre = pretrain.PretrainSettings(epochs=2, learning_rate=0.05)
     state = _gen(11).get_state()
-    a, _ = pretrain.pretrain(
-        m0,
-        x,
-        settings,
-        pre,
-        torch.Generator().manual_seed(0).set_state(state),
-        tmp_path,
-        progress=False,
-    )
+
+    def run():  # the same call and generator state; a second call resumes from the checkpoints
+        g = torch.Generator().manual_seed(0).set_state(state)
+        return pretrain.pretrain(m0, x, settings, pre, g, tmp_path, progress=False)[0]
+
+    a = run()
     assert (tmp_path / "layer_1" / "epoch_2.pt").exists() and (
         tmp_path / "layer_2" / "epoch_2.pt"
     ).exists()
-    b, _ = pretrain.pretrain(
-        m0,
-        x,
-        settings,
-        pre,
-        torch.Generator().manual_seed(0).set_state(state),
-        tmp_path,
-        progress=False,
-    )
+    b = run()
     for u, v in zip(a.weights, b.weights, strict=True):
         torch.testing.assert_close(u, v, rtol=0, atol=0)
     rbm = RBM(a.W, a.visible, a.hidden)

@@ -27,11 +27,13 @@ __all__ = ["make"]
 
 
 def _mcc(est: np.ndarray, truth: np.ndarray) -> float:
-    e, t = est.astype(float), truth.astype(float)
-    tp, tn = (e * t).sum(), ((1 - e) * (1 - t)).sum()
-    fp, fn = (e * (1 - t)).sum(), ((1 - e) * t).sum()
-    den = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
-    return float((tp * tn - fp * fn) / np.sqrt(den)) if den > 0 else 0.0
+    """``denoise.mcc`` of one image."""
+    import torch
+
+    from tapmachine.denoise import mcc
+
+    row = [torch.as_tensor(np.asarray(v, np.float64)).reshape(1, -1) for v in (est, truth)]
+    return float(mcc(*row)[0])
 
 
 def make(tap_files: list, baselines_file, model_files: list, ps_shown=None, labels=None):

@@ -23,13 +23,9 @@ from tapmachine.figures.common import (
     new_figure,
     table,
 )
+from tapmachine.figures.fig8 import paired
 
 __all__ = ["make"]
-
-
-def _paired(a, b) -> tuple[float, float]:
-    d = np.asarray(a, float) - np.asarray(b, float)
-    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
 
 
 def make(results_file, model_file) -> FigureResult:
@@ -61,7 +57,7 @@ def make(results_file, model_file) -> FigureResult:
     for other in [m for m in methods if m not in ("tap", "noisy")]:
         wins, losses = [], []
         for i, s in enumerate(sigmas):
-            d, se = _paired(mse["tap"][i], mse[other][i])
+            d, se = paired(mse["tap"][i], mse[other][i])
             if d < -2 * se:
                 wins.append(float(s))
             elif d > 2 * se:

@@ -712,9 +712,10 @@ def bench_denoise(device, quick: bool) -> dict:
     multiplies. Flops: 4 matmuls of Nv x Nh per iteration per still-active row (2 flops per
     multiply-add, 8 Nv Nh per row-iteration), from the per-row iteration numbers; the p = 0.5
     rows are one row solved and copied (``tap_denoise``), counted once. Reference
-    (``matmul_gflops``): ``matmul_gflops(B, Nv, Nh)``, the rate of (B, 784) @ (784, 500) with B
-    = min(rows, ``denoise.SOLVE_BLOCK``), the row block the solver works on; also reported
-    against the whole stacked batch, (11,000, 784) @ (784, 500)
+    (``matmul_gflops``): the float32 rate of (B, 784) @ (784, 500) into a preallocated output,
+    with B = min(rows, ``denoise.SOLVE_BLOCK``), the row block the solver works on (half of the
+    solver's matmuls are this shape, the other half (B, 500) @ (500, 784), the same flops); also
+    reported against the whole stacked batch, (11,000, 784) @ (784, 500)
     (``ratio_to_matmul_full_batch``; on one CPU thread that matmul is slower per flop, so this
     ratio is the higher one). The issue's goal is ratio_to_matmul >= 0.7.
 

@@ -107,21 +107,30 @@ def _check_binary(machine: BoltzmannMachine) -> None:
             )
 
 
-def _even_fields(machine, xs, beta: float, B0: Tensor) -> dict:
-    """F_l(beta) of every even layer given the odd layers in ``xs`` (module docstring)."""
-    fields = {}
-    for l in range(0, machine.n_layers, 2):
-        F = beta * machine.input_to(l, xs)
-        if l == 0:
-            F = F + (1.0 - beta) * B0
-        fields[l] = F
-    return fields
+def _even_inputs(machine, xs) -> dict:
+    """W_{l-1}^T x_{l-1} + W_l x_{l+1} of every even layer given the odd layers in ``xs``."""
+    return {l: machine.input_to(l, xs) for l in range(0, machine.n_layers, 2)}
 
 
-def _log_z_even(machine, fields: dict) -> Tensor:
-    """sum over even layers and units of ln Z_l(F_l, 0), per run (float64)."""
+def _field(X: Tensor, l: int, beta: float, B0: Tensor) -> Tensor:
+    """F_l(beta) = beta X + [l = 0] (1 - beta) B_0 (module docstring)."""
+    return beta * X + (1.0 - beta) * B0 if l == 0 else beta * X
+
+
+def _sample(prior, F: Tensor, generator) -> Tensor:
+    """x ~ Q(x; F, 0) for binary or spin units by one uniform per unit (torch.bernoulli with a
+    generator is several times slower on a CPU)."""
+    s = 2.0 if isinstance(prior, Spin) else 1.0
+    p = torch.sigmoid(s * (prior.U + F))
+    x = (torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) < p).to(p.dtype)
+    return 2.0 * x - 1.0 if s == 2.0 else x
+
+
+def _log_z_even(machine, inputs: dict, beta: float, B0: Tensor) -> Tensor:
+    """sum over even layers and units of ln Z_l(F_l(beta), 0), per run (float64)."""
     total = 0.0
-    for l, F in fields.items():
+    for l, X in inputs.items():
+        F = _field(X, l, beta, B0)
         total = total + machine.priors[l].log_partition(F, torch.zeros_like(F)).double().sum(-1)
     return total
 
@@ -139,7 +148,8 @@ def dbm_ais_log_partition(
     ``data``: rows in the machine's visible units to fit the base-rate field B_0 to (without
     data B_0 = 0); ``betas``: the schedule from 0 to 1 (default ``segmented_schedule(10_001)``);
     ``n_runs`` independent runs, one batch. Per temperature: one matmul per coupling matrix for
-    the weight increment and two for the sweep.
+    the even layers' input (shared by the weight increment and the even half of the sweep) and
+    one for the odd half.
     """
     _check_binary(machine)
     if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 2:
@@ -154,20 +164,18 @@ def dbm_ais_log_partition(
     xs: list = [None] * m.n_layers
     zero = {l: torch.zeros(n_runs, m.sizes[l], dtype=dtype, device=device) for l in odd}
     for l in odd:  # the base: odd layers independent at their priors
-        xs[l] = m.priors[l].sample(zero[l], zero[l], generator=generator)
+        xs[l] = _sample(m.priors[l], zero[l], generator)
     logw = torch.zeros(n_runs, dtype=torch.float64, device=device)
     for k in range(1, len(schedule)):
         b_new, b_old = schedule[k], schedule[k - 1]
-        logw += _log_z_even(m, _even_fields(m, xs, b_new, B0))
-        logw -= _log_z_even(m, _even_fields(m, xs, b_old, B0))
+        inputs = _even_inputs(m, xs)
+        logw += _log_z_even(m, inputs, b_new, B0) - _log_z_even(m, inputs, b_old, B0)
         if k == len(schedule) - 1:
             break
-        fields = _even_fields(m, xs, b_new, B0)
-        for l in even:
-            xs[l] = m.priors[l].sample(fields[l], torch.zeros_like(fields[l]), generator=generator)
+        for l, X in inputs.items():
+            xs[l] = _sample(m.priors[l], _field(X, l, b_new, B0), generator)
         for l in odd:
-            F = b_new * m.input_to(l, xs)
-            xs[l] = m.priors[l].sample(F, torch.zeros_like(F), generator=generator)
+            xs[l] = _sample(m.priors[l], b_new * m.input_to(l, xs), generator)
         for l in even:
             xs[l] = None
     log_mean, stderr = _log_mean_exp_and_stderr(logw)

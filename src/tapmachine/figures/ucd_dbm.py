@@ -41,6 +41,21 @@ def _size_note(blob) -> str:
     return text
 
 
+#: Below this fraction of distinct samples (or completions) a model counts as collapsed.
+COLLAPSE_FRACTION = 0.5
+
+#: The title line for collapsed models below paper size.
+COLLAPSE_NOTE = (
+    "reduced size: the local modes collapse onto a few images; the paper's variety needs its size "
+    "(paper.yaml: 6,272 units per layer, 100,000 steps)"
+)
+
+
+def _reduced(blob) -> bool:
+    W = blob["machine"]["weights"]
+    return (int(W[0].shape[0]), *(int(w.shape[1]) for w in W)) != PAPER_SIZES
+
+
 def _load(path):
     """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine."""
     from tapmachine.modelfile import ModelFile, ModelFileError
@@ -103,6 +118,7 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
     fig = new_figure(2.6 * len(model_paths), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
+    collapsed = False
     for ax, path in zip(axes, model_paths, strict=True):
         blob, machine = _load(path)
         info = _info(blob)
@@ -111,8 +127,12 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
         x, T = generate.sample(machine, n, g)
         images = dbm.to_unit_interval(machine, x).cpu().numpy()
         ax.imshow(_grid(images, blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
+        n_distinct = len({images[i].tobytes() for i in range(n)})
+        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
         ax.set_title(
-            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}", fontsize=7
+            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}\n"
+            f"{n_distinct} distinct of {n}",
+            fontsize=7,
         )
         ax.axis("off")
         for i in range(n):
@@ -125,11 +145,11 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
                     "on_fraction": float(images[i].mean()),
                 }
             )
-        distinct = len({images[i].tobytes() for i in range(n)}) / n
         claims.append(
-            claim("distinct_sample_fraction", distinct, info.name, "distinct local modes / n")
+            claim("distinct_sample_fraction", n_distinct / n, info.name, "distinct local modes / n")
         )
-    fig.suptitle("DBM samples by local search from noise (Fig. 2)", fontsize=9)
+    title = "DBM samples by local search from noise (Fig. 2)"
+    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
@@ -145,6 +165,7 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
     fig = new_figure(2.4 * len(model_paths), 4.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
+    collapsed = False
     for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
         blob, machine = _load(path)
         info = _info(blob)
@@ -165,7 +186,14 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         base = (mean_fill[mask][None, :] != truth[:, mask]).double().mean(1)
         rows = torch.stack([masked, filled, truth], 1).reshape(3 * n, -1)
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(f"{info.name}, {_size_note(blob)}\nmasked | completed | truth", fontsize=7)
+        halves = filled[:, mask].cpu().numpy()
+        n_distinct = len({halves[i].tobytes() for i in range(n)})
+        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
+        ax.set_title(
+            f"{info.name}, {_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
+            "masked | completed | truth",
+            fontsize=7,
+        )
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -186,7 +214,11 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
                 f"{float(base.mean()):.4f}",
             )
         )
-    fig.suptitle("Completion of the lower half by local search (Fig. 3)", fontsize=9)
+        claims.append(
+            claim("distinct_completion_fraction", n_distinct / n, info.name, "distinct halves / n")
+        )
+    title = "Completion of the lower half by local search (Fig. 3)"
+    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 

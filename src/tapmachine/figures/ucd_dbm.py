@@ -30,14 +30,15 @@ PAPER_SIZES = (6272, 6272, 6272)
 
 
 def _size_note(blob) -> str:
-    """'784-200-200, 200 steps (reduced; paper size: paper.yaml)' for titles."""
+    """'784-200-200, 200 steps\n(reduced; paper size: paper.yaml)' for titles (two lines, so that
+    neighbouring panels' titles do not overlap)."""
     W = blob["machine"]["weights"]
     sizes = (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
     text = "-".join(str(n) for n in sizes)
     if blob.get("steps"):
         text += f", {blob['steps']} steps"
     if sizes != PAPER_SIZES:
-        text += " (reduced; paper size: paper.yaml)"
+        text += "\n(reduced; paper size: paper.yaml)"
     return text
 
 
@@ -49,6 +50,15 @@ COLLAPSE_NOTE = (
     "reduced size: the local modes collapse onto a few images; the paper's variety needs its size "
     "(paper.yaml: 6,272 units per layer, 100,000 steps)"
 )
+
+
+def _title(fig, title: str, collapsed: bool) -> None:
+    """The figure's title, with ``COLLAPSE_NOTE`` wrapped to the figure's width when collapsed."""
+    import textwrap
+
+    width = max(40, int(fig.get_figwidth() * 13))
+    note = "\n" + textwrap.fill(COLLAPSE_NOTE, width) if collapsed else ""
+    fig.suptitle(title + note, fontsize=9)
 
 
 def _reduced(blob) -> bool:
@@ -148,8 +158,7 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
         claims.append(
             claim("distinct_sample_fraction", n_distinct / n, info.name, "distinct local modes / n")
         )
-    title = "DBM samples by local search from noise (Fig. 2)"
-    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
+    _title(fig, "DBM samples by local search from noise (Fig. 2)", collapsed)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
@@ -190,7 +199,7 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         n_distinct = len({halves[i].tobytes() for i in range(n)})
         collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
         ax.set_title(
-            f"{info.name}, {_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
+            f"{info.name}\n{_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
             "masked | completed | truth",
             fontsize=7,
         )
@@ -217,8 +226,7 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         claims.append(
             claim("distinct_completion_fraction", n_distinct / n, info.name, "distinct halves / n")
         )
-    title = "Completion of the lower half by local search (Fig. 3)"
-    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
+    _title(fig, "Completion of the lower half by local search (Fig. 3)", collapsed)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 

@@ -38,9 +38,11 @@ spin ({-1, +1} ``Spin``) units and any number of layers (layer 0 visible):
   factorial).
 
 ``dbm_test_log_likelihood`` combines them: the mean over images of the mean-field bound minus the
-AIS ln Z. It is a lower bound on the mean test ln P(v) twice over (variational bound on the data
-term, and ln Z from AIS is a stochastic lower bound, so -ln Z is an upper one: the two errors do not
-cancel in a known direction; S&H report the same quantity as "estimated lower bound").
+AIS ln Z, what S&H report as the "estimated lower bound" on the test log-probability. The data
+term is a true lower bound; the AIS ln Z is itself a stochastic lower bound on ln Z (a short
+schedule underestimates it), which errs in the other direction, so the estimate is a lower bound
+only up to the AIS error: check ``ais_log_z`` against a longer schedule (the README gives the
+size of that error on the default run).
 """
 
 from __future__ import annotations

@@ -699,6 +699,45 @@ def _seconds(fn, device) -> float:
     return time.process_time() - t0
 
 
+def bench_dbm_ais(device, quick: bool) -> dict:
+    """AIS of a 784-500-500 binary DBM on its odd layer (``ucd.ais``): 100 runs, 1,000
+    temperatures (the default config's; S&H 2009 used 20,000), a random orthogonal machine.
+
+    Operation count per temperature (2 flops per multiply-add, R runs): the even layers' input
+    from h1 (h1 W1^T and h1 W2: 2 R N1 (Nv + N2)) and h1's input from them (the same again).
+    """
+    from tapmachine.ucd import ais
+    from tapmachine.ucd.init import random_machine
+
+    sizes, runs = [784, 500, 500], 100
+    n_betas = 200 if quick else 1000
+    g = torch.Generator().manual_seed(0)
+    machine = random_machine(sizes, g, units="binary").to(device=device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    _sync(device)
+    t0 = time.perf_counter()
+    res = ais.dbm_ais_log_partition(
+        machine, n_runs=runs, betas=ais.segmented_schedule(n_betas), generator=gen
+    )
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    flops = n_betas * 4 * runs * sizes[1] * (sizes[0] + sizes[2])
+    gflops = flops / seconds / 1e9
+    ref = matmul_gflops(runs, sizes[0], sizes[1], device)
+    return {
+        "name": "dbm_ais",
+        "sizes": sizes,
+        "seconds": seconds,
+        "gflops": gflops,
+        "ratio_to_matmul": gflops / ref,
+        "matmul_gflops": ref,
+        "betas": n_betas,
+        "runs": runs,
+        "log_z": float(res.log_z),
+        "stderr": float(res.stderr),
+    }
+
+
 def bench_denoise(device, quick: bool) -> dict:
     """TAP denoising of the binary symmetric channel (Fig. 8): 1,000 test digits x 11 values of
     p (0, 0.05, ..., 0.5) stacked into one (11,000, 784) batch, ``denoise.tap_denoise`` on an
@@ -859,6 +898,7 @@ BENCHMARKS = {
     "adatap": bench_adatap,
     "ucd_coupling": bench_ucd_coupling,
     "ucd_train_step": bench_ucd_train_step,
+    "dbm_ais": bench_dbm_ais,
 }
 
 

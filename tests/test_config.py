@@ -155,6 +155,11 @@ def mutate(config, path, value):
             1,
             "ucd.dbm.fid_samples: 1 is less than the minimum of 2",
         ),
+        (
+            ["ucd", "dbm", "ais", "n_runs"],
+            1,
+            "ucd.dbm.ais.n_runs: 1 is less than the minimum of 2",
+        ),
     ],
 )
 def test_bad_configs_name_key_and_value(default, path, value, expected):

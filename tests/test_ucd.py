@@ -407,3 +407,31 @@ def test_orthogonal_and_logistic_init():
     m = ucd.random_machine([5, 4, 3], g)
     assert all(isinstance(p, Spin) for p in m.priors)
     assert torch.equal(ucd.to_spin(torch.tensor([0.0, 1.0])), torch.tensor([-1.0, 1.0]))
+
+
+@pytest.mark.parametrize("parity", [None, 0, 1])
+def test_mh_meeting_probability_is_the_exact_rejection_probability(parity):
+    """P(tau = 1 | X_0 = Y_0 = x0) = 1 - E_{x' ~ Unf}[min(1, exp(E(x0) - E(x')))] + 1 / |S|: the
+    first proposal rejected (Sec. 3.3), or x' = x0 itself (then x_1 = y_0 as well), on the joint
+    and the marginalised targets (S the free layers' states).
+
+    So tau = 1 in DBM training is the meeting rule working, not a wrong comparison: from a local
+    mode of a 784-200-200 DBM the log acceptance of a uniform proposal is about -1,600 to -2,500.
+    """
+    m = machine((4, 3, 2), 17, gain=1.0)
+    target = Target.joint(m) if parity is None else Target.marginal(m, parity, False)
+    states = [None] * m.n_layers
+    for l, x in zip(target.free, all_states(m, target.free), strict=True):
+        states[l] = x
+    x0_row = 5
+    x0 = [None if x is None else x[x0_row : x0_row + 1] for x in states]
+    e0 = target.energy(x0)
+    accept = torch.exp(torch.clamp(e0 - target.energy(states), max=0.0)).mean()
+    exact = float(1.0 - accept) + 1.0 / states[target.free[0]].shape[0]
+    n = 20_000
+    start = [None if x is None else x.expand(n, -1).clone() for x in x0]
+    _, tau, _ = ucd.couple(target, ucd.MHCoupling(target, gen(23)), start, cap=10_000)
+    observed = float((tau == 1).double().mean())
+    se = math.sqrt(exact * (1 - exact) / n)
+    assert 0.05 < exact < 0.95
+    assert abs(observed - exact) < 4 * se, (observed, exact, se)

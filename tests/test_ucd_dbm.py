@@ -270,3 +270,16 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
         for key, value in pa.params().items():
             assert torch.equal(value, pb.params()[key])
     assert not torch.equal(whole.weights[0], run(1, tmp_path / "other")[0].weights[0])
+
+
+@pytest.mark.parametrize("sizes", [[5, 3, 2], [5, 4, 3, 2]])
+def test_mean_field_updates_every_hidden_layer_to_a_fixed_point(sizes):
+    """Every hidden layer's means solve mu_l = E[x_l | input from mu_{l-1}, mu_{l+1}] (the even
+    hidden layers too: they were once left at their prior means)."""
+    g = training.seeded_generator(0, "test", "mean_field")
+    machine = dbm.build_dbm(sizes, g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
+    v = dbm.data_for(machine, (torch.rand(7, sizes[0], generator=g) < 0.5).double())
+    xs = dbm.mean_field(machine, v, 200)
+    for l in range(1, machine.n_layers):
+        fixed = machine.priors[l].mean(machine.input_to(l, xs))
+        torch.testing.assert_close(xs[l], fixed, atol=1e-8, rtol=0)

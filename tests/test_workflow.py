@@ -83,6 +83,7 @@ TINY = {
             "n_train": 400,
             "fid_samples": 200,
             "ll_images": 20,
+            "ais": {"n_runs": 8, "n_betas": 50, "mean_field_steps": 5},
             "classifier": {"n_train": 5000, "hidden": 64, "features": 16, "epochs": 2},
             "models": {
                 "ucd_lmi": {"method": "ucd_lmi", "hidden": [16, 16], "epochs": 1, "batch_size": 50},
@@ -266,8 +267,13 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
         )
         assert np.isfinite(score["classifier_fid"]) and score["classifier_fid"] >= 0
         assert score["classifier_accuracy"] == blob["test_accuracy"]
+        assert np.isfinite(score["ais_ll"]) and score["ais_ll"] < 0  # a log-probability of v
+        assert score["ais_runs"] == 8 and score["ais_betas"] == 50
     table = pd.read_csv(results / "figures" / "ucd_table1.csv")
     assert sorted(table.loc[table["kind"] == "drawn", "model"]) == ["pcd", "ucd_lmi"]
+    assert table.loc[table["kind"] == "drawn", "ais_ll_lower_bound"].notna().all()
+    claims = set(table.loc[table["kind"] == "claim", "claim"])
+    assert "rank_agreement_kendall_fid_vs_ais_ll" in claims
 
 
 def test_denoise_figures_and_runs(finished_run):

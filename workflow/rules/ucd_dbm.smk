@@ -103,12 +103,15 @@ rule ucd_score:
     params:
         samples=UCD_DBM["fid_samples"],
         ll_images=UCD_DBM["ll_images"],
+        ais=UCD_DBM["ais"],
         seed=config["seed"],
     shell:
         "tapmachine ucd score --model {input.model} --classifier {input.classifier} "
         "--data {input.data} --out {output.score} --samples {params.samples} "
-        "--ll-images {params.ll_images} --seed {params.seed} --threads {threads} "
-        "--tracking {input.tracking} > {log} 2>&1"
+        "--ll-images {params.ll_images} --ais-runs {params.ais[n_runs]} "
+        "--ais-betas {params.ais[n_betas]} "
+        "--mean-field-steps {params.ais[mean_field_steps]} --seed {params.seed} "
+        "--threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 
 rule draw_ucd_samples:

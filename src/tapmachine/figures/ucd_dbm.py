@@ -30,15 +30,40 @@ PAPER_SIZES = (6272, 6272, 6272)
 
 
 def _size_note(blob) -> str:
-    """'784-200-200, 200 steps (reduced; paper size: paper.yaml)' for titles."""
+    """'784-200-200, 200 steps\n(reduced; paper size: paper.yaml)' for titles (two lines, so that
+    neighbouring panels' titles do not overlap)."""
     W = blob["machine"]["weights"]
     sizes = (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
     text = "-".join(str(n) for n in sizes)
     if blob.get("steps"):
         text += f", {blob['steps']} steps"
     if sizes != PAPER_SIZES:
-        text += " (reduced; paper size: paper.yaml)"
+        text += "\n(reduced; paper size: paper.yaml)"
     return text
+
+
+#: Below this fraction of distinct samples (or completions) a model counts as collapsed.
+COLLAPSE_FRACTION = 0.5
+
+#: The title line for collapsed models below paper size.
+COLLAPSE_NOTE = (
+    "reduced size: the local modes collapse onto a few images; the paper's variety needs its size "
+    "(paper.yaml: 6,272 units per layer, 100,000 steps)"
+)
+
+
+def _title(fig, title: str, collapsed: bool) -> None:
+    """The figure's title, with ``COLLAPSE_NOTE`` wrapped to the figure's width when collapsed."""
+    import textwrap
+
+    width = max(40, int(fig.get_figwidth() * 13))
+    note = "\n" + textwrap.fill(COLLAPSE_NOTE, width) if collapsed else ""
+    fig.suptitle(title + note, fontsize=9)
+
+
+def _reduced(blob) -> bool:
+    W = blob["machine"]["weights"]
+    return (int(W[0].shape[0]), *(int(w.shape[1]) for w in W)) != PAPER_SIZES
 
 
 def _load(path):
@@ -103,6 +128,7 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
     fig = new_figure(2.6 * len(model_paths), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
+    collapsed = False
     for ax, path in zip(axes, model_paths, strict=True):
         blob, machine = _load(path)
         info = _info(blob)
@@ -111,8 +137,12 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
         x, T = generate.sample(machine, n, g)
         images = dbm.to_unit_interval(machine, x).cpu().numpy()
         ax.imshow(_grid(images, blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
+        n_distinct = len({images[i].tobytes() for i in range(n)})
+        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
         ax.set_title(
-            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}", fontsize=7
+            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}\n"
+            f"{n_distinct} distinct of {n}",
+            fontsize=7,
         )
         ax.axis("off")
         for i in range(n):
@@ -125,11 +155,10 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
                     "on_fraction": float(images[i].mean()),
                 }
             )
-        distinct = len({images[i].tobytes() for i in range(n)}) / n
         claims.append(
-            claim("distinct_sample_fraction", distinct, info.name, "distinct local modes / n")
+            claim("distinct_sample_fraction", n_distinct / n, info.name, "distinct local modes / n")
         )
-    fig.suptitle("DBM samples by local search from noise (Fig. 2)", fontsize=9)
+    _title(fig, "DBM samples by local search from noise (Fig. 2)", collapsed)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
@@ -145,6 +174,7 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
     fig = new_figure(2.4 * len(model_paths), 4.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
+    collapsed = False
     for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
         blob, machine = _load(path)
         info = _info(blob)
@@ -165,7 +195,14 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         base = (mean_fill[mask][None, :] != truth[:, mask]).double().mean(1)
         rows = torch.stack([masked, filled, truth], 1).reshape(3 * n, -1)
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(f"{info.name}, {_size_note(blob)}\nmasked | completed | truth", fontsize=7)
+        halves = filled[:, mask].cpu().numpy()
+        n_distinct = len({halves[i].tobytes() for i in range(n)})
+        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
+        ax.set_title(
+            f"{info.name}\n{_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
+            "masked | completed | truth",
+            fontsize=7,
+        )
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -186,7 +223,10 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
                 f"{float(base.mean()):.4f}",
             )
         )
-    fig.suptitle("Completion of the lower half by local search (Fig. 3)", fontsize=9)
+        claims.append(
+            claim("distinct_completion_fraction", n_distinct / n, info.name, "distinct halves / n")
+        )
+    _title(fig, "Completion of the lower half by local search (Fig. 3)", collapsed)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
@@ -229,21 +269,39 @@ def _table_figure(df: pd.DataFrame, columns, title):
     return fig
 
 
+#: The AIS column's label: the data term is a variational bound, so the value is a lower bound.
+AIS_LABEL = "ais_ll_lower_bound"
+
+
+def _rank_agreement(sub: pd.DataFrame, a: str, b: str, a_lower_better: bool) -> float:
+    """Kendall tau between the rankings of columns a and b (1 = same ranking of the models).
+
+    Higher log-likelihood is better; lower FID is better (sign flipped when ``a_lower_better``).
+    """
+    ok = sub[a].notna() & sub[b].notna()
+    if ok.sum() < 2:
+        return float("nan")
+    x = sub.loc[ok, a] if a_lower_better else -sub.loc[ok, a]
+    return _kendall(x, -sub.loc[ok, b])
+
+
 def table1(score_paths) -> FigureResult:
-    """Table 1 + beyond the paper: classifier FID and TAP log-likelihood per DBM, ranks compared."""
+    """Table 1 + beyond the paper: classifier FID, TAP log-likelihood and AIS log-likelihood
+    (mean-field lower bound on the data term minus AIS ln Z, nats per image) per DBM, with the
+    rank agreement of each pair of measures (Kendall tau; 1 = the same ranking of the methods)."""
     df = _scores(score_paths).sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
+    if "ais_ll" not in df:
+        df["ais_ll"] = np.nan
+    df[AIS_LABEL] = df["ais_ll"]
     claims = []
     for ds, sub in df.groupby("dataset"):
-        ok = sub["tap_ll"].notna()
-        # lower FID is better, higher log-likelihood is better: agreement is tau(FID, -LL) > 0
-        k = (
-            _kendall(sub.loc[ok, "classifier_fid"], -sub.loc[ok, "tap_ll"])
-            if ok.sum() > 1
-            else np.nan
-        )
-        claims.append(
-            claim("rank_agreement_kendall_fid_vs_tap_ll", k, ds, "1 = same ranking, -1 = reversed")
-        )
+        for name, a, b, lower in (
+            ("rank_agreement_kendall_fid_vs_tap_ll", "classifier_fid", "tap_ll", True),
+            ("rank_agreement_kendall_fid_vs_ais_ll", "classifier_fid", "ais_ll", True),
+            ("rank_agreement_kendall_tap_ll_vs_ais_ll", "tap_ll", "ais_ll", False),
+        ):
+            k = _rank_agreement(sub, a, b, lower)
+            claims.append(claim(name, k, ds, "1 = same ranking, -1 = reversed"))
         best = sub.iloc[0]
         claims.append(
             claim(
@@ -253,9 +311,31 @@ def table1(score_paths) -> FigureResult:
                 f"lowest classifier FID: {best['model']} ({best['classifier_fid']:.3g})",
             )
         )
-    cols = ["dataset", "model", "method", "classifier_fid", "classifier_accuracy", "tap_ll"]
+        if sub["ais_ll"].notna().any():
+            top = sub.loc[sub["ais_ll"].idxmax()]
+            claims.append(
+                claim(
+                    "ucd_lmi_best_ais_ll",
+                    float(top["method"] == "ucd_lmi"),
+                    ds,
+                    f"highest AIS log-likelihood bound: {top['model']} ({top['ais_ll']:.4g})",
+                )
+            )
+    cols = [
+        "dataset",
+        "model",
+        "method",
+        "classifier_fid",
+        "classifier_accuracy",
+        "tap_ll",
+        AIS_LABEL,
+    ]
     fig = _table_figure(
-        df, cols, f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E)"
+        df,
+        cols,
+        f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E);\n"
+        "AIS log-likelihood, nats/image: mean-field lower bound on ln sum_h e^-E minus AIS ln Z "
+        "(S&H 2009), an estimated lower bound",
     )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})

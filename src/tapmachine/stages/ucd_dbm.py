@@ -10,7 +10,10 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
 - ``ucd classifier``: the small classifier whose penultimate features define the classifier FID
   (``tapmachine.fid``), test accuracy logged and written.
 - ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
-  states) against the test set, and by the TAP log-likelihood (first paper, App. E) of test images.
+  states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
+  and by the AIS test log-likelihood of Salakhutdinov & Hinton (2009) (``tapmachine.ucd.ais``:
+  ln Z by AIS on the odd layers, the data term by the mean-field lower bound, so the number is an
+  estimated lower bound on ln P(v), nats per image).
 - ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2`` are registered by
   ``stages.figures`` (table ``FIGURES``).
 """
@@ -265,17 +268,41 @@ def load_classifier(path):
     return net, float(blob["test_accuracy"])
 
 
-def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, manifest=None):
-    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood of test images."""
+def score(
+    model_path,
+    classifier_path,
+    data_path,
+    out,
+    n_samples,
+    n_ll,
+    seed=0,
+    manifest=None,
+    ais_runs: int = 100,
+    ais_betas: int = 1000,
+    mean_field_steps: int = 30,
+):
+    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood and AIS
+    log-likelihood (mean-field lower bound minus AIS ln Z, ``ucd.ais``) of ``n_ll`` test images.
+
+    AIS: ``ais_runs`` runs along ``ucd.ais.segmented_schedule(ais_betas)``, base rates fitted to
+    the training rows; the data term by ``mean_field_steps`` mean-field sweeps.
+    """
 
     from tapmachine import fid, tracking, training
     from tapmachine.modelfile import ModelFile
-    from tapmachine.ucd import dbm, generate
+    from tapmachine.ucd import ais, dbm, generate
 
+    for key, value, low in (
+        ("ais_runs", ais_runs, 2),
+        ("ais_betas", ais_betas, 4),
+        ("mean_field_steps", mean_field_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UCDDBMError(f"{key} must be an integer >= {low}, got {value!r}")
     model = ModelFile.load(model_path)
     blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
     machine = model.machine()
-    ds, _, x_test = _load_binary(data_path)
+    ds, x_train, x_test = _load_binary(data_path)
     net, acc = load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
     g = training.seeded_generator(seed, "ucd_score", label)
@@ -291,6 +318,19 @@ def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, 
         )
     except training.TrainingError as exc:
         ll = {"tap_ll": math.nan, "tap_ll_stderr": math.nan, "tap_note": str(exc)}
+    t_ais = time.perf_counter()
+    ais_gen = training.seeded_generator(seed, "ucd_score", label, "ais")
+    log_z = ais.dbm_ais_log_partition(
+        machine,
+        dbm.data_for(machine, x_train),
+        n_runs=ais_runs,
+        betas=ais.segmented_schedule(ais_betas),
+        generator=ais_gen,
+    )
+    ais_row = ais.dbm_test_log_likelihood(
+        machine, dbm.data_for(machine, x_test[:n_ll]), log_z, mean_field_steps
+    )
+    ais_row["ais_seconds"] = time.perf_counter() - t_ais
     row = {
         "dataset": blob["dataset"],
         "model": blob["name"],
@@ -303,6 +343,7 @@ def score(model_path, classifier_path, data_path, out, n_samples, n_ll, seed=0, 
         "tap_ll": ll["tap_ll"],
         "tap_ll_stderr": ll["tap_ll_stderr"],
         "tap_ll_images": int(n_ll),
+        **ais_row,
         "sample_T_mean": float(T.double().mean()),
         "train_seconds": blob.get("seconds", math.nan),
         **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
@@ -372,6 +413,9 @@ def _cmd_score(args) -> None:
         args.ll_images,
         args.seed,
         args.tracking,
+        args.ais_runs,
+        args.ais_betas,
+        args.mean_field_steps,
     )
 
 
@@ -401,13 +445,16 @@ def register(ucd_sub) -> None:
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--tracking", default=None)
     c.set_defaults(func=_cmd_classifier)
-    s = ucd_sub.add_parser("score", help="classifier FID and TAP log-likelihood of one DBM")
+    s = ucd_sub.add_parser("score", help="classifier FID, TAP and AIS log-likelihood of one DBM")
     s.add_argument("--model", required=True)
     s.add_argument("--classifier", required=True)
     s.add_argument("--data", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--samples", type=_positive_int, default=2000)
     s.add_argument("--ll-images", type=_positive_int, default=200)
+    s.add_argument("--ais-runs", type=_positive_int, default=100, help="AIS runs (>= 2)")
+    s.add_argument("--ais-betas", type=_positive_int, default=1000, help="AIS temperatures")
+    s.add_argument("--mean-field-steps", type=_positive_int, default=30)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--tracking", default=None)

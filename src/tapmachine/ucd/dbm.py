@@ -212,7 +212,7 @@ def mean_field(machine: BoltzmannMachine, v: Tensor, steps: int) -> list:
     ]
     for _ in range(steps):
         for parity in (1, 0):
-            for l in range(max(parity, 1), machine.n_layers, 2):
+            for l in range(2 - parity, machine.n_layers, 2):
                 xs[l] = machine.priors[l].mean(machine.input_to(l, xs))
     return xs
 

@@ -365,3 +365,17 @@ def test_bad_train_iterations_and_rho_step_are_rejected():
         TrainSettings(train_iterations="forever")
     with pytest.raises(TrainingError, match="rho_step"):
         TrainSettings(rho_step="fisher")
+
+
+def test_dbm_numerics_version_moves_only_dbm_fingerprints(monkeypatch):
+    """A change of the DBM methods' arithmetic (ucd.dbm.NUMERICS_VERSION) retrains DBM runs and
+    leaves RBM checkpoints resumable."""
+    from tapmachine.ucd import dbm
+
+    x = bars_and_stripes()
+    m = training.build_machine(SPEC, x, 0.01, training.seeded_generator(7, "fp"))
+    rbm, deep = settings(), settings(method="dbm_pcd")
+    before = training._fingerprint(m, x, rbm), training._fingerprint(m, x, deep)
+    monkeypatch.setattr(dbm, "NUMERICS_VERSION", dbm.NUMERICS_VERSION + 1)
+    assert training._fingerprint(m, x, rbm) == before[0]
+    assert training._fingerprint(m, x, deep) != before[1]

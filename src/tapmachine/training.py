@@ -469,6 +469,10 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
     at its default ``tap``, so checkpoints written before the setting existed still resume.
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
+    if settings.method in _DBM_METHODS:
+        from tapmachine.ucd import dbm
+
+        h.update(f"dbm numerics {dbm.NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
     # The DBM switches at their defaults leave the fingerprint of an RBM run as it was before
     # they existed, so its checkpoints still resume.

@@ -59,6 +59,12 @@ __all__ = [
 
 DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
 
+#: Version of the DBM methods' arithmetic, part of their resume fingerprint beside
+#: ``training.NUMERICS_VERSION`` (which RBM runs share, so a DBM-only change leaves RBM
+#: checkpoints resumable). 2: the mean-field positive phase updates every hidden layer (it
+#: skipped the top one).
+NUMERICS_VERSION = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class DBMOptions:

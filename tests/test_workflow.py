@@ -242,8 +242,15 @@ def test_harvest_and_every_figure(finished_run):
     (train_run,) = client.search_runs(
         [experiments["train"]], f"{STAGE_RUNS} and attributes.run_name = 'tiny'"
     )
-    steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
-    assert sorted(m.step for m in steps) == [1, 2]
+    # Harvests are runs of their own, tagged with the training run, step = epoch; nothing was
+    # written into the finished training run.
+    harvests = client.search_runs([experiments["harvest"]], STAGE_RUNS)
+    assert {r.data.tags["model_run_id"] for r in harvests} == {train_run.info.run_id}
+    steps = [m.step for r in harvests for m in client.get_metric_history(r.info.run_id, "n_unique")]
+    assert sorted(steps) == [1, 2]
+    assert not [k for k in train_run.data.metrics if k.startswith(("harvest_", "eval.", "final."))]
+    scores = client.search_runs([experiments["likelihood"]], STAGE_RUNS)
+    assert {r.data.tags["model_run_id"] for r in scores} == {train_run.info.run_id}
 
 
 def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
@@ -302,10 +309,18 @@ def test_denoise_figures_and_runs(finished_run):
     tap_run = next(r for r in runs if r.info.run_name == "tiny-bsc")
     history = client.get_metric_history(tap_run.info.run_id, "mcc")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
-    figures = [a.path for a in client.list_artifacts(tap_run.info.run_id, "figures")]
-    assert sorted(Path(f).name for f in figures) == sorted(
-        f"{fig}.{ext}" for fig in ("fig8", "fig9") for ext in ("png", "pdf", "csv")
+    (train_run,) = client.search_runs(
+        [experiments["train"]], f"{STAGE_RUNS} and attributes.run_name = 'tiny'"
     )
+    assert tap_run.data.tags["model_run_id"] == train_run.info.run_id
+    # The figures are runs of their own naming the denoise runs; the denoise runs are untouched.
+    assert not client.list_artifacts(tap_run.info.run_id, "figures")
+    (fig8,) = client.search_runs(
+        [experiments["figures"]], f"{STAGE_RUNS} and attributes.run_name = 'fig8'"
+    )
+    assert fig8.data.tags["denoise_run.tiny"] == tap_run.info.run_id
+    baselines = next(r for r in runs if r.info.run_name == "baselines-bsc")
+    assert fig8.data.tags["denoise_run.baselines"] == baselines.info.run_id
 
 
 def test_rerun_is_a_no_op(finished_run):

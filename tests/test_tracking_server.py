@@ -281,7 +281,7 @@ def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, pos
     try:
         proc = _snakemake(work, server.url, wait=False)
         # Snakemake writes a job's benchmark when the job has ended (its MLflow run closed)
-        trained = work / "benchmarks" / "train" / "tiny.tsv"
+        trained = work / "benchmarks" / "ops" / "train" / "tiny.tsv"
         t0 = time.monotonic()
         while not trained.exists() and time.monotonic() - t0 < 300 and proc.poll() is None:
             time.sleep(0.05)

@@ -193,6 +193,16 @@ def test_training_outputs_and_tracking(finished_run):
         "epoch_1.pt",
         "epoch_2.pt",
     ]
+    # logs and timings per config run, beside results/default (the datasets' in logs/data)
+    assert (finished_run / "logs" / "default" / "train" / "tiny.log").stat().st_size > 0
+    assert (finished_run / "benchmarks" / "default" / "train" / "tiny.tsv").exists()
+    assert (finished_run / "logs" / "data" / "fetch_mnist.log").exists()
+    for folder in ("logs", "benchmarks"):
+        tops = {
+            p.relative_to(finished_run / folder).parts[0]
+            for p in (finished_run / folder).rglob("*.*")
+        }
+        assert tops <= {"default", "data", "tracking_init.log", "tracking_init.tsv"}, tops
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
     data_runs = client.search_runs([experiments["data"]], STAGE_RUNS)
@@ -374,3 +384,67 @@ def test_lint_is_clean():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Lints for" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def _dry_run_jobs(workdir, config):
+    workdir.mkdir()
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the "Job stats" table: one "rule  count" row per rule planned
+    rows = (line.split() for line in (result.stdout + result.stderr).splitlines())
+    jobs = {row[0] for row in rows if len(row) == 2 and row[1].isdigit() and row[0] != "total"}
+    return jobs, result.stderr
+
+
+@pytest.mark.parametrize(
+    "drop, absent, skipped",
+    [
+        (
+            ["ucd", "denoise", "deep"],
+            {"ucd_coupling_steps", "ucd_train_dbm", "denoise_bsc", "deep_curve"},
+            ["ucd.fig1", "ucd.dbm", "denoise", "deep"],
+        ),
+        (["ucd.dbm"], {"ucd_train_dbm", "ucd_score", "draw_ucd_table1"}, ["ucd.dbm", "deep"]),
+        (["denoise"], {"denoise_bsc", "denoise_real", "draw_fig8"}, ["denoise", "deep"]),
+    ],
+)
+def test_a_config_without_optional_sections_parses_and_skips_their_targets(
+    tmp_path, drop, absent, skipped
+):
+    """No ucd / ucd.dbm / denoise / deep section: `snakemake -n` plans the rest, leaves the
+    section's targets out of `all` and says so in one line per section (TINY has no `deep`)."""
+    jobs, _ = _dry_run_jobs(tmp_path / "full", yaml.safe_load(yaml.safe_dump(TINY)))
+    assert absent - {"deep_curve"} <= jobs  # the full tiny config plans them (it has no deep)
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    for key in drop:
+        *parents, last = key.split(".")
+        holder = config
+        for part in parents:
+            holder = holder[part]
+        holder.pop(last, None)
+    jobs, err = _dry_run_jobs(tmp_path / "min", config)
+    assert not jobs & absent and {"train_model", "harvest_solutions"} <= jobs
+    for section in skipped:
+        assert f"{section}: no such section in the config, targets skipped" in err
+    assert err.count("no such section in the config") == len(skipped)
+
+
+def test_logs_and_benchmarks_are_split_per_config_run(tmp_path):
+    """Another run.name plans every job log and benchmark under logs/{name}/, benchmarks/{name}/
+    (the shared dataset jobs' under logs/data/), never where the default run writes them."""
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    config["run"] = {"name": "other"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    logs = [line.split(":", 1)[1].strip() for line in out.splitlines() if "    log: " in line]
+    marks = [line.split(":", 1)[1].strip() for line in out.splitlines() if "benchmark: " in line]
+    assert len(logs) > 20 and len(marks) == len(logs)
+    assert any(p.startswith("logs/other/train/") for p in logs)
+    assert any(p.startswith("logs/data/") for p in logs)
+    for path in logs + marks:
+        assert path.startswith(
+            ("logs/other/", "logs/data/", "benchmarks/other/", "benchmarks/data/")
+        ), path

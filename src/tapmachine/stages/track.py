@@ -183,7 +183,8 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
         "",
         "tapmachine summary: "
         + ("success" if ok else "FAILED (the failing jobs and their logs are named above)"),
-        f"  results in {results}/ (datasets in {data}/), logs in logs/, timings in benchmarks/",
+        f"  results in {results}/ (datasets in {data}/), logs in logs/{results.name}/, "
+        f"timings in benchmarks/{results.name}/",
         f"  models ({len(models)}): {', '.join(models) or 'none yet'}",
         f"  figures ({len(figures)}): {', '.join(p.name for p in figures) or 'none yet'}",
     ]

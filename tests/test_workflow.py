@@ -333,6 +333,44 @@ def test_denoise_figures_and_runs(finished_run):
     assert fig8.data.tags["denoise_run.baselines"] == baselines.info.run_id
 
 
+def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
+    """`tapmachine track` on the tiny DAG's files (training, harvest, likelihood, UCD-LMI,
+    denoising, figures): into a fresh store it makes the same runs per experiment, under the same
+    names, as the live jobs did; into (a copy of) the live store it adds none."""
+    import mlflow
+
+    from tapmachine import cli
+
+    live = finished_run / "results" / "mlflow"
+    results = finished_run / "results" / "default"
+    data = finished_run / "results" / "data"
+
+    def names(store):
+        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
+        return {
+            e.name: sorted(
+                r.info.run_name for r in client.search_runs([e.experiment_id], STAGE_RUNS)
+            )
+            for e in client.search_experiments()
+            if e.name != "Default"
+        }
+
+    expected = names(live)
+    assert expected["denoise"] and expected["ucd"] and expected["harvest"]
+    fresh = tmp_path / "fresh"
+    args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
+    assert cli.main(args) == 0
+    assert names(fresh) == expected
+    total = sum(len(v) for v in expected.values())
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(live / "mlflow.db", copy / "mlflow.db")
+    capsys.readouterr()
+    args = ["track", "--results", str(results), "--data", str(data), "--store", str(copy)]
+    assert cli.main(args) == 0
+    assert f"0 runs replayed, {total} already in the store (" in capsys.readouterr().out
+
+
 def test_rerun_is_a_no_op(finished_run):
     result = snakemake(finished_run, "--cores", "2", "-n")
     assert result.returncode == 0

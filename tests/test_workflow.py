@@ -361,6 +361,18 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
     assert cli.main(args) == 0
     assert names(fresh) == expected
+    client = mlflow.MlflowClient(f"sqlite:///{fresh}/mlflow.db")
+    exps = {e.name: e.experiment_id for e in client.search_experiments()}
+    trained = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["train"]])}
+    derived = [
+        r
+        for exp in ("harvest", "likelihood", "denoise")
+        for r in client.search_runs([exps[exp]])
+        if "model" in r.data.tags
+    ]
+    assert len(derived) == 2 + 2 + 2  # harvests of epochs 1, 2; tiny-epochs, -final; two TAP
+    for r in derived:
+        assert r.data.tags["model_run_id"] == trained[r.data.tags["model"]], r.info.run_name
     total = sum(len(v) for v in expected.values())
     copy = tmp_path / "copy"
     copy.mkdir()

@@ -163,7 +163,7 @@ def _check_counts(counts: dict, workdir: Path, expected: dict = EXPECTED_RUNS) -
     assert {k: v["runs"] for k, v in counts.items() if k in expected} == expected
     metrics = _metrics(workdir)
     assert len(metrics) == EPOCHS
-    # every epoch's numbers (one point per column per epoch) at least; harvests have runs of their own
+    # every epoch's numbers (one point per column per epoch) at least (harvests: runs of their own)
     assert counts["train"]["points"] >= EPOCHS * (len(metrics.columns) - 1)
     assert counts["figures"]["artifacts"] == 3  # fig3.png, .pdf, .csv
     assert counts["harvest"]["artifacts"] == 2  # epoch_3.npz, .csv

@@ -285,6 +285,15 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
         assert score["classifier_accuracy"] == blob["test_accuracy"]
     table = pd.read_csv(results / "figures" / "ucd_table1.csv")
     assert sorted(table.loc[table["kind"] == "drawn", "model"]) == ["pcd", "ucd_lmi"]
+    # each score is a run of its own, tagged with the DBM's training run
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
+    exp = client.get_experiment_by_name("ucd").experiment_id
+    runs = {r.info.run_name: r for r in client.search_runs([exp], STAGE_RUNS)}
+    for model in ("ucd_lmi", "pcd", "no_centering"):
+        train = runs[f"train_binary_mnist_{model}"].info.run_id
+        assert runs[f"score_binary_mnist_{model}"].data.tags["model_run_id"] == train
 
 
 def test_denoise_figures_and_runs(finished_run):

@@ -148,11 +148,9 @@ def option_value(option, value):
 UCD_DBM = config["ucd"]["dbm"]
 UCD_DATASETS = list(UCD_DBM["datasets"]) if SECTIONS["ucd.dbm"] else []
 UCD_ABLATION_DATASET = UCD_DBM["ablation_dataset"]
-if not SECTIONS["ucd.dbm"]:
-    pass
-elif UCD_DBM["cifar10_archive"]:
+if SECTIONS["ucd.dbm"] and UCD_DBM["cifar10_archive"]:
     UCD_DATASETS.append("binary_cifar10")
-else:
+elif SECTIONS["ucd.dbm"]:
     print(
         "ucd: CIFAR-10 targets skipped (set ucd.dbm.cifar10_archive to cifar-10-python.tar.gz)",
         file=sys.stderr,

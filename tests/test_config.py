@@ -110,6 +110,7 @@ def mutate(config, path, value):
         ),
         (["dtype"], "float16", "dtype: 'float16' is not one of"),
         (["run", "name"], "../elsewhere", "run.name: '../elsewhere' does not match"),
+        (["run", "name"], "data", "run.name: 'data' should not be valid under"),
         (
             ["models", "bmnist_h25", "tap"],
             {"train_iterations": "forever"},

@@ -236,3 +236,47 @@ def test_figures_from_synthetic_curves(tmp_path):
     assert cli.main(argv) == 0
     drawn = pd.read_csv(paths[2])
     assert drawn[drawn["claim"] == "train_rises"].set_index("model")["value"]["d2"] == 1.0
+
+
+def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path):
+    """`deep-curve` logs to a run `{model}-curve` of experiment "likelihood" (step = epoch),
+    tagged model_run_id = the training run, and adds nothing to the finished training run."""
+    import mlflow
+    import numpy as np
+
+    from tapmachine import cli, tracking
+    from tapmachine.data import Dataset, save_dataset
+    from tapmachine.stages import train as train_stage
+
+    manifest = tmp_path / "mlflow" / "experiments.json"
+    tracking.init_store(manifest.parent, manifest)
+    x = (np.random.default_rng(0).random((120, 16)) < 0.4).astype(np.uint8)
+    data = tmp_path / "tiny.npz"
+    save_dataset(
+        Dataset(x[:100], np.zeros(100, int), x[100:], np.zeros(20, int), (4, 4), {}, "tiny"), data
+    )
+    spec = {
+        "dataset": "tiny",
+        "visible": {"prior": "bernoulli"},
+        "hidden": [{"prior": "bernoulli", "units": 4}],
+        "epochs": 2,
+        "batch_size": 50,
+        "eval": {"n_samples": 20},
+    }
+    outdir = tmp_path / "models" / "tiny"
+    train_stage.train_model("tiny", spec, data, outdir, seed=1, manifest=manifest)
+    uri, train_exp = tracking.experiment_id(manifest, "train")
+    client = mlflow.MlflowClient(uri)
+    (train_run,) = client.search_runs([train_exp])
+    before = client.get_run(train_run.info.run_id).data.metrics
+    out = tmp_path / "curve.csv"
+    args = ["deep-curve", "--model-file", str(outdir / "model.pt"), "--data", str(data)]
+    args += ["--measure", "pl", "--n-train", "40", "--out", str(out), "--tracking", str(manifest)]
+    assert cli.main(args) == 0
+    _, exp = tracking.experiment_id(manifest, "likelihood")
+    (run,) = client.search_runs([exp])
+    assert run.info.run_name == "tiny-curve"
+    assert run.data.tags["model_run_id"] == train_run.info.run_id
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "pl")) == [1, 2]
+    assert [r.info.run_id for r in client.search_runs([train_exp])] == [train_run.info.run_id]
+    assert client.get_run(train_run.info.run_id).data.metrics == before

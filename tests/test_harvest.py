@@ -256,3 +256,43 @@ def test_bad_harvest_and_figure_configs_fail_with_the_key(edit, message):
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate(config, SCHEMA)
+
+
+def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_path):
+    """Each harvest is a run of experiment "harvest" tagged with the model's training run
+    (``model_run_id``), metrics at step = epoch; a rerun makes a second harvest run and never
+    adds points to the finished training run."""
+    import mlflow
+
+    from tapmachine import tracking
+    from tapmachine.modelfile import ModelFile
+    from tapmachine.stages import harvest as harvest_stage
+
+    manifest = tmp_path / "mlflow" / "experiments.json"
+    tracking.init_store(manifest.parent, manifest)
+    with tracking.start_run(manifest, "train", "tiny") as train_run:
+        train_run.log_metrics({"tap_ll": -1.0}, step=2)
+    model = ModelFile.load(run["model"])
+    model.mlflow_run_id = train_run.run_id
+    model.save(tmp_path / "model.pt")
+    uri, harvest_exp = tracking.experiment_id(manifest, "harvest")
+    client = mlflow.MlflowClient(uri)
+    for i in range(2):
+        harvest_stage.harvest_epoch(
+            tmp_path / "model.pt",
+            run["model_dir"] / "checkpoints" / "epoch_2.pt",
+            2,
+            run["data"],
+            harvest.HarvestSettings(n_init=40),
+            tmp_path / f"h{i}.npz",
+            tmp_path / f"h{i}.csv",
+            manifest=manifest,
+            dtype="float64",
+        )
+    runs = client.search_runs([harvest_exp], tracking.STAGE_RUNS)
+    assert [r.info.run_name for r in runs] == ["tiny/epoch_2"] * 2
+    for r in runs:
+        assert r.data.tags["model_run_id"] == train_run.run_id
+        assert [m.step for m in client.get_metric_history(r.info.run_id, "n_unique")] == [2]
+    assert set(client.get_run(train_run.run_id).data.metrics) == {"tap_ll"}
+    assert len(client.get_metric_history(train_run.run_id, "tap_ll")) == 1

@@ -133,6 +133,16 @@ def test_pseudo_likelihood_normalisation_is_the_full_site_sum():
 def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset, store, tmp_path):
     import mlflow
 
+    blob = torch.load(trained / "model.pt", weights_only=True)
+    uri, _ = tracking.experiment_id(store, "train")
+    client = mlflow.MlflowClient(uri)
+    train_id = blob["mlflow_run_id"]
+
+    def train_points():
+        keys = client.get_run(train_id).data.metrics
+        return {k: len(client.get_metric_history(train_id, k)) for k in keys}
+
+    before = train_points()
     out = tmp_path / "eval" / "scores.csv"
     likelihood_stage.score_checkpoints(
         trained, tiny_dataset, out, TINY, "all", seed=2, manifest=store
@@ -148,14 +158,23 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     assert (df["ais_description"].str.contains("1500 betas, 100 runs")).all()
     assert not list(out.parent.glob("*.tmp"))
 
-    blob = torch.load(trained / "model.pt", weights_only=True)
-    uri, _ = tracking.experiment_id(store, "train")
-    client = mlflow.MlflowClient(uri)
-    history = client.get_metric_history(blob["mlflow_run_id"], "eval.ais_ll_test")
-    assert sorted(m.step for m in history) == [1, 2, 3]
     _, exp = tracking.experiment_id(store, "likelihood")
     (run,) = client.search_runs([exp])
-    assert run.data.tags["model_run_id"] == blob["mlflow_run_id"]
+    assert run.data.tags["model_run_id"] == train_id
+    history = client.get_metric_history(run.info.run_id, "ais_ll_test")
+    assert sorted(m.step for m in history) == [1, 2, 3]
+    # A rerun (here of the last epoch) is a run of its own; the finished training run is left
+    # exactly as training wrote it: no scoring metric, no second point at any step.
+    likelihood_stage.score_checkpoints(
+        trained, tiny_dataset, tmp_path / "again.csv", TINY, "last", seed=2, manifest=store
+    )
+    runs = client.search_runs([exp], order_by=["attributes.start_time ASC"])
+    assert len(runs) == 2 and runs[1].data.tags["model_run_id"] == train_id
+    assert sorted(
+        m.step for m in client.get_metric_history(runs[1].info.run_id, "ais_ll_test")
+    ) == [3]
+    assert len(client.get_metric_history(run.info.run_id, "ais_ll_test")) == 3
+    assert train_points() == before and "tap_ll" in before
 
     with pytest.raises(ValueError, match="outside 1..3"):
         likelihood.score_checkpoints(trained, tiny_dataset, out, TINY, [4])

@@ -128,7 +128,7 @@ def test_killed_training_resumes_bit_for_bit(workdirs, reference, sig):
     assert f"epoch_{EPOCHS}.pt" not in done
     again = _snakemake(work)
     assert again.returncode == 0, again.stdout[-3000:]
-    log = (work / "logs" / "train" / "tiny.log").read_text()
+    log = (work / "logs" / "ops" / "train" / "tiny.log").read_text()
     assert "resuming from" in log, log[-2000:]
     print([line for line in log.splitlines() if "resuming from" in line][0])
     resumed = _params(work)

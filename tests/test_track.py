@@ -96,3 +96,173 @@ def test_dead_store_is_an_error(results, monkeypatch, capsys):
     args = ["track", "--results", str(results), "--store", str(results.parent / "s")]
     assert cli.main(args) == 2
     assert "tapmachine: error: tracking store http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def _write(path, frame):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(frame).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def every_stage(results):
+    """``results`` plus hand-made files of every other stage, as the workflow names them, and a
+    model.pt whose training run never started (no run id)."""
+    import torch
+
+    from tapmachine import data, training
+    from tapmachine.modelfile import ModelFile
+
+    spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    x = torch.zeros(7, 4, dtype=torch.float64)
+    x_np = x.numpy().astype(np.uint8)
+    toy = data.Dataset(x_np, np.zeros(7, int), x_np[:3], np.zeros(3, int), (2, 2), {}, "toy")
+    data.save_dataset(toy, results.parent / "data" / "toy.npz")
+    machine = training.build_machine(spec, x, 0.5, training.seeded_generator(0, "m"))
+    ModelFile.from_machine(machine, "m", spec=spec, dataset="toy").save(
+        results / "models" / "m" / "model.pt"
+    )
+    _write(
+        results / "likelihood" / "m" / "scores.csv",
+        {"model": ["m"] * 2, "epoch": [1, 2], "ais_ll_test": [-9.0, -8.0], "tap_ll_test": [-9, -7]},
+    )
+    _write(
+        results / "dbm" / "m" / "curve.csv",
+        {"model": ["m"] * 2, "measure": ["pl"] * 2, "epoch": [1, 2], "pl_train": [-3.0, -2.5]},
+    )
+    _write(
+        results / "dbm" / "fig10_timing.csv",
+        {"batch_size": [1, 10], "tap_seconds": [0.1, 0.2], "adatap_seconds": [0.3, 0.4]},
+    )
+    bsc = {"method": ["tap"] * 2, "p": [0.0, 0.2], "value": [1.0, 0.7], "se": [0.0, 0.05]}
+    _write(results / "denoise" / "m" / "denoise_bsc.csv", {**bsc, "model": ["m"] * 2})
+    _write(
+        results / "denoise" / "m" / "denoise_real.csv",
+        {"method": ["tap", "tap", "noisy", "noisy"], "sigma": [0.1, 0.3] * 2,
+         "value": [0.01, 0.02, 0.04, 0.09], "se": [0.0] * 4, "psnr": [20.0, 17.0, 14.0, 10.5]},
+    )  # fmt: skip
+    _write(
+        results / "denoise" / "baselines" / "bsc.csv",
+        {"method": ["ope", "ope", "1nn", "1nn"], "p": [0.0, 0.2] * 2,
+         "value": [1.0, 0.6, 0.9, 0.5], "se": [0.0] * 4},
+    )  # fmt: skip
+    _write(
+        results / "ucd" / "fig1" / "mh_lmi.csv",
+        {"d": [1, 1, 4, 4], "method": ["mh_lmi"] * 4, "rep": [0, 1, 0, 1],
+         "tau": [1, 1, 1, 3], "T": [0, 2, 1, 1], "capped": [0, 0, 0, 1]},
+    )  # fmt: skip
+    dbm = results / "ucd" / "dbm" / "binary_mnist" / "ucd_lmi"
+    _write(dbm / "steps.csv", {"step": [1, 2], "grad_norm": [0.5, 0.4], "tau_mean": [1.0, 1.5]})
+    (dbm / "epochs").mkdir()
+    (dbm / "epochs" / "epoch_1.png").write_bytes(b"\x89PNG fake")
+    (dbm / "score.json").write_text(json.dumps({"model": "ucd_lmi", "classifier_fid": 12.5}))
+    (results / "ucd" / "classifier").mkdir()
+    torch.save({"test_accuracy": 0.9}, results / "ucd" / "classifier" / "binary_mnist.pt")
+    return results
+
+
+def _store(store):
+    import mlflow
+
+    info = json.loads((store / "experiments.json").read_text())
+    client = mlflow.MlflowClient(info["tracking_uri"])
+    return client, info["experiments"]
+
+
+def _by_name(client, exp_id):
+    return {r.info.run_name: r for r in client.search_runs([exp_id])}
+
+
+def test_every_stage_is_replayed_once_and_linked_to_its_training_run(every_stage, capsys):
+    """Denoise, deep (Figs. 10-11), UCD (Fig. 1, DBM training, scores, classifier) are replayed
+    under the live runs' names; a second replay adds nothing; derived runs carry the id of the
+    replayed training run (model.pt had none and is left as it was)."""
+    results = every_stage
+    model_pt = results / "models" / "m" / "model.pt"
+    before = model_pt.read_bytes()
+    store = results.parent / "mlflow"
+    args = ["track", "--results", str(results), "--store", str(store)]
+    args += ["--data", str(results.parent / "data")]
+    assert cli.main(args) == 0
+    assert "14 runs replayed, 0 already in the store" in capsys.readouterr().out
+    assert cli.main(args) == 0
+    assert "0 runs replayed, 14 already in the store (" in capsys.readouterr().out
+    client, exps = _store(store)
+    counts = {e: len(client.search_runs([i])) for e, i in exps.items()}
+    assert counts == {
+        **{name: 0 for name in tracking.EXPERIMENTS},
+        "data": 1,
+        "train": 1,
+        "harvest": 1,
+        "figures": 1,
+        "likelihood": 2,
+        "benchmarks": 1,
+        "denoise": 3,
+        "ucd": 4,
+    }
+    assert model_pt.read_bytes() == before
+    (train,) = client.search_runs([exps["train"]])
+    assert train.inputs.dataset_inputs  # the machine was logged with its dataset
+    derived = [
+        ("harvest", "m/epoch_2"),
+        ("likelihood", "m-epochs"),
+        ("likelihood", "m-curve"),
+        ("denoise", "m-bsc"),
+        ("denoise", "m-gaussian"),
+    ]
+    for exp, name in derived:
+        assert _by_name(client, exps[exp])[name].data.tags["model_run_id"] == train.info.run_id
+    ucd = _by_name(client, exps["ucd"])
+    assert set(ucd) == {
+        "fig1_mh_lmi",
+        "train_binary_mnist_ucd_lmi",
+        "score_binary_mnist_ucd_lmi",
+        "classifier_binary_mnist",
+    }
+    dbm_id = ucd["train_binary_mnist_ucd_lmi"].info.run_id
+    assert ucd["score_binary_mnist_ucd_lmi"].data.tags["model_run_id"] == dbm_id
+    assert ucd["score_binary_mnist_ucd_lmi"].data.metrics == {"classifier_fid": 12.5}
+    assert ucd["classifier_binary_mnist"].data.metrics == {"test_accuracy": 0.9}
+    assert [a.path for a in client.list_artifacts(dbm_id, "epochs")] == ["epochs/epoch_1.png"]
+
+    def history(exp, name, key):
+        run = _by_name(client, exps[exp])[name]
+        return sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+
+    # the live runs' series: step = index of the noise level, epoch, dimension, batch size
+    assert history("denoise", "m-bsc", "mcc") == [(0, 1.0), (1, 0.7)]
+    assert history("denoise", "m-gaussian", "psnr.noisy") == [(0, 14.0), (1, 10.5)]
+    assert history("denoise", "baselines-bsc", "mcc.1nn") == [(0, 0.9), (1, 0.5)]
+    assert history("likelihood", "m-epochs", "ais_ll_test") == [(1, -9.0), (2, -8.0)]
+    assert history("likelihood", "m-curve", "pl_train") == [(1, -3.0), (2, -2.5)]
+    assert history("benchmarks", "fig10/timing", "adatap_seconds") == [(1, 0.3), (10, 0.4)]
+    assert history("ucd", "fig1_mh_lmi", "tau_plus_T_mean") == [(1, 2.0), (4, 3.0)]
+    assert history("ucd", "fig1_mh_lmi", "capped") == [(1, 0.0), (4, 1.0)]
+    assert history("ucd", "train_binary_mnist_ucd_lmi", "grad_norm") == [(1, 0.5), (2, 0.4)]
+
+
+def test_live_runs_of_a_model_whose_training_run_never_started_get_its_replayed_id(
+    every_stage, monkeypatch, capsys
+):
+    """Training's tracking failed to start (model.pt: no run id), the store was back for the
+    harvest: its live run has no model_run_id. The replay creates the training run and tags the
+    live harvest run with that id, once."""
+    results = every_stage
+    store = results.parent / "mlflow"
+    manifest = store / "experiments.json"
+    tracking.init_store(store, manifest)
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    with tracking.start_run(manifest, "harvest", "m/epoch_2", tags={"model": "m"}) as live:
+        live.log_metrics({"n_unique": 2}, step=2)
+    args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "present  harvest/m/epoch_2" in out and "1 retagged" in out
+    client, exps = _store(store)
+    (train,) = client.search_runs([exps["train"]])
+    (harvest,) = client.search_runs([exps["harvest"]])
+    assert harvest.info.run_id == live.run_id
+    assert harvest.data.tags["model_run_id"] == train.info.run_id
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "0 runs replayed, 13 already in the store (" in out and "retagged" not in out

@@ -194,6 +194,16 @@ def test_training_outputs_and_tracking(finished_run):
         "epoch_1.pt",
         "epoch_2.pt",
     ]
+    # logs and timings per config run, beside results/default (the datasets' in logs/data)
+    assert (finished_run / "logs" / "default" / "train" / "tiny.log").stat().st_size > 0
+    assert (finished_run / "benchmarks" / "default" / "train" / "tiny.tsv").exists()
+    assert (finished_run / "logs" / "data" / "fetch_mnist.log").exists()
+    for folder in ("logs", "benchmarks"):
+        tops = {
+            p.relative_to(finished_run / folder).parts[0]
+            for p in (finished_run / folder).rglob("*.*")
+        }
+        assert tops <= {"default", "data", "tracking_init.log", "tracking_init.tsv"}, tops
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
     data_runs = client.search_runs([experiments["data"]], STAGE_RUNS)
@@ -243,8 +253,15 @@ def test_harvest_and_every_figure(finished_run):
     (train_run,) = client.search_runs(
         [experiments["train"]], f"{STAGE_RUNS} and attributes.run_name = 'tiny'"
     )
-    steps = client.get_metric_history(train_run.info.run_id, "harvest_n_unique")
-    assert sorted(m.step for m in steps) == [1, 2]
+    # Harvests are runs of their own, tagged with the training run, step = epoch; nothing was
+    # written into the finished training run.
+    harvests = client.search_runs([experiments["harvest"]], STAGE_RUNS)
+    assert {r.data.tags["model_run_id"] for r in harvests} == {train_run.info.run_id}
+    steps = [m.step for r in harvests for m in client.get_metric_history(r.info.run_id, "n_unique")]
+    assert sorted(steps) == [1, 2]
+    assert not [k for k in train_run.data.metrics if k.startswith(("harvest_", "eval.", "final."))]
+    scores = client.search_runs([experiments["likelihood"]], STAGE_RUNS)
+    assert {r.data.tags["model_run_id"] for r in scores} == {train_run.info.run_id}
 
 
 def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
@@ -274,6 +291,15 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     assert table.loc[table["kind"] == "drawn", "ais_ll_lower_bound"].notna().all()
     claims = set(table.loc[table["kind"] == "claim", "claim"])
     assert "rank_agreement_kendall_fid_vs_ais_ll" in claims
+    # each score is a run of its own, tagged with the DBM's training run
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
+    exp = client.get_experiment_by_name("ucd").experiment_id
+    runs = {r.info.run_name: r for r in client.search_runs([exp], STAGE_RUNS)}
+    for model in ("ucd_lmi", "pcd", "no_centering"):
+        train = runs[f"train_binary_mnist_{model}"].info.run_id
+        assert runs[f"score_binary_mnist_{model}"].data.tags["model_run_id"] == train
 
 
 def test_denoise_figures_and_runs(finished_run):
@@ -308,10 +334,68 @@ def test_denoise_figures_and_runs(finished_run):
     tap_run = next(r for r in runs if r.info.run_name == "tiny-bsc")
     history = client.get_metric_history(tap_run.info.run_id, "mcc")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
-    figures = [a.path for a in client.list_artifacts(tap_run.info.run_id, "figures")]
-    assert sorted(Path(f).name for f in figures) == sorted(
-        f"{fig}.{ext}" for fig in ("fig8", "fig9") for ext in ("png", "pdf", "csv")
+    (train_run,) = client.search_runs(
+        [experiments["train"]], f"{STAGE_RUNS} and attributes.run_name = 'tiny'"
     )
+    assert tap_run.data.tags["model_run_id"] == train_run.info.run_id
+    # The figures are runs of their own naming the denoise runs; the denoise runs are untouched.
+    assert not client.list_artifacts(tap_run.info.run_id, "figures")
+    (fig8,) = client.search_runs(
+        [experiments["figures"]], f"{STAGE_RUNS} and attributes.run_name = 'fig8'"
+    )
+    assert fig8.data.tags["denoise_run.tiny"] == tap_run.info.run_id
+    baselines = next(r for r in runs if r.info.run_name == "baselines-bsc")
+    assert fig8.data.tags["denoise_run.baselines"] == baselines.info.run_id
+
+
+def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
+    """`tapmachine track` on the tiny DAG's files (training, harvest, likelihood, UCD-LMI,
+    denoising, figures): into a fresh store it makes the same runs per experiment, under the same
+    names, as the live jobs did; into (a copy of) the live store it adds none."""
+    import mlflow
+
+    from tapmachine import cli
+
+    live = finished_run / "results" / "mlflow"
+    results = finished_run / "results" / "default"
+    data = finished_run / "results" / "data"
+
+    def names(store):
+        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
+        return {
+            e.name: sorted(
+                r.info.run_name for r in client.search_runs([e.experiment_id], STAGE_RUNS)
+            )
+            for e in client.search_experiments()
+            if e.name != "Default"
+        }
+
+    expected = names(live)
+    assert expected["denoise"] and expected["ucd"] and expected["harvest"]
+    fresh = tmp_path / "fresh"
+    args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
+    assert cli.main(args) == 0
+    assert names(fresh) == expected
+    client = mlflow.MlflowClient(f"sqlite:///{fresh}/mlflow.db")
+    exps = {e.name: e.experiment_id for e in client.search_experiments()}
+    trained = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["train"]])}
+    derived = [
+        r
+        for exp in ("harvest", "likelihood", "denoise")
+        for r in client.search_runs([exps[exp]])
+        if "model" in r.data.tags
+    ]
+    assert len(derived) == 2 + 2 + 2  # harvests of epochs 1, 2; tiny-epochs, -final; two TAP
+    for r in derived:
+        assert r.data.tags["model_run_id"] == trained[r.data.tags["model"]], r.info.run_name
+    total = sum(len(v) for v in expected.values())
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(live / "mlflow.db", copy / "mlflow.db")
+    capsys.readouterr()
+    args = ["track", "--results", str(results), "--data", str(data), "--store", str(copy)]
+    assert cli.main(args) == 0
+    assert f"0 runs replayed, {total} already in the store (" in capsys.readouterr().out
 
 
 def test_rerun_is_a_no_op(finished_run):
@@ -365,3 +449,67 @@ def test_lint_is_clean():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Lints for" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def _dry_run_jobs(workdir, config):
+    workdir.mkdir()
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the "Job stats" table: one "rule  count" row per rule planned
+    rows = (line.split() for line in (result.stdout + result.stderr).splitlines())
+    jobs = {row[0] for row in rows if len(row) == 2 and row[1].isdigit() and row[0] != "total"}
+    return jobs, result.stderr
+
+
+@pytest.mark.parametrize(
+    "drop, absent, skipped",
+    [
+        (
+            ["ucd", "denoise", "deep"],
+            {"ucd_coupling_steps", "ucd_train_dbm", "denoise_bsc", "deep_curve"},
+            ["ucd.fig1", "ucd.dbm", "denoise", "deep"],
+        ),
+        (["ucd.dbm"], {"ucd_train_dbm", "ucd_score", "draw_ucd_table1"}, ["ucd.dbm", "deep"]),
+        (["denoise"], {"denoise_bsc", "denoise_real", "draw_fig8"}, ["denoise", "deep"]),
+    ],
+)
+def test_a_config_without_optional_sections_parses_and_skips_their_targets(
+    tmp_path, drop, absent, skipped
+):
+    """No ucd / ucd.dbm / denoise / deep section: `snakemake -n` plans the rest, leaves the
+    section's targets out of `all` and says so in one line per section (TINY has no `deep`)."""
+    jobs, _ = _dry_run_jobs(tmp_path / "full", yaml.safe_load(yaml.safe_dump(TINY)))
+    assert absent - {"deep_curve"} <= jobs  # the full tiny config plans them (it has no deep)
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    for key in drop:
+        *parents, last = key.split(".")
+        holder = config
+        for part in parents:
+            holder = holder[part]
+        holder.pop(last, None)
+    jobs, err = _dry_run_jobs(tmp_path / "min", config)
+    assert not jobs & absent and {"train_model", "harvest_solutions"} <= jobs
+    for section in skipped:
+        assert f"{section}: no such section in the config, targets skipped" in err
+    assert err.count("no such section in the config") == len(skipped)
+
+
+def test_logs_and_benchmarks_are_split_per_config_run(tmp_path):
+    """Another run.name plans every job log and benchmark under logs/{name}/, benchmarks/{name}/
+    (the shared dataset jobs' under logs/data/), never where the default run writes them."""
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    config["run"] = {"name": "other"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    logs = [line.split(":", 1)[1].strip() for line in out.splitlines() if "    log: " in line]
+    marks = [line.split(":", 1)[1].strip() for line in out.splitlines() if "benchmark: " in line]
+    assert len(logs) > 20 and len(marks) == len(logs)
+    assert any(p.startswith("logs/other/train/") for p in logs)
+    assert any(p.startswith("logs/data/") for p in logs)
+    for path in logs + marks:
+        assert path.startswith(
+            ("logs/other/", "logs/data/", "benchmarks/other/", "benchmarks/data/")
+        ), path

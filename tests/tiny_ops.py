@@ -39,22 +39,6 @@ def config(run_name: str = "ops", epochs: int = 3) -> dict:
         },
         "harvest": {"tiny": {"epochs": [epochs], "n_init": 30}},
         "figures": {"fig3": {"models": ["tiny"]}},
-        # common.smk checks the UCD DBM section at parse time (its datasets exist, an ucd_lmi
-        # model is declared) whatever the targets: the smallest valid one, never built here.
-        "ucd": {
-            "dbm": {
-                "datasets": ["binary_mnist"],
-                "ablation_dataset": "binary_mnist",
-                "models": {
-                    "ucd_lmi": {
-                        "method": "ucd_lmi",
-                        "hidden": [8, 8],
-                        "epochs": 1,
-                        "batch_size": 50,
-                    }
-                },
-            }
-        },
     }
 
 

@@ -392,6 +392,8 @@ def run_harvest(
         **{k: v for k, v in dataclasses.asdict(settings).items() if k != "n_init"},
     }
     tags = {"model": name, "epoch": str(epoch), "dataset": ds.name, "train_run_id": train_run_id}
+    if train_run_id:
+        tags["model_run_id"] = train_run_id
     if substitute:
         tags["substitute"] = str(substitute)
     harvest_run_id = on_start(params, tags) if on_start is not None else None

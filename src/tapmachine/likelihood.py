@@ -379,7 +379,9 @@ def score_checkpoints(
     torch_dtype = getattr(torch, dtype)
     images, tap_init, base, ds = _data_for(blob, data_path, settings, torch_dtype)
     params = {"model": name, "epochs": chosen, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "per-epoch"}
+    tags = {"model": name, "kind": "per-epoch"}
+    if blob.mlflow_run_id:
+        tags["model_run_id"] = str(blob.mlflow_run_id)
     if on_start is not None:
         on_start(params, tags, blob)
     rows = []
@@ -444,7 +446,9 @@ def score_model(
     }
     row["updates"] = int(row["epochs"]) * max(1, row["n_train"] // int(row["batch_size"]))
     params = {"model": name, **dataclasses.asdict(settings), "seed": seed}
-    tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "final"}
+    tags = {"model": name, "kind": "final"}
+    if blob.mlflow_run_id:
+        tags["model_run_id"] = str(blob.mlflow_run_id)
     if on_start is not None:
         on_start(params, tags, blob)
     row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))

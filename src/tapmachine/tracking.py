@@ -447,9 +447,12 @@ def _terminate(run: Run, status: str) -> None:
 
 
 def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
-    """A handle on an existing run (e.g. a model's training run) to add metrics or artifacts.
+    """A handle on an existing run to add metrics or artifacts; its status is left as it is.
+    Without a manifest or run id the handle does nothing (the stages' no-op run).
 
-    The run's status is left as it is. Without a manifest or run id the handle does nothing.
+    The stages never use it on a finished run (a model's training run): what derives from a
+    model goes to a run of its own tagged ``model_run_id``, so that a rerun cannot add a second
+    point at the same step of the training run.
     """
     if manifest is None or not run_id:
         return Run(None, None)

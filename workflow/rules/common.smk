@@ -1,5 +1,6 @@
 # Configuration checks and input functions shared by every rule file.
 import json
+import sys
 from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
@@ -12,12 +13,41 @@ from tapmachine.stages.workflow import jobs_run_checkout
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     jobs_run_checkout(workflow.basedir)
 
+# The optional sections the config itself gives, before the schema's defaults fill the rest: the
+# targets of an absent one (ucd.fig1, ucd.dbm, denoise, deep) are left out of `all`.
+_GIVEN_UCD = config.get("ucd") or {}
+SECTIONS = {
+    "ucd.fig1": "fig1" in _GIVEN_UCD,
+    "ucd.dbm": "dbm" in _GIVEN_UCD,
+    "denoise": "denoise" in config,
+    "deep": "deep" in config,
+}
+_SKIPPED = {
+    "ucd.fig1": "ucd_fig1",
+    "ucd.dbm": "ucd_train, ucd_samples, ucd_completion, ucd_table1, ucd_table2",
+    "denoise": "fig8, fig9, fig_denoise_real",
+    "deep": "fig10, fig11",
+}
+for _section, _given in SECTIONS.items():
+    if not _given:
+        print(
+            f"{_section}: no such section in the config, targets skipped ({_SKIPPED[_section]})",
+            file=sys.stderr,
+        )
+
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
 # Results per config (`run: {name: ...}`): every output under results/{name}/, datasets shared.
 RUN_NAME = config["run"]["name"]
 RESULTS = f"results/{RUN_NAME}"
 DATA = "results/data"
+# Job logs and Snakemake benchmark TSVs are split the same way (as PyPSA-Eur does with
+# logs/{run}/ and benchmarks/{run}/): logs/{name}/<stage>/..., benchmarks/{name}/<stage>/...;
+# those of the shared datasets in logs/data/ and benchmarks/data/, the store's in logs/.
+LOGS = f"logs/{RUN_NAME}"
+BENCHMARKS = f"benchmarks/{RUN_NAME}"
+DATA_LOGS = "logs/data"
+DATA_BENCHMARKS = "benchmarks/data"
 # The store manifest is an ancient() input: re-creating the store reruns nothing.
 TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
 TRACKING = ancient(TRACKING_FILE)
@@ -113,26 +143,26 @@ def option_value(option, value):
     return f"{option} {value}" if value is not None else ""
 
 
-# UCD-LMI DBMs (ucd_dbm.smk): config ucd.dbm, the datasets and models of Tables 1-2.
-import sys
-
+# UCD-LMI DBMs (ucd_dbm.smk): config ucd.dbm, the datasets and models of Tables 1-2 (none when
+# the config has no ucd.dbm section).
 UCD_DBM = config["ucd"]["dbm"]
-UCD_DATASETS = list(UCD_DBM["datasets"])
+UCD_DATASETS = list(UCD_DBM["datasets"]) if SECTIONS["ucd.dbm"] else []
 UCD_ABLATION_DATASET = UCD_DBM["ablation_dataset"]
-if UCD_DBM["cifar10_archive"]:
+if SECTIONS["ucd.dbm"] and UCD_DBM["cifar10_archive"]:
     UCD_DATASETS.append("binary_cifar10")
-else:
+elif SECTIONS["ucd.dbm"]:
     print(
         "ucd: CIFAR-10 targets skipped (set ucd.dbm.cifar10_archive to cifar-10-python.tar.gz)",
         file=sys.stderr,
     )
-for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
-    if _name == "binary_cifar10":
-        continue
-    if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
-        raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
-if "ucd_lmi" not in UCD_DBM["models"]:
-    raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
+if SECTIONS["ucd.dbm"]:
+    for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
+        if _name == "binary_cifar10":
+            continue
+        if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
+            raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
+    if "ucd_lmi" not in UCD_DBM["models"]:
+        raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
 
 
 def ucd_dbm_spec(wildcards):
@@ -154,7 +184,11 @@ def ucd_dbm_mem_mb(wildcards):
 
 
 UCD_TABLE1 = [(d, m) for d in UCD_DATASETS for m in UCD_DBM["models"]]
-UCD_TABLE2 = [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
+UCD_TABLE2 = (
+    [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
+    if SECTIONS["ucd.dbm"]
+    else []
+)
 UCD_ALL_MODELS = sorted(set(UCD_TABLE1) | set(UCD_TABLE2))
 UCD_FIG_MODELS = [
     (d, m) for d in UCD_DATASETS for m in ("ucd_lmi", "pcd") if m in UCD_DBM["models"]

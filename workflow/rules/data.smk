@@ -7,9 +7,9 @@ rule fetch_dataset:
     output:
         npz=f"{DATA}/{{dataset}}.npz",
     log:
-        "logs/data/fetch_{dataset}.log",
+        f"{DATA_LOGS}/fetch_{{dataset}}.log",
     benchmark:
-        "benchmarks/data/fetch_{dataset}.tsv"
+        f"{DATA_BENCHMARKS}/fetch_{{dataset}}.tsv"
     wildcard_constraints:
         dataset="|".join(RAW_DATASETS),
     conda:
@@ -33,9 +33,9 @@ rule derive_dataset:
     output:
         npz=f"{DATA}/{{derived}}.npz",
     log:
-        "logs/data/derive_{derived}.log",
+        f"{DATA_LOGS}/derive_{{derived}}.log",
     benchmark:
-        "benchmarks/data/derive_{derived}.tsv"
+        f"{DATA_BENCHMARKS}/derive_{{derived}}.tsv"
     wildcard_constraints:
         derived="|".join(config["data"]["derived"]) or "^$",
     conda:

@@ -19,9 +19,9 @@ rule deep_curve:
     output:
         csv=f"{RESULTS}/dbm/{{model}}/curve.csv",
     log:
-        "logs/dbm/curve_{model}.log",
+        f"{LOGS}/dbm/curve_{{model}}.log",
     benchmark:
-        "benchmarks/dbm/curve_{model}.tsv"
+        f"{BENCHMARKS}/dbm/curve_{{model}}.tsv"
     wildcard_constraints:
         model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
     conda:
@@ -45,9 +45,9 @@ rule deep_timing:
     output:
         csv=f"{RESULTS}/dbm/fig10_timing.csv",
     log:
-        "logs/dbm/timing.log",
+        f"{LOGS}/dbm/timing.log",
     benchmark:
-        "benchmarks/dbm/timing.tsv"
+        f"{BENCHMARKS}/dbm/timing.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -79,9 +79,9 @@ rule draw_fig10:
     output:
         **figure_outputs("fig10"),
     log:
-        "logs/figures/fig10.log",
+        f"{LOGS}/figures/fig10.log",
     benchmark:
-        "benchmarks/figures/fig10.tsv"
+        f"{BENCHMARKS}/figures/fig10.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -102,9 +102,9 @@ rule draw_fig11:
     output:
         **figure_outputs("fig11"),
     log:
-        "logs/figures/fig11.log",
+        f"{LOGS}/figures/fig11.log",
     benchmark:
-        "benchmarks/figures/fig11.tsv"
+        f"{BENCHMARKS}/figures/fig11.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1

@@ -15,9 +15,9 @@ rule denoise_bsc:
         csv=f"{RESULTS}/denoise/{{model}}/denoise_bsc.csv",
         npz=f"{RESULTS}/denoise/{{model}}/denoise_bsc.npz",
     log:
-        "logs/denoise/bsc_{model}.log",
+        f"{LOGS}/denoise/bsc_{{model}}.log",
     benchmark:
-        "benchmarks/denoise/bsc_{model}.tsv"
+        f"{BENCHMARKS}/denoise/bsc_{{model}}.tsv"
     wildcard_constraints:
         model="|".join(DENOISE_TAP.values()) or "^$",
     conda:
@@ -43,9 +43,9 @@ rule denoise_baselines:
         csv=f"{RESULTS}/denoise/baselines/bsc.csv",
         npz=DENOISE_BASELINES,
     log:
-        "logs/denoise/baselines.log",
+        f"{LOGS}/denoise/baselines.log",
     benchmark:
-        "benchmarks/denoise/baselines.tsv"
+        f"{BENCHMARKS}/denoise/baselines.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 2
@@ -70,9 +70,9 @@ rule denoise_real:
         csv=f"{RESULTS}/denoise/{{model}}/denoise_real.csv",
         npz=f"{RESULTS}/denoise/{{model}}/denoise_real.npz",
     log:
-        "logs/denoise/real_{model}.log",
+        f"{LOGS}/denoise/real_{{model}}.log",
     benchmark:
-        "benchmarks/denoise/real_{model}.tsv"
+        f"{BENCHMARKS}/denoise/real_{{model}}.tsv"
     wildcard_constraints:
         model=DENOISE_REAL_MODEL or "^$",
     conda:
@@ -99,9 +99,9 @@ rule draw_fig8:
     output:
         **figure_outputs("fig8"),
     log:
-        "logs/figures/fig8.log",
+        f"{LOGS}/figures/fig8.log",
     benchmark:
-        "benchmarks/figures/fig8.tsv"
+        f"{BENCHMARKS}/figures/fig8.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -126,9 +126,9 @@ rule draw_fig9:
     output:
         **figure_outputs("fig9"),
     log:
-        "logs/figures/fig9.log",
+        f"{LOGS}/figures/fig9.log",
     benchmark:
-        "benchmarks/figures/fig9.tsv"
+        f"{BENCHMARKS}/figures/fig9.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -153,9 +153,9 @@ rule draw_fig_denoise_real:
     output:
         **figure_outputs("fig_denoise_real"),
     log:
-        "logs/figures/fig_denoise_real.log",
+        f"{LOGS}/figures/fig_denoise_real.log",
     benchmark:
-        "benchmarks/figures/fig_denoise_real.tsv"
+        f"{BENCHMARKS}/figures/fig_denoise_real.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1

@@ -13,9 +13,9 @@ if "fig3" in FIGURES:
         output:
             **figure_outputs("fig3"),
         log:
-            "logs/figures/fig3.log",
+            f"{LOGS}/figures/fig3.log",
         benchmark:
-            "benchmarks/figures/fig3.tsv"
+            f"{BENCHMARKS}/figures/fig3.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1
@@ -38,9 +38,9 @@ if "fig4" in FIGURES:
         output:
             **figure_outputs("fig4"),
         log:
-            "logs/figures/fig4.log",
+            f"{LOGS}/figures/fig4.log",
         benchmark:
-            "benchmarks/figures/fig4.tsv"
+            f"{BENCHMARKS}/figures/fig4.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1
@@ -68,9 +68,9 @@ if "fig5" in FIGURES:
         output:
             **figure_outputs("fig5"),
         log:
-            "logs/figures/fig5.log",
+            f"{LOGS}/figures/fig5.log",
         benchmark:
-            "benchmarks/figures/fig5.tsv"
+            f"{BENCHMARKS}/figures/fig5.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1
@@ -94,9 +94,9 @@ if "fig6" in FIGURES:
         output:
             **figure_outputs("fig6"),
         log:
-            "logs/figures/fig6.log",
+            f"{LOGS}/figures/fig6.log",
         benchmark:
-            "benchmarks/figures/fig6.tsv"
+            f"{BENCHMARKS}/figures/fig6.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1
@@ -124,9 +124,9 @@ if "fig7" in FIGURES:
         output:
             **figure_outputs("fig7"),
         log:
-            "logs/figures/fig7.log",
+            f"{LOGS}/figures/fig7.log",
         benchmark:
-            "benchmarks/figures/fig7.tsv"
+            f"{BENCHMARKS}/figures/fig7.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1

@@ -13,9 +13,9 @@ rule harvest_solutions:
         npz=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.npz",
         csv=f"{RESULTS}/solutions/{{model}}/epoch_{{epoch}}.csv",
     log:
-        "logs/harvest/{model}/epoch_{epoch}.log",
+        f"{LOGS}/harvest/{{model}}/epoch_{{epoch}}.log",
     benchmark:
-        "benchmarks/harvest/{model}/epoch_{epoch}.tsv"
+        f"{BENCHMARKS}/harvest/{{model}}/epoch_{{epoch}}.tsv"
     wildcard_constraints:
         model="|".join(config["harvest"]) or "^$",
         epoch=r"[0-9]+",

@@ -26,9 +26,9 @@ rule score_epochs:
     output:
         scores=f"{RESULTS}/likelihood/{{model}}/scores.csv",
     log:
-        "logs/likelihood/score_epochs_{model}.log",
+        f"{LOGS}/likelihood/score_epochs_{{model}}.log",
     benchmark:
-        "benchmarks/likelihood/score_epochs_{model}.tsv"
+        f"{BENCHMARKS}/likelihood/score_epochs_{{model}}.tsv"
     wildcard_constraints:
         model=FIG12_MODEL or "^$",
     conda:
@@ -57,9 +57,9 @@ rule score_final:
     output:
         scores=f"{RESULTS}/likelihood/{{model}}/final.csv",
     log:
-        "logs/likelihood/score_final_{model}.log",
+        f"{LOGS}/likelihood/score_final_{{model}}.log",
     benchmark:
-        "benchmarks/likelihood/score_final_{model}.tsv"
+        f"{BENCHMARKS}/likelihood/score_final_{{model}}.tsv"
     wildcard_constraints:
         model="|".join(TABLE_MODELS) or "^$",
     conda:
@@ -87,9 +87,9 @@ rule draw_fig12:
     output:
         **figure_outputs("fig12"),
     log:
-        "logs/figures/fig12.log",
+        f"{LOGS}/figures/fig12.log",
     benchmark:
-        "benchmarks/figures/fig12.tsv"
+        f"{BENCHMARKS}/figures/fig12.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -110,9 +110,9 @@ rule draw_likelihood_table:
     output:
         **figure_outputs("likelihood_table"),
     log:
-        "logs/figures/likelihood_table.log",
+        f"{LOGS}/figures/likelihood_table.log",
     benchmark:
-        "benchmarks/figures/likelihood_table.tsv"
+        f"{BENCHMARKS}/figures/likelihood_table.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1

@@ -11,9 +11,9 @@ rule train_model:
         model=f"{RESULTS}/models/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{model}}/metrics.csv",
     log:
-        "logs/train/{model}.log",
+        f"{LOGS}/train/{{model}}.log",
     benchmark:
-        "benchmarks/train/{model}.tsv"
+        f"{BENCHMARKS}/train/{{model}}.tsv"
     wildcard_constraints:
         model="|".join(config["models"]) or "^$",
     conda:

@@ -11,9 +11,9 @@ rule ucd_coupling_steps:
     output:
         steps=f"{RESULTS}/ucd/fig1/{{method}}.csv",
     log:
-        "logs/ucd/fig1_{method}.log",
+        f"{LOGS}/ucd/fig1_{{method}}.log",
     benchmark:
-        "benchmarks/ucd/fig1_{method}.tsv"
+        f"{BENCHMARKS}/ucd/fig1_{{method}}.tsv"
     wildcard_constraints:
         method="|".join(UCD_FIG1["methods"]),
     conda:
@@ -44,9 +44,9 @@ rule draw_ucd_fig1:
     output:
         **figure_outputs("ucd_fig1"),
     log:
-        "logs/figures/ucd_fig1.log",
+        f"{LOGS}/figures/ucd_fig1.log",
     benchmark:
-        "benchmarks/figures/ucd_fig1.tsv"
+        f"{BENCHMARKS}/figures/ucd_fig1.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -60,4 +60,4 @@ rule draw_ucd_fig1:
 
 rule ucd_fig1:
     input:
-        rules.draw_ucd_fig1.output,
+        rules.draw_ucd_fig1.output if SECTIONS["ucd.fig1"] else [],

@@ -13,9 +13,9 @@ if UCD_DBM["cifar10_archive"]:
         output:
             npz=dataset_file("binary_cifar10"),
         log:
-            "logs/ucd/cifar10.log",
+            f"{DATA_LOGS}/ucd_cifar10.log",
         benchmark:
-            "benchmarks/ucd/cifar10.tsv"
+            f"{DATA_BENCHMARKS}/ucd_cifar10.tsv"
         conda:
             "../../envs/tapmachine.yaml"
         threads: 1
@@ -35,9 +35,9 @@ rule ucd_train_dbm:
         model=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/model.pt",
         steps=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/steps.csv",
     log:
-        "logs/ucd/dbm/train_{dataset}_{model}.log",
+        f"{LOGS}/ucd/dbm/train_{{dataset}}_{{model}}.log",
     benchmark:
-        "benchmarks/ucd/dbm/train_{dataset}_{model}.tsv"
+        f"{BENCHMARKS}/ucd/dbm/train_{{dataset}}_{{model}}.tsv"
     wildcard_constraints:
         dataset="|".join(sorted(set(UCD_DATASETS) | {UCD_ABLATION_DATASET})),
     conda:
@@ -64,9 +64,9 @@ rule ucd_classifier:
     output:
         classifier=f"{RESULTS}/ucd/classifier/{{dataset}}.pt",
     log:
-        "logs/ucd/classifier_{dataset}.log",
+        f"{LOGS}/ucd/classifier_{{dataset}}.log",
     benchmark:
-        "benchmarks/ucd/classifier_{dataset}.tsv"
+        f"{BENCHMARKS}/ucd/classifier_{{dataset}}.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -91,9 +91,9 @@ rule ucd_score:
     output:
         score=f"{RESULTS}/ucd/dbm/{{dataset}}/{{model}}/score.json",
     log:
-        "logs/ucd/dbm/score_{dataset}_{model}.log",
+        f"{LOGS}/ucd/dbm/score_{{dataset}}_{{model}}.log",
     benchmark:
-        "benchmarks/ucd/dbm/score_{dataset}_{model}.tsv"
+        f"{BENCHMARKS}/ucd/dbm/score_{{dataset}}_{{model}}.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -121,9 +121,9 @@ rule draw_ucd_samples:
     output:
         **figure_outputs("ucd_samples"),
     log:
-        "logs/figures/ucd_samples.log",
+        f"{LOGS}/figures/ucd_samples.log",
     benchmark:
-        "benchmarks/figures/ucd_samples.tsv"
+        f"{BENCHMARKS}/figures/ucd_samples.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -146,9 +146,9 @@ rule draw_ucd_completion:
     output:
         **figure_outputs("ucd_completion"),
     log:
-        "logs/figures/ucd_completion.log",
+        f"{LOGS}/figures/ucd_completion.log",
     benchmark:
-        "benchmarks/figures/ucd_completion.tsv"
+        f"{BENCHMARKS}/figures/ucd_completion.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -170,9 +170,9 @@ rule draw_ucd_table1:
     output:
         **figure_outputs("ucd_table1"),
     log:
-        "logs/figures/ucd_table1.log",
+        f"{LOGS}/figures/ucd_table1.log",
     benchmark:
-        "benchmarks/figures/ucd_table1.tsv"
+        f"{BENCHMARKS}/figures/ucd_table1.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -191,9 +191,9 @@ rule draw_ucd_table2:
     output:
         **figure_outputs("ucd_table2"),
     log:
-        "logs/figures/ucd_table2.log",
+        f"{LOGS}/figures/ucd_table2.log",
     benchmark:
-        "benchmarks/figures/ucd_table2.tsv"
+        f"{BENCHMARKS}/figures/ucd_table2.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -212,19 +212,19 @@ rule ucd_train:
 
 rule ucd_samples:
     input:
-        rules.draw_ucd_samples.output,
+        rules.draw_ucd_samples.output if SECTIONS["ucd.dbm"] else [],
 
 
 rule ucd_completion:
     input:
-        rules.draw_ucd_completion.output,
+        rules.draw_ucd_completion.output if SECTIONS["ucd.dbm"] else [],
 
 
 rule ucd_table1:
     input:
-        rules.draw_ucd_table1.output,
+        rules.draw_ucd_table1.output if SECTIONS["ucd.dbm"] else [],
 
 
 rule ucd_table2:
     input:
-        rules.draw_ucd_table2.output,
+        rules.draw_ucd_table2.output if SECTIONS["ucd.dbm"] else [],

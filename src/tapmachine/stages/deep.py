@@ -4,8 +4,8 @@ Commands (``register`` adds them):
 
 - ``tapmachine deep-curve``: pseudo-likelihood (``--measure pl``, Fig. 10) or normalised TAP
   log-likelihood of train and test images (``--measure tap``, Fig. 11) at every checkpoint of a
-  trained model, to one CSV; logged to the model's training run's experiment ("train") as a run
-  ``curve/{model}``.
+  trained model, to one CSV; logged as a run ``{model}-curve`` of experiment "likelihood" (step =
+  epoch), tagged ``model_run_id`` = the model's training run (which is left untouched).
 - ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
 - ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
   ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
@@ -93,9 +93,11 @@ def _cmd_curve(args) -> None:
     rows = [{**info, **r} for r in rows]
     write_csv(rows, args.out)
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
-    tags = {"model": name, "train_run": str(model.mlflow_run_id or "")}
+    tags = {"model": name, "measure": args.measure}
+    if model.mlflow_run_id:
+        tags["model_run_id"] = str(model.mlflow_run_id)
     with tracking.start_run(
-        args.tracking, "train", f"curve/{name}", params=params, tags=tags
+        args.tracking, "likelihood", f"{name}-curve", params=params, tags=tags
     ) as run:
         for r in rows:
             run.log_metrics(

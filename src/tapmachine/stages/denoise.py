@@ -272,6 +272,8 @@ def run_bsc(
     )
     params = {"model": name, "ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
     tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "bsc"}
+    if record.mlflow_run_id:
+        tags["model_run_id"] = record.mlflow_run_id
     series = {"mcc": mcc.mean(1), "mcc_se": [r["se"] for r in rows]}
     _publish(rows, arrays, out_csv, out_npz, manifest, f"{name}-bsc", params, tags, series)
     return arrays
@@ -430,6 +432,8 @@ def run_real(
         **{k: v for k, v in settings.items() if k != "sigmas"},
     }
     tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "gauss"}
+    if record.mlflow_run_id:
+        tags["model_run_id"] = record.mlflow_run_id
     series = {f"mse.{k}": v.mean(1) for k, v in mses.items()}
     series.update(
         {f"psnr.{k}": [denoise.psnr(float(e)) for e in v.mean(1)] for k, v in mses.items()}
@@ -467,19 +471,19 @@ def _cmd_run(args) -> None:
 
 
 def _cmd_figure(args) -> None:
-    """Draw through ``stages.figures.draw`` (the FIGURES table), then attach the three files to
-    every denoise run the figure was drawn from."""
-    from tapmachine import tracking
+    """Draw through ``stages.figures.draw`` (the FIGURES table); the figure's run is tagged with
+    the denoise runs it was drawn from (``denoise_run.<label>``). Nothing is added to those
+    finished runs, so redrawing a figure never touches them."""
     from tapmachine.stages import figures
 
-    figures.draw(args)
     sources = [args.results] if args.figure == "fig_denoise_real" else [*args.tap, args.baselines]
+    tags = {}
     for src in sources:
         with np.load(src, allow_pickle=False) as npz:
             run_id = str(npz["mlflow_run_id"]) if "mlflow_run_id" in npz.files else ""
-        run = tracking.attach_run(args.tracking, run_id)
-        for p in (args.png, args.pdf, args.csv):
-            run.log_artifact(p, "figures")
+        if run_id:
+            tags[f"denoise_run.{Path(src).parent.name}"] = run_id
+    figures.draw(args, tags=tags)
 
 
 def _figure_parsers(subparsers):

@@ -100,7 +100,8 @@ FIGURES = {
 MODULES = {f: "ucd_dbm" for f in ("ucd_samples", "ucd_completion", "ucd_table1", "ucd_table2")}
 
 
-def draw(args) -> None:
+def draw(args, tags: dict | None = None) -> None:
+    """Draw ``args.figure``, save PNG/PDF/CSV, log them to its own run (``tags`` added)."""
     from tapmachine.figures import common
 
     set_threads(getattr(args, "threads", 1))
@@ -111,14 +112,16 @@ def draw(args) -> None:
     module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
     result = FIGURES[args.figure](module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
-    track(args.tracking, args.figure, result, paths)
+    track(args.tracking, args.figure, result, paths, tags)
     claims = result.table[result.table["kind"] == "claim"]
     columns = [c for c in ("claim", "model", "epoch", "value", "detail") if c in claims]
     print(claims[columns].to_string(index=False))
     print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str | None:
+def track(
+    manifest, name: str, result: FigureResult, paths: list[Path], extra_tags: dict | None = None
+) -> str | None:
     """Log the three files of a figure to a run ``name`` in the "figures" experiment.
 
     Tags name the model runs it was drawn from (``train_run.<model>``; ``harvest_runs.<model>``
@@ -134,6 +137,7 @@ def track(manifest, name: str, result: FigureResult, paths: list[Path]) -> str |
             tags[f"harvest_runs.{m.name}"] = json.dumps(m.harvest_run_ids, sort_keys=True)
         if m.substitute:
             tags[f"substitute.{m.name}"] = m.substitute
+    tags.update(extra_tags or {})
     params = {"models": [m.name for m in result.models], **result.params}
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
         by_step = claim_metrics(result.table)

@@ -10,10 +10,13 @@ from tapmachine.stages.common import LazyRun, job_kwargs, set_threads
 def harvest_epoch(
     model_file, checkpoint, epoch: int, data_path, settings, out_npz, out_csv, manifest=None, **kw
 ) -> dict:
-    """``harvest.run_harvest`` inside a run of experiment "harvest" (summary as metrics, npz and
-    CSV as artifacts); the summary also goes to the model's training run, step = epoch."""
-    from tapmachine import harvest, tracking
-    from tapmachine.modelfile import ModelFile
+    """``harvest.run_harvest`` inside its own run of experiment "harvest" (summary as metrics,
+    step = epoch; npz and CSV as artifacts), tagged ``model_run_id`` = the model's training run.
+
+    Nothing is written into the (finished) training run: a rerun makes a new harvest run instead
+    of a second point at the same step of the training run.
+    """
+    from tapmachine import harvest
 
     with contextlib.ExitStack() as stack:
         tracked = LazyRun(stack, manifest, "harvest", lambda p: f"{p['model']}/epoch_{epoch}")
@@ -31,10 +34,6 @@ def harvest_epoch(
         tracked.run.log_metrics(summary, step=epoch)
         tracked.run.log_artifact(out_npz)
         tracked.run.log_artifact(out_csv)
-    if manifest:
-        train_run = tracking.attach_run(manifest, ModelFile.load(model_file).mlflow_run_id)
-        keys = ("n_unique", "helmholtz", "free_energy_std", "n_not_converged", "mean_iterations")
-        train_run.log_metrics({f"harvest_{k}": summary[k] for k in keys}, step=epoch)
     return summary
 
 

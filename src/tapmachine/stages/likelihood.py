@@ -1,7 +1,9 @@
 """``tapmachine score``: AIS, TAP and pseudo-likelihood of a model or its checkpoints (App. F).
 
 The library side is ``tapmachine.likelihood``; here the scores are logged to a run of experiment
-"likelihood" and to the model's training run (``eval.`` per epoch, ``final.`` for model.pt).
+"likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
+training run. Nothing is written into the finished training run, so a rerun never adds a second
+point at the same step there.
 """
 
 from __future__ import annotations
@@ -20,21 +22,15 @@ from tapmachine.stages.common import (
 
 
 def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", manifest=None, **kw):
-    """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch)."""
-    from tapmachine import likelihood, tracking
+    """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch) to a run
+    ``{model}-epochs`` of experiment "likelihood"."""
+    from tapmachine import likelihood
 
     with contextlib.ExitStack() as stack:
         tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-epochs")
-        train_run = tracking.attach_run(None, None)
-
-        def on_start(params, tags, model):
-            nonlocal train_run
-            train_run = tracking.attach_run(manifest, model.mlflow_run_id)
-            tracked.on_start(params, tags)
 
         def on_row(epoch, row):
             tracked.run.log_metrics(likelihood.tracked_metrics(row), step=epoch)
-            train_run.log_metrics(likelihood.tracked_metrics(row, "eval."), step=epoch)
 
         rows = likelihood.score_checkpoints(
             model_dir,
@@ -42,7 +38,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
             out_csv,
             settings,
             epochs=epochs,
-            on_start=on_start,
+            on_start=tracked.on_start,
             on_row=on_row,
             **kw,
         )
@@ -51,9 +47,8 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
 
 
 def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
-    """``likelihood.score_model`` logged to a "likelihood" run and, as ``final.``, to the
-    model's training run."""
-    from tapmachine import likelihood, tracking
+    """``likelihood.score_model`` logged to a run ``{model}-final`` of experiment "likelihood"."""
+    from tapmachine import likelihood
 
     with contextlib.ExitStack() as stack:
         tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-final")
@@ -61,8 +56,6 @@ def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
             model_file, data_path, out_csv, settings, on_start=tracked.on_start, **kw
         )
         tracked.run.log_metrics(likelihood.tracked_metrics(row))
-        train_run = tracking.attach_run(manifest, row.get("mlflow_run_id"))
-        train_run.log_metrics(likelihood.tracked_metrics(row, "final."))
         tracked.run.log_artifact(out_csv)
     return row
 

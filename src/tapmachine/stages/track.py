@@ -2,11 +2,27 @@
 
 Tracking during a run is best effort (``tapmachine.tracking``): a store that is down, or a job
 killed before it logged, leaves the result files complete and the store short. This command
-rebuilds the missing runs from the files alone: datasets (``results/data``), training
-(``models/*/metrics.csv``), harvests (``solutions/*/epoch_*.csv``), likelihood scores
-(``likelihood/*/*.csv``) and figures (``figures/*.csv`` with their PNG/PDF). A run already present
-(same experiment, run name, config run name and FINISHED) is kept, so a second replay adds
-nothing; replayed runs carry ``tapmachine.replayed = true``.
+rebuilds the missing runs from the files alone, under the names the live jobs give them:
+
+- datasets (``results/data/*.npz``, experiment ``data``);
+- training (``models/*/metrics.csv``, with the machine as an MLflow model when ``model.pt`` and
+  its dataset are there; ``train``);
+- harvests (``solutions/*/epoch_*.npz``/``.csv``; ``harvest``), likelihood scores
+  (``likelihood/*/*.csv``) and the deep curves of Figs. 10-11 (``dbm/*/curve.csv``;
+  ``likelihood``), the Fig. 10 timing (``dbm/fig10_timing.csv``; ``benchmarks``);
+- denoising (``denoise/{model}/denoise_bsc.csv``, ``denoise_real.csv``,
+  ``denoise/baselines/bsc.csv``; ``denoise``);
+- UCD-LMI (``ucd/fig1/*.csv``, ``ucd/dbm/{dataset}/{model}/`` training, ``score.json``,
+  ``ucd/classifier/*.pt``; ``ucd``);
+- figures and tables (``figures/*.csv`` with their PNG/PDF; ``figures``).
+
+A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
+second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Runs derived from
+a model (harvest, scores, curves, denoising, UCD scores) are tagged ``model_run_id`` with the id
+of that model's training run *in this store*, found or replayed first: a training job whose
+tracking failed to start records no run id in ``model.pt``, and the replayed training run is
+then the one its downstream runs point to (present runs lacking the tag get it too). ``model.pt``
+is never rewritten: the store, not the file, holds the link.
 """
 
 from __future__ import annotations
@@ -32,6 +48,9 @@ __all__ = [
     "invocation_end",
 ]
 
+#: Tag naming the training run a derived run was made from.
+MODEL_TAG = "model_run_id"
+
 
 class TrackError(Exception):
     """The store cannot be reached or the results directory is not one."""
@@ -39,17 +58,22 @@ class TrackError(Exception):
 
 @dataclass
 class Item:
-    """One run to be: experiment, run name, params, metric rows (step -> values), artifacts."""
+    """One run to be: experiment, run name, params, metric rows (step -> values), artifacts
+    (a path, or (path, artifact folder)), tags; ``model``: the (experiment, run name) of the
+    training run it derives from; ``machine``: (model.pt, dataset .npz) to log as an MLflow
+    model."""
 
     experiment: str
     name: str
     params: dict = field(default_factory=dict)
     steps: dict[int | None, dict[str, float]] = field(default_factory=dict)
-    artifacts: list[Path] = field(default_factory=list)
+    artifacts: list = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    model: tuple[str, str] | None = None
+    machine: tuple[Path, Path] | None = None
 
 
-def _numeric_rows(csv: Path, step_column: str | None = "epoch"):
+def _numeric_rows(csv: Path, step_column: str | None = "epoch", skip=()):
     import pandas as pd
 
     table = pd.read_csv(csv)
@@ -60,7 +84,9 @@ def _numeric_rows(csv: Path, step_column: str | None = "epoch"):
             step = int(row[step_column])
         values = steps.setdefault(step, {})
         for key, value in row.items():
-            if key == step_column or isinstance(value, bool | str) or _missing(value):
+            if key == step_column or key in skip or isinstance(value, bool | str):
+                continue
+            if _missing(value):
                 continue
             try:
                 values[str(key)] = float(value)
@@ -82,52 +108,212 @@ def _claims(csv: Path) -> dict[int | None, dict[str, float]]:
     return claim_metrics(pd.read_csv(csv))
 
 
+def _existing(*paths: Path) -> list[Path]:
+    return [p for p in paths if p.exists()]
+
+
+def _train_items(results: Path, data: Path | None) -> Iterator[Item]:
+    for csv in sorted(results.glob("models/*/metrics.csv")):
+        _, steps = _numeric_rows(csv)
+        model = csv.parent.name
+        machine = None
+        model_file = csv.parent / "model.pt"
+        if model_file.exists() and data is not None:
+            from tapmachine.modelfile import ModelFile
+
+            dataset_file = data / f"{ModelFile.load(model_file).dataset}.npz"
+            machine = (model_file, dataset_file) if dataset_file.exists() else None
+        yield Item("train", model, {"model": model}, steps, [csv], {"model": model}, None, machine)
+    for steps_csv in sorted(results.glob("ucd/dbm/*/*/steps.csv")):
+        yield _ucd_train_item(steps_csv)
+
+
+def _ucd_train_item(steps_csv: Path) -> Item:
+    """A DBM of the second paper: per-step metrics (step = update), the epoch images."""
+    model, dataset = steps_csv.parent.name, steps_csv.parent.parent.name
+    _, steps = _numeric_rows(steps_csv, "step")
+    params = {"model": model, "dataset": dataset}
+    tags = {"model": model, "dataset": dataset, "stage": "ucd_train"}
+    model_file = steps_csv.parent / "model.pt"
+    if model_file.exists():
+        from tapmachine.modelfile import ModelFile
+
+        blob = ModelFile.load(model_file)
+        params.update(blob.spec)
+        tags["method"] = str(blob.extras.get("method", ""))
+        if "seconds" in blob.extras:
+            steps.setdefault(None, {})["train_seconds_total"] = float(blob.extras["seconds"])
+    pngs = [(p, "epochs") for p in sorted(steps_csv.parent.glob("epochs/epoch_*.png"))]
+    return Item("ucd", f"train_{dataset}_{model}", params, steps, [*pngs, steps_csv], tags)
+
+
+def _harvest_items(results: Path) -> Iterator[Item]:
+    import pandas as pd
+
+    for csv in sorted(results.glob("solutions/*/epoch_*.csv")):
+        model, epoch = csv.parent.name, int(csv.stem.split("_")[1])
+        metrics = {"n_unique": float(len(pd.read_csv(csv)))}
+        npz = csv.with_suffix(".npz")
+        if npz.exists():
+            with np.load(npz, allow_pickle=False) as z:
+                if "summary" in z.files:
+                    summary = json.loads(str(z["summary"]))
+                    metrics = {k: float(v) for k, v in summary.items() if _number(v)}
+        tags = {"model": model, "epoch": str(epoch)}
+        name = f"{model}/epoch_{epoch}"
+        arts = _existing(npz, csv)
+        yield Item("harvest", name, {}, {epoch: metrics}, arts, tags, ("train", model))
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _likelihood_items(results: Path) -> Iterator[Item]:
+    import pandas as pd
+
+    from tapmachine.likelihood import tracked_metrics
+
+    for csv in sorted(results.glob("likelihood/*/*.csv")):
+        model = csv.parent.name
+        kind = {"scores": "epochs", "final": "final"}.get(csv.stem, csv.stem)
+        steps: dict[int | None, dict[str, float]] = {}
+        for row in pd.read_csv(csv).to_dict("records"):
+            row = {k: (None if _missing(v) else v) for k, v in row.items()}
+            step = int(row["epoch"]) if kind == "epochs" and row.get("epoch") is not None else None
+            steps.setdefault(step, {}).update(tracked_metrics(row))
+        tags = {"model": model, "kind": "per-epoch" if kind == "epochs" else kind}
+        yield Item("likelihood", f"{model}-{kind}", {}, steps, [csv], tags, ("train", model))
+    for csv in sorted(results.glob("dbm/*/curve.csv")):
+        model = csv.parent.name
+        info = ("model", "inference", "train_iterations", "n_hidden_layers", "measure")
+        table, steps = _numeric_rows(csv, "epoch", skip=info)
+        tags = {"model": model}
+        if "measure" in table and len(table):
+            tags["measure"] = str(table["measure"].iloc[0])
+        yield Item("likelihood", f"{model}-curve", {}, steps, [csv], tags, ("train", model))
+    timing = results / "dbm" / "fig10_timing.csv"
+    if timing.exists():
+        table = pd.read_csv(timing)
+        steps = {
+            int(r["batch_size"]): {k: float(r[k]) for k in ("tap_seconds", "adatap_seconds")}
+            for r in table.to_dict("records")
+        }
+        yield Item("benchmarks", "fig10/timing", {}, steps, [timing])
+
+
+def _level_series(csv: Path, metrics) -> dict[int | None, dict[str, float]]:
+    """Rows of a denoising summary (one per noise level and method, in level order) as the live
+    run's series: step = index of the level, ``metrics(method, row)`` the values."""
+    import pandas as pd
+
+    steps: dict[int | None, dict[str, float]] = {}
+    for method, rows in pd.read_csv(csv).groupby("method", sort=False):
+        for i, row in enumerate(rows.to_dict("records")):
+            steps.setdefault(i, {}).update(metrics(method, row))
+    return steps
+
+
+def _denoise_items(results: Path) -> Iterator[Item]:
+    for csv in sorted(results.glob("denoise/*/denoise_bsc.csv")):
+        model = csv.parent.name
+        steps = _level_series(csv, lambda m, r: {"mcc": r["value"], "mcc_se": r["se"]})
+        tags = {"model": model, "channel": "bsc"}
+        yield Item("denoise", f"{model}-bsc", {}, steps, [csv], tags, ("train", model))
+    for csv in sorted(results.glob("denoise/*/denoise_real.csv")):
+        model = csv.parent.name
+        steps = _level_series(csv, lambda m, r: {f"mse.{m}": r["value"], f"psnr.{m}": r["psnr"]})
+        tags = {"model": model, "channel": "gauss"}
+        yield Item("denoise", f"{model}-gaussian", {}, steps, [csv], tags, ("train", model))
+    baselines = results / "denoise" / "baselines" / "bsc.csv"
+    if baselines.exists():
+        steps = _level_series(baselines, lambda m, r: {f"mcc.{m}": r["value"]})
+        yield Item("denoise", "baselines-bsc", {}, steps, [baselines], {"channel": "bsc"})
+
+
+def _ucd_items(results: Path) -> Iterator[Item]:
+    import pandas as pd
+
+    for csv in sorted(results.glob("ucd/fig1/*.csv")):
+        table = pd.read_csv(csv)
+        steps: dict[int | None, dict[str, float]] = {}
+        for d, rows in table.groupby("d"):
+            total = rows["tau"] + rows["T"]
+            steps[int(d)] = {
+                "tau_mean": float(rows["tau"].mean()),
+                "T_mean": float(rows["T"].mean()),
+                "tau_plus_T_mean": float(total.mean()),
+                "tau_plus_T_std": float(total.std()) if len(rows) > 1 else 0.0,
+                "tau_one_fraction": float((rows["tau"] == 1).mean()),
+                "capped": float(rows["capped"].sum()),
+            }
+        yield Item("ucd", f"fig1_{csv.stem}", {"method": csv.stem}, steps, [csv])
+    for pt in sorted(results.glob("ucd/classifier/*.pt")):
+        import torch
+
+        blob = torch.load(pt, map_location="cpu", weights_only=True)
+        steps = {None: {"test_accuracy": float(blob["test_accuracy"])}}
+        yield Item("ucd", f"classifier_{pt.stem}", {"dataset": pt.stem}, steps, [pt])
+    for score in sorted(results.glob("ucd/dbm/*/*/score.json")):
+        row = json.loads(score.read_text())
+        model, dataset = score.parent.name, score.parent.parent.name
+        metrics = {k: float(v) for k, v in row.items() if _number(v)}
+        tags = {"model": model, "dataset": dataset, "stage": "ucd_score"}
+        train = ("ucd", f"train_{dataset}_{model}")
+        yield Item("ucd", f"score_{dataset}_{model}", row, {None: metrics}, [score], tags, train)
+
+
 def items(results: Path, data: Path | None) -> Iterator[Item]:
-    """Every run the files of ``results`` (and the datasets in ``data``) stand for."""
+    """Every run the files of ``results`` (and the datasets in ``data``) stand for; training runs
+    come before the runs derived from them."""
     if data is not None and data.is_dir():
         for npz in sorted(data.glob("*.npz")):
             with np.load(npz, allow_pickle=False) as z:
                 sizes = {k: int(z[k].shape[0]) for k in ("x_train", "x_test") if k in z.files}
             metrics = {f"n_{k[2:]}": v for k, v in sizes.items()}
             yield Item("data", npz.stem, {"file": str(npz)}, {None: metrics}, [], {})
-    for csv in sorted(results.glob("models/*/metrics.csv")):
-        _, steps = _numeric_rows(csv)
-        model = csv.parent.name
-        yield Item("train", model, {"model": model}, steps, [csv], {"model": model})
-    for csv in sorted(results.glob("solutions/*/epoch_*.csv")):
-        model, epoch = csv.parent.name, int(csv.stem.split("_")[1])
-        import pandas as pd
-
-        n_unique = len(pd.read_csv(csv))
-        npz = csv.with_suffix(".npz")
-        arts = [p for p in (npz, csv) if p.exists()]
-        tags = {"model": model, "epoch": str(epoch)}
-        yield Item(
-            "harvest", f"{model}/epoch_{epoch}", {}, {epoch: {"n_unique": n_unique}}, arts, tags
-        )
-    for csv in sorted(results.glob("likelihood/*/*.csv")):
-        model = csv.parent.name
-        kind = {"scores": "epochs", "final": "final"}.get(csv.stem, csv.stem)
-        _, steps = _numeric_rows(csv)
-        yield Item("likelihood", f"{model}-{kind}", {}, steps, [csv], {"model": model})
+    yield from _train_items(results, data if data is not None and data.is_dir() else None)
+    yield from _harvest_items(results)
+    yield from _likelihood_items(results)
+    yield from _denoise_items(results)
+    yield from _ucd_items(results)
     for csv in sorted(results.glob("figures/*.csv")):
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
         yield Item("figures", csv.stem, {}, _claims(csv), arts, {"figure": csv.stem})
 
 
-def _present(client, exp_id: str, name: str, run_name: str) -> bool:
+def _present(client, exp_id: str, name: str, run_name: str):
+    """The FINISHED run ``name`` of this config run in the experiment, or None."""
     quoted = name.replace("'", "\\'")
     filt = (
         f"attributes.run_name = '{quoted}' and attributes.status = 'FINISHED' "
         f"and tags.`tapmachine.run_name` = '{run_name}'"
     )
-    return bool(client.search_runs([exp_id], filt, max_results=1))
+    found = client.search_runs([exp_id], filt, max_results=1)
+    return found[0] if found else None
+
+
+def _log_machine(run, machine: tuple[Path, Path]) -> None:
+    """The machine as an MLflow model with its dataset, as training logs it; a file that cannot
+    be read leaves the run without it (said on stderr), never stops the replay."""
+    import sys
+
+    from tapmachine import data
+
+    model_file, dataset_file = machine
+    try:
+        ds = data.load_dataset(dataset_file)
+    except Exception as err:  # noqa: BLE001 - the metrics and files are replayed regardless
+        print(f"model {model_file} not logged: {err}", file=sys.stderr)
+        return
+    run.log_machine(model_file, ds.x_train[:5], dataset_file, ds.name)
 
 
 def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str, int]:
     """Replay ``results`` into the store (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m}. Raises TrackError if the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k} (k: present derived runs that lacked
+    their ``model_run_id`` tag). Raises TrackError if the store fails.
     """
     results = Path(results)
     if not results.is_dir():
@@ -140,22 +326,37 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
         raise TrackError(f"tracking store {tracking.default_tracking_uri(store)}: {err}") from err
     uri = info["tracking_uri"]
     client = tracking._client(uri)
-    counts = {"replayed": 0, "present": 0}
+    counts = {"replayed": 0, "present": 0, "retagged": 0}
+    # (experiment, run name) -> id in this store, for the model_run_id tags of derived runs
+    run_ids: dict[tuple[str, str], str] = {}
     for item in items(results, Path(data) if data else None):
         exp_id = info["experiments"][item.experiment]
         label = f"{item.experiment}/{item.name}"
-        if _present(client, exp_id, item.name, run_name):
+        model_run_id = run_ids.get(item.model) if item.model else None
+        found = _present(client, exp_id, item.name, run_name)
+        if found is not None:
+            run_ids[(item.experiment, item.name)] = found.info.run_id
             counts["present"] += 1
             print(f"present  {label}")
+            if model_run_id and found.data.tags.get(MODEL_TAG) in (None, "", "None"):
+                client.set_tag(found.info.run_id, MODEL_TAG, model_run_id)
+                counts["retagged"] += 1
+                print(f"retagged {label}: {MODEL_TAG} = {model_run_id}")
             continue
         tags = {**item.tags, "tapmachine.run_name": run_name, "tapmachine.replayed": "true"}
+        if model_run_id:
+            tags[MODEL_TAG] = model_run_id
         with tracking.start_run(manifest, item.experiment, item.name, item.params, tags) as run:
             for step, values in sorted(item.steps.items(), key=lambda kv: kv[0] or 0):
                 run.log_metrics(values, step=step)
-            for path in item.artifacts:
-                run.log_artifact(path)
+            for art in item.artifacts:
+                path, folder = art if isinstance(art, tuple) else (art, None)
+                run.log_artifact(path, folder)
+            if item.machine is not None:
+                _log_machine(run, item.machine)
         if tracking.disabled_reason(uri):
             raise TrackError(f"replaying {label}: {tracking.disabled_reason(uri)}")
+        run_ids[(item.experiment, item.name)] = run.run_id
         counts["replayed"] += 1
         print(f"replayed {label}")
     return counts
@@ -183,7 +384,8 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
         "",
         "tapmachine summary: "
         + ("success" if ok else "FAILED (the failing jobs and their logs are named above)"),
-        f"  results in {results}/ (datasets in {data}/), logs in logs/, timings in benchmarks/",
+        f"  results in {results}/ (datasets in {data}/), logs in logs/{results.name}/, "
+        f"timings in benchmarks/{results.name}/",
         f"  models ({len(models)}): {', '.join(models) or 'none yet'}",
         f"  figures ({len(figures)}): {', '.join(p.name for p in figures) or 'none yet'}",
     ]
@@ -207,9 +409,10 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
 
 def _cmd_track(args) -> None:
     counts = replay(args.results, args.store, args.manifest, args.data, args.run_name)
+    retagged = f", {counts['retagged']} retagged" if counts["retagged"] else ""
     print(
         f"tapmachine track: {counts['replayed']} runs replayed, {counts['present']} already "
-        f"in the store ({tracking.default_tracking_uri(args.store)})"
+        f"in the store{retagged} ({tracking.default_tracking_uri(args.store)})"
     )
 
 

@@ -349,7 +349,11 @@ def score(
         **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
         "seconds": time.perf_counter() - t0,
     }
-    with tracking.start_run(manifest, "ucd", f"score_{blob['dataset']}_{blob['name']}", row) as run:
+    tags = {"model": blob["name"], "dataset": blob["dataset"], "stage": "ucd_score"}
+    if model.mlflow_run_id:
+        tags["model_run_id"] = str(model.mlflow_run_id)
+    run_name = f"score_{blob['dataset']}_{blob['name']}"
+    with tracking.start_run(manifest, "ucd", run_name, row, tags) as run:
         run.log_metrics({k: v for k, v in row.items() if isinstance(v, float | int)})
         from tapmachine.files import atomic_write
 

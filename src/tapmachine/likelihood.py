@@ -42,6 +42,7 @@ __all__ = [
     "ScoreSettings",
     "ais_schedule",
     "checkpoint_path",
+    "evaluation_differs",
     "pseudo_log_likelihood_blocks",
     "recorded_tap_partition",
     "score_checkpoints",
@@ -165,6 +166,21 @@ TAP_INFO_KEYS = ("log_z_tap", "n_unique", "n_converged", "mean_iterations")
 _SAME_TAP = ("damping", "tol", "max_iter", "dedup_tol")
 
 
+def evaluation_differs(trained: dict, settings: ScoreSettings) -> str:
+    """Why training's per-epoch TAP evaluation (``trained``: ``TrainSettings`` as a dict) is not
+    the solve scoring would do at ``settings``; "" when it is (see ``recorded_tap_partition``)."""
+    if not trained:
+        return "checkpoint has no training settings"
+    if not trained.get("evaluate", True):
+        return "training did not evaluate TAP"
+    if trained.get("eval_samples") != settings.tap_inits:
+        return f"eval_samples {trained.get('eval_samples')} != tap_inits {settings.tap_inits}"
+    for key in _SAME_TAP:
+        if key not in trained or trained[key] != getattr(settings, key):
+            return f"training's {key} {trained.get(key)} != scoring's {getattr(settings, key)}"
+    return ""
+
+
 def recorded_tap_partition(
     ckpt: Checkpoint, settings: ScoreSettings, dtype: torch.dtype
 ) -> tuple[dict | None, str]:
@@ -180,22 +196,12 @@ def recorded_tap_partition(
     Returns ``(info, "training")`` or ``(None, why not)``; checkpoints written before training
     recorded ``log_z_tap`` (or without evaluation) give None.
     """
-    trained = ckpt.settings
-    if not trained:
-        return None, "checkpoint has no training settings"
-    if not trained.get("evaluate", True):
-        return None, "training did not evaluate TAP"
+    why = evaluation_differs(ckpt.settings, settings)
+    if why:
+        return None, why
     row = next((r for r in ckpt.history if r.get("epoch") == ckpt.epoch), None)
     if row is None or any(k not in row for k in TAP_INFO_KEYS):
         return None, f"epoch {ckpt.epoch} has no recorded log_z_tap"
-    if trained.get("eval_samples") != settings.tap_inits:
-        return None, f"eval_samples {trained.get('eval_samples')} != tap_inits {settings.tap_inits}"
-    for key in _SAME_TAP:
-        if key not in trained or trained[key] != getattr(settings, key):
-            return (
-                None,
-                f"training's {key} {trained.get(key)} != scoring's {getattr(settings, key)}",
-            )
     stored = ckpt.machine_state["weights"][0].dtype
     if stored != dtype:
         return None, f"checkpoint dtype {stored} != scoring dtype {dtype}"

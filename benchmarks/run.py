@@ -518,9 +518,19 @@ def _paper_profile(quick: bool) -> dict:
     jobs[f"score_epochs {fig12_model}"] = n_scored * per_epoch
     detail["fig12_scoring"] = {"epochs": n_scored, "seconds_per_epoch": per_epoch, **parts}
     table_each, parts = score_seconds(lik["table"], 500)
+    table_reused = []
     for name in table_models:
-        jobs[f"score_final {name}"] = table_each
-    detail["table_scoring"] = {"seconds_per_model": table_each, **parts}
+        spec = models[name]
+        table_settings = likelihood.ScoreSettings.from_config(lik["table"], spec)
+        trained = dataclasses.asdict(training.TrainSettings.from_spec(spec))
+        same = not likelihood.evaluation_differs(trained, table_settings)
+        jobs[f"score_final {name}"] = table_each - (parts["tap"] if same else 0.0)
+        table_reused += [name] if same else []
+    detail["table_scoring"] = {
+        "seconds_per_model": table_each,
+        **parts,
+        "tap_reused_for": table_reused,
+    }
 
     serial = sum(jobs.values())
     chain = jobs[f"train {fig12_model}"] + jobs[f"score_epochs {fig12_model}"]

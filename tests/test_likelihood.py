@@ -316,3 +316,16 @@ def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identica
     info, why = likelihood.recorded_tap_partition(ckpt, same, torch.float32)
     assert info is None and "no recorded log_z_tap" in why
     assert pd.read_csv(tmp_path / "r.csv")["log_z_tap_source"].eq("training").all()
+
+    # The final model (the table): training's evaluation after its last epoch, same numbers.
+    final = likelihood.score_model(trained / "model.pt", tiny_dataset, tmp_path / "m.csv", same)
+    final_solved = likelihood.score_model(
+        trained / "model.pt", tiny_dataset, tmp_path / "n.csv", same, reuse=False
+    )
+    assert (final["log_z_tap_source"], final_solved["log_z_tap_source"]) == ("training", "solved")
+    assert {k: final[k] for k in tap_keys} == {k: final_solved[k] for k in tap_keys}
+    assert final["log_z_tap"] == reused[-1]["log_z_tap"]
+    other = likelihood.score_model(
+        trained / "model.pt", tiny_dataset, tmp_path / "o.csv", dataclasses.replace(same, tol=1e-9)
+    )
+    assert other["log_z_tap_source"] == "solved" and "tol" in other["log_z_tap_note"]

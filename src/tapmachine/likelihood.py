@@ -44,6 +44,7 @@ __all__ = [
     "checkpoint_path",
     "evaluation_differs",
     "pseudo_log_likelihood_blocks",
+    "recorded_final_tap_partition",
     "recorded_tap_partition",
     "score_checkpoints",
     "score_machine",
@@ -196,15 +197,33 @@ def recorded_tap_partition(
     Returns ``(info, "training")`` or ``(None, why not)``; checkpoints written before training
     recorded ``log_z_tap`` (or without evaluation) give None.
     """
-    why = evaluation_differs(ckpt.settings, settings)
+    return _recorded(ckpt.settings, ckpt.history, ckpt.epoch, ckpt.machine_state, settings, dtype)
+
+
+def recorded_final_tap_partition(
+    model: ModelFile, settings: ScoreSettings, dtype: torch.dtype
+) -> tuple[dict | None, str]:
+    """``recorded_tap_partition`` for a final model (``model.pt``): training's evaluation after
+    its last epoch, with the training settings rebuilt from the model's config entry."""
+    from tapmachine.training import TrainingError, TrainSettings
+
+    try:
+        trained = dataclasses.asdict(TrainSettings.from_spec(model.spec)) if model.spec else {}
+    except (TrainingError, TypeError, ValueError) as err:
+        return None, f"training settings not readable from the model's spec ({err})"
+    return _recorded(trained, model.history, model.n_epochs, model.machine_state, settings, dtype)
+
+
+def _recorded(trained, history, epoch, machine_state, settings, dtype):
+    why = evaluation_differs(trained, settings)
     if why:
         return None, why
-    row = next((r for r in ckpt.history if r.get("epoch") == ckpt.epoch), None)
+    row = next((r for r in history if r.get("epoch") == epoch), None)
     if row is None or any(k not in row for k in TAP_INFO_KEYS):
-        return None, f"epoch {ckpt.epoch} has no recorded log_z_tap"
-    stored = ckpt.machine_state["weights"][0].dtype
+        return None, f"epoch {epoch} has no recorded log_z_tap"
+    stored = machine_state["weights"][0].dtype
     if stored != dtype:
-        return None, f"checkpoint dtype {stored} != scoring dtype {dtype}"
+        return None, f"stored dtype {stored} != scoring dtype {dtype}"
     return {k: row[k] for k in TAP_INFO_KEYS}, "training"
 
 
@@ -488,12 +507,16 @@ def score_model(
     device: str = "cpu",
     dtype: str = "float32",
     on_start=None,
+    reuse: bool = True,
 ) -> dict:
     """Score a final model (``model.pt``), one CSV row with its training settings: the table.
 
     The row carries the model's method, sampling steps, hidden units, training images and epochs
     so that a table can be built from the CSVs alone. ``on_start(params, tags, model)`` is
-    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there).
+    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there). TAP's
+    ln Z comes from training's evaluation after the last epoch when that was the same solve
+    (``recorded_final_tap_partition``; ``reuse=False`` always solves), as in
+    ``score_checkpoints``.
     """
     blob = ModelFile.load(model_file)
     name = blob.name
@@ -520,7 +543,15 @@ def score_model(
     tags = {"model": name, "model_run_id": str(blob.mlflow_run_id), "kind": "final"}
     if on_start is not None:
         on_start(params, tags, blob)
-    row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
+    tap_info, why = (
+        recorded_final_tap_partition(blob, settings, torch_dtype) if reuse else (None, "")
+    )
+    if tap_info is not None and blob.dataset != ds.name:
+        tap_info, why = None, f"model trained on {blob.dataset!r}, scored on {ds.name!r}"
+    row.update(
+        score_machine(machine, images, tap_init, base, settings, (seed, name, "final"), tap_info)
+    )
+    row["log_z_tap_note"] = why if tap_info is None else ""
     row.update(_settings_columns(settings))
     row["seconds"] = time.perf_counter() - t0
     print(

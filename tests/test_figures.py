@@ -298,6 +298,15 @@ def test_claims_report_collects_every_figure(tmp_path):
     assert "| helmholtz_estimate | bmnist_h100 | 3 | -123.5 | context |  |" in text
     assert "| slope \\| ratio | m |  | n/a | a\\|b |  |" in text
     assert "notes" not in text
+    doc = tmp_path / "results.md"
+    doc.write_text("# R\n\n<!-- claims:default -->\nold\n<!-- /claims:default -->\n\nafter\n")
+    args = ["claims", "--results", str(figs), "--out", str(doc), "--section", "default"]
+    assert cli.main(args) == 0
+    filled = doc.read_text()
+    assert filled.startswith("# R\n\n<!-- claims:default -->\n| Figure |")
+    assert filled.endswith("<!-- /claims:default -->\n\nafter\n") and "old" not in filled
+    assert cli.main([*args[:-1], "paper"]) == 2  # no such markers: nothing written
+    assert doc.read_text() == filled
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(common.FigureError, match="no figure CSV"):

@@ -21,6 +21,7 @@ __all__ = [
     "PAPER_CLAIMS",
     "collect",
     "to_markdown",
+    "replace_section",
     "wall_times",
     "wall_times_markdown",
     "write_report",
@@ -185,15 +186,29 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
     return "\n".join(out) + "\n"
 
 
+def replace_section(document: str, section: str, content: str) -> str:
+    """``document`` with the text between ``<!-- claims:SECTION -->`` and
+    ``<!-- /claims:SECTION -->`` replaced by ``content`` (the markers stay); both markers must be
+    there, once each, in that order."""
+    start, end = f"<!-- claims:{section} -->", f"<!-- /claims:{section} -->"
+    i, j = document.find(start), document.find(end)
+    if document.count(start) != 1 or document.count(end) != 1 or j < i:
+        raise FigureError(f"the document needs one {start} ... {end} pair to fill")
+    return document[: i + len(start)] + "\n" + content.rstrip("\n") + "\n" + document[j:]
+
+
 def write_report(
     figures_dir: str | os.PathLike,
     out: str | os.PathLike,
     title: str | None = None,
     level: int = 2,
     benchmarks_dir: str | os.PathLike | None = None,
+    section: str | None = None,
 ) -> Path:
     """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
-    ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``)."""
+    ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``). With
+    ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
+    (``replace_section``), so docs/results.md keeps its prose around each run's tables."""
     from tapmachine.files import atomic_write
 
     text = to_markdown(collect(figures_dir), title, level)
@@ -203,6 +218,10 @@ def write_report(
             times, "Job wall times (Snakemake benchmark files)", level + 1
         )
     out = Path(out)
+    if section is not None:
+        if not out.exists():
+            raise FigureError(f"{out} not found: --section fills a part of an existing file")
+        text = replace_section(out.read_text(), section, text)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda fh: fh.write(text.encode()))
     return out

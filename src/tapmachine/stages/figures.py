@@ -181,7 +181,9 @@ def claims_report(args) -> None:
     folder = Path(args.results)
     if (folder / "figures").is_dir():
         folder = folder / "figures"
-    out = claims.write_report(folder, args.out, args.title, args.level, args.benchmarks)
+    out = claims.write_report(
+        folder, args.out, args.title, args.level, args.benchmarks, args.section
+    )
     print(f"wrote {out} (claim rows of {folder})")
 
 
@@ -197,6 +199,12 @@ def register(subparsers) -> None:
     c.add_argument("--level", type=int, default=2, help="heading level of the title")
     c.add_argument(
         "--benchmarks", default=None, help="the run's benchmarks/ folder: add job wall times"
+    )
+    c.add_argument(
+        "--section",
+        default=None,
+        help="replace only the part between <!-- claims:SECTION --> and <!-- /claims:SECTION -->"
+        " of --out (e.g. docs/results.md)",
     )
     c.set_defaults(func=claims_report)
     s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")

@@ -206,3 +206,109 @@ def test_claim_verdicts_and_size_notes():
     assert common.size_note(100, 10000) == ""
     note = common.size_note(20, 5000)
     assert "20 of 100 epochs" in note and "5,000 of 10,000 initialisations" in note
+
+
+def test_fraction_localised_on_hand_made_fields():
+    """A blob on 13 pixels over a faint background (2% of its peak, as trained fields keep) is
+    localised, a stroke pattern over the whole image is not; the threshold is the part of the
+    image the training images occupy (their mean's support: 200 of 784 pixels here, exactly)."""
+    yy, xx = np.mgrid[:28, :28]
+    on = (yy - 10) ** 2 + (xx - 12) ** 2 <= 4  # 13 pixels
+    blob = np.where(on, 0.8, 0.0)
+    g = np.random.default_rng(0)
+    background = 0.016 * np.sign(g.standard_normal((28, 28)))  # 2% of the peak, both signs
+    faint_blob = np.where(on, 0.8, background)
+    stroke = np.where(xx % 4 == 0, 0.05, -0.05)
+    W = np.stack([blob.ravel(), faint_blob.ravel(), stroke.ravel()], axis=1)
+    occupied = fig4.support_fraction(W)
+    assert occupied[0] == pytest.approx(13 / 784)  # k equal values: exactly k / Nv
+    # By hand: (13 x 0.8 + 771 x 0.016)^2 / (784 (13 x 0.64 + 771 x 0.016^2)).
+    l1, l2sq = 13 * 0.8 + 771 * 0.016, 13 * 0.64 + 771 * 0.016**2
+    assert occupied[1] == pytest.approx(l1**2 / (784 * l2sq))
+    assert occupied[2] == pytest.approx(1.0)
+    # Images of 100 on pixels each, all within the same 200 pixels, each of them on in exactly
+    # half the images: the mean image is 0.5 on 200 pixels (support 200/784), one image 100/784.
+    region = g.choice(784, 200, replace=False)
+    images = np.zeros((2, 784))
+    images[0, region[:100]] = images[1, region[100:]] = 1.0
+    threshold = fig4.localised_threshold(images)
+    assert threshold == pytest.approx(200 / 784)
+    assert fig4.image_support(images) == pytest.approx(100 / 784)
+    assert list(occupied < threshold) == [True, True, False]
+    # The l_0.1 count calls the faint blob spread (every background pixel counts 0.02^0.1 = 0.68
+    # of a full one): a fraction built on it would be 0 for blob-with-background fields.
+    assert fig4.effective_support(W)[1] > 0.5 > threshold
+    assert fig4.support_fraction(np.zeros((4, 1)))[0] == 1.0
+
+
+def test_fig4_fraction_localised_claim(run, tmp_path):
+    result = fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4)
+    table = result.table
+    drawn = table[table["kind"] == "drawn"]
+    frac = claims(table, "fraction_localised_fields")["value"].iloc[0]
+    threshold = claims(table, "localised_threshold")["value"].iloc[0]
+    from tapmachine.data import load_dataset
+    from tapmachine.figures.common import load_model_file
+
+    W = load_model_file(run["model"]).machine_state["weights"][0].double().numpy()
+    x = load_dataset(run["data"]).x_train[:100]
+    assert threshold == pytest.approx(fig4.localised_threshold(x))
+    assert frac == pytest.approx(float((fig4.support_fraction(W) < threshold).mean()))
+    small = claims(table, "fraction_smaller_than_one_image")["value"].iloc[0]
+    assert small == pytest.approx(float((fig4.support_fraction(W) < fig4.image_support(x)).mean()))
+    assert np.isfinite(drawn["support_fraction"]).all()
+
+
+def test_claims_report_collects_every_figure(tmp_path):
+    from tapmachine import cli
+    from tapmachine.figures import claims as claims_report
+
+    figs = tmp_path / "results" / "run" / "figures"
+    figs.mkdir(parents=True)
+    t5 = common.table(
+        [{"epoch": 1, "n_unique": 1}],
+        [
+            common.claim("n_unique_first_epoch", 1, "bmnist_h100", "paper: 1", held=True),
+            common.claim("max_unique_fraction", 0.25, "bmnist_h100", "< 0.1", held=False),
+            common.claim("helmholtz_estimate", -123.456789, "bmnist_h100", "context", epoch=3),
+        ],
+    )
+    t3 = common.table([{"epoch": 1}], [common.claim("slope | ratio", math.nan, "m", "a|b")])
+    t5.to_csv(figs / "fig5.csv", index=False)
+    t3.to_csv(figs / "fig3.csv", index=False)
+    pd.DataFrame({"a": [1]}).to_csv(figs / "notes.csv", index=False)  # not a figure table
+    rows = claims_report.collect(figs)
+    assert list(rows["figure"]) == ["fig3", "fig5", "fig5", "fig5"]
+    bench = tmp_path / "benchmarks"
+    (bench / "train").mkdir(parents=True)
+    header = "s\th:m:s\tmax_rss\tcpu_time\n"
+    (bench / "train" / "bmnist_h100.tsv").write_text(header + "120.5\t0:02:00\t700.0\t118.0\n")
+    (bench / "train" / "bmnist_h25.tsv").write_text(header + "30.25\t0:00:30\t500.0\t29.0\n")
+    times = claims_report.wall_times(bench)
+    assert list(times["job"]) == ["train/bmnist_h100", "train/bmnist_h25"]
+    assert times["seconds"].sum() == pytest.approx(150.75)
+    out = tmp_path / "docs" / "claims.md"
+    args = ["claims", "--results", str(figs.parent), "--out", str(out), "--benchmarks", str(bench)]
+    assert cli.main(args) == 0
+    text = out.read_text()
+    assert "| train | 2 | 150.8 |" in text and "| train/bmnist_h100 | 120.5 | 700 |" in text
+    assert "| fig5 | count starts at 1 and grows" in text and "| 1 | 1 | 1 |" in text
+    assert "| n_unique_first_epoch | bmnist_h100 |  | 1 | paper: 1 | held |" in text
+    assert "| max_unique_fraction | bmnist_h100 |  | 0.25 | < 0.1 | not held |" in text
+    assert "| helmholtz_estimate | bmnist_h100 | 3 | -123.5 | context |  |" in text
+    assert "| slope \\| ratio | m |  | n/a | a\\|b |  |" in text
+    assert "notes" not in text
+    doc = tmp_path / "results.md"
+    doc.write_text("# R\n\n<!-- claims:default -->\nold\n<!-- /claims:default -->\n\nafter\n")
+    args = ["claims", "--results", str(figs), "--out", str(doc), "--section", "default"]
+    assert cli.main(args) == 0
+    filled = doc.read_text()
+    assert filled.startswith("# R\n\n<!-- claims:default -->\n| Figure |")
+    assert filled.endswith("<!-- /claims:default -->\n\nafter\n") and "old" not in filled
+    assert cli.main([*args[:-1], "paper"]) == 2  # no such markers: nothing written
+    assert doc.read_text() == filled
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(common.FigureError, match="no figure CSV"):
+        claims_report.collect(empty)
+    assert cli.main(["claims", "--results", str(tmp_path / "nowhere"), "--out", str(out)]) == 2

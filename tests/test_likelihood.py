@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from tapmachine import estimators, likelihood, tracking
+from tapmachine import estimators, likelihood, tap, tracking
 from tapmachine.configuration import ConfigError, validate
-from tapmachine.data import Dataset, save_dataset
+from tapmachine.data import Dataset, load_dataset, save_dataset
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.machine import RBM
 from tapmachine.priors import Bernoulli
@@ -279,3 +280,71 @@ def test_config_names_existing_rbms():
     validate(empty, SCHEMA)  # no likelihood section: nothing to score
     assert empty["likelihood"]["fig12"]["model"] is None
     assert empty["likelihood"]["table"]["models"] == []
+
+
+def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identical(
+    trained, tiny_dataset, tmp_path
+):
+    """Training recorded ln Z_TAP from its first 50 rows at tol 1e-12 (TrainSettings defaults):
+    scoring at those settings reuses it and gets the solved row's TAP numbers exactly."""
+    from tapmachine.modelfile import Checkpoint
+
+    same = dataclasses.replace(
+        TINY, tap_inits=50, tol=1e-12, max_iter=500, damping=0.5, dedup_tol=1e-2, ais_runs=10
+    )
+    reused = likelihood.score_checkpoints(trained, tiny_dataset, tmp_path / "r.csv", same)
+    solved = likelihood.score_checkpoints(
+        trained, tiny_dataset, tmp_path / "s.csv", same, reuse=False
+    )
+    assert [r["log_z_tap_source"] for r in reused] == ["training"] * 3
+    assert [r["log_z_tap_source"] for r in solved] == ["solved"] * 3
+    tap_keys = [*likelihood.TAP_INFO_KEYS, "tap_ll_train", "tap_ll_test"]
+    tap_keys += ["tap_ll_test_stderr", "tap_ll_per_unit_test"]
+    for r, s in zip(reused, solved, strict=True):
+        assert {k: r[k] for k in tap_keys} == {k: s[k] for k in tap_keys}
+        assert r["ais_ll_test"] == s["ais_ll_test"]  # the rest does not depend on the source
+    # The per-image TAP log-likelihood is the one tap.log_likelihood gives with the solutions.
+    ckpt = Checkpoint.load(likelihood.checkpoint_path(trained, 2))
+    machine = ckpt.machine(dtype=torch.float32)
+    ds = load_dataset(tiny_dataset)
+    x = torch.as_tensor(ds.x_train, dtype=torch.float32)
+    states, info = likelihood.tap_log_partition(machine, x[:50], same)
+    direct = tap.log_likelihood(machine, torch.as_tensor(ds.x_test[:60]).float(), states)
+    assert reused[1]["tap_ll_test"] == pytest.approx(float(direct.double().mean()), abs=1e-5)
+    assert info["log_z_tap"] == reused[1]["log_z_tap"]
+
+    # Any setting that differs from training's evaluation falls back to solving.
+    for change in (
+        {"tap_inits": 40},
+        {"tol": 1e-8},
+        {"max_iter": 400},
+        {"damping": 0.4},
+        {"dedup_tol": 1e-3},
+    ):
+        rows = likelihood.score_checkpoints(
+            trained, tiny_dataset, tmp_path / "f.csv", dataclasses.replace(same, **change), [3]
+        )
+        (key,) = change
+        assert rows[0]["log_z_tap_source"] == "solved", change
+        assert key in rows[0]["log_z_tap_note"]
+    info, why = likelihood.recorded_tap_partition(ckpt, same, torch.float64)
+    assert info is None and "dtype" in why
+    # A checkpoint written before training recorded ln Z: solved.
+    for row in ckpt.history:
+        del row["log_z_tap"]
+    info, why = likelihood.recorded_tap_partition(ckpt, same, torch.float32)
+    assert info is None and "no recorded log_z_tap" in why
+    assert pd.read_csv(tmp_path / "r.csv")["log_z_tap_source"].eq("training").all()
+
+    # The final model (the table): training's evaluation after its last epoch, same numbers.
+    final = likelihood.score_model(trained / "model.pt", tiny_dataset, tmp_path / "m.csv", same)
+    final_solved = likelihood.score_model(
+        trained / "model.pt", tiny_dataset, tmp_path / "n.csv", same, reuse=False
+    )
+    assert (final["log_z_tap_source"], final_solved["log_z_tap_source"]) == ("training", "solved")
+    assert {k: final[k] for k in tap_keys} == {k: final_solved[k] for k in tap_keys}
+    assert final["log_z_tap"] == reused[-1]["log_z_tap"]
+    other = likelihood.score_model(
+        trained / "model.pt", tiny_dataset, tmp_path / "o.csv", dataclasses.replace(same, tol=1e-9)
+    )
+    assert other["log_z_tap_source"] == "solved" and "tol" in other["log_z_tap_note"]

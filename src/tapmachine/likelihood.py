@@ -42,7 +42,10 @@ __all__ = [
     "ScoreSettings",
     "ais_schedule",
     "checkpoint_path",
+    "evaluation_differs",
     "pseudo_log_likelihood_blocks",
+    "recorded_final_tap_partition",
+    "recorded_tap_partition",
     "score_checkpoints",
     "score_machine",
     "score_model",
@@ -157,6 +160,73 @@ def tap_log_partition(
     return unique, info
 
 
+#: The TAP numbers of a score row that come from one solve (or from training's record of it).
+TAP_INFO_KEYS = ("log_z_tap", "n_unique", "n_converged", "mean_iterations")
+
+#: Checkpoint ``settings`` keys (``training.TrainSettings``) that must equal the score settings'.
+_SAME_TAP = ("damping", "tol", "max_iter", "dedup_tol")
+
+
+def evaluation_differs(trained: dict, settings: ScoreSettings) -> str:
+    """Why training's per-epoch TAP evaluation (``trained``: ``TrainSettings`` as a dict) is not
+    the solve scoring would do at ``settings``; "" when it is (see ``recorded_tap_partition``)."""
+    if not trained:
+        return "checkpoint has no training settings"
+    if not trained.get("evaluate", True):
+        return "training did not evaluate TAP"
+    if trained.get("eval_samples") != settings.tap_inits:
+        return f"eval_samples {trained.get('eval_samples')} != tap_inits {settings.tap_inits}"
+    for key in _SAME_TAP:
+        if key not in trained or trained[key] != getattr(settings, key):
+            return f"training's {key} {trained.get(key)} != scoring's {getattr(settings, key)}"
+    return ""
+
+
+def recorded_tap_partition(
+    ckpt: Checkpoint, settings: ScoreSettings, dtype: torch.dtype
+) -> tuple[dict | None, str]:
+    """TAP's ln Z as training's per-epoch evaluation recorded it, if it is what scoring would get.
+
+    Training (``training.evaluate_tap_log_likelihood``) solves TAP from the first
+    ``eval_samples`` training rows after every epoch and records ``log_z_tap`` (minus the mean
+    free energy of the unique converged solutions) with the solution counts in the checkpoint's
+    history. Scoring solves from the first ``tap_inits`` of the same rows (``_data_for``: the
+    model's ``n_train`` rows of its dataset), so the record is reused only when the evaluation
+    was the same computation: ``eval_samples == tap_inits``, equal ``damping``, ``tol``,
+    ``max_iter`` and ``dedup_tol``, and the checkpoint's parameters stored in ``dtype``.
+    Returns ``(info, "training")`` or ``(None, why not)``; checkpoints written before training
+    recorded ``log_z_tap`` (or without evaluation) give None.
+    """
+    return _recorded(ckpt.settings, ckpt.history, ckpt.epoch, ckpt.machine_state, settings, dtype)
+
+
+def recorded_final_tap_partition(
+    model: ModelFile, settings: ScoreSettings, dtype: torch.dtype
+) -> tuple[dict | None, str]:
+    """``recorded_tap_partition`` for a final model (``model.pt``): training's evaluation after
+    its last epoch, with the training settings rebuilt from the model's config entry."""
+    from tapmachine.training import TrainingError, TrainSettings
+
+    try:
+        trained = dataclasses.asdict(TrainSettings.from_spec(model.spec)) if model.spec else {}
+    except (TrainingError, TypeError, ValueError) as err:
+        return None, f"training settings not readable from the model's spec ({err})"
+    return _recorded(trained, model.history, model.n_epochs, model.machine_state, settings, dtype)
+
+
+def _recorded(trained, history, epoch, machine_state, settings, dtype):
+    why = evaluation_differs(trained, settings)
+    if why:
+        return None, why
+    row = next((r for r in history if r.get("epoch") == epoch), None)
+    if row is None or any(k not in row for k in TAP_INFO_KEYS):
+        return None, f"epoch {epoch} has no recorded log_z_tap"
+    stored = machine_state["weights"][0].dtype
+    if stored != dtype:
+        return None, f"stored dtype {stored} != scoring dtype {dtype}"
+    return {k: row[k] for k in TAP_INFO_KEYS}, "training"
+
+
 @torch.no_grad()
 def pseudo_log_likelihood_blocks(
     machine: BoltzmannMachine,
@@ -203,6 +273,7 @@ def score_machine(
     base_data: Tensor,
     settings: ScoreSettings,
     seed_labels: tuple = (0, "score"),
+    tap_info: dict | None = None,
 ) -> dict:
     """Every likelihood estimate for one parameter set; a flat dict of numbers (nats per image).
 
@@ -211,6 +282,11 @@ def score_machine(
     sites) come from ``training.seeded_generator(*seed_labels, stage)``: giving every epoch of a
     model the same labels makes their AIS and PL noise common (differences between epochs are
     then less noisy than the values).
+
+    ``tap_info``: TAP's ln Z and solution counts already computed from ``tap_init`` at these
+    settings (``recorded_tap_partition``: training's per-epoch evaluation); TAP is then not solved
+    again. The TAP log-likelihood of an image needs only ln Z (eq. 39: data term - ln Z), so
+    both ways give the same numbers; ``log_z_tap_source`` says which was used.
     """
     from tapmachine.training import seeded_generator
 
@@ -221,7 +297,12 @@ def score_machine(
     out: dict = {}
 
     t0 = time.perf_counter()
-    states, info = tap_log_partition(machine, tap_init.to(device, dtype), settings)
+    if tap_info is None:
+        _, info = tap_log_partition(machine, tap_init.to(device, dtype), settings)
+        info["log_z_tap_source"] = "solved"
+    else:
+        info = {k: tap_info[k] for k in TAP_INFO_KEYS}
+        info["log_z_tap_source"] = str(tap_info.get("log_z_tap_source", "training"))
     out.update(info)
     out["tap_seconds"] = time.perf_counter() - t0
 
@@ -257,7 +338,9 @@ def score_machine(
             continue
         x = x.to(device, dtype)
         neg_f = -machine.free_energy_visible(x).double()
-        tap_ll = tap.log_likelihood(machine, x, states)
+        # eq. 39 with TAP's ln Z: what tap.log_likelihood gives with the unique solutions (which
+        # adds their mean free energy), in float64 so a recorded ln Z reproduces it exactly.
+        tap_ll = tap.data_log_term(machine, x).double() - out["log_z_tap"]
         m, se = _mean_stderr(tap_ll)
         out[f"tap_ll_{split}"] = m
         out[f"tap_ll_{split}_stderr"] = se
@@ -359,10 +442,14 @@ def score_checkpoints(
     dtype: str = "float32",
     on_start=None,
     on_row=None,
+    reuse: bool = True,
 ) -> list[dict]:
     """Score the parameters after each epoch (the checkpoints of ``model_dir``): Fig. 12.
 
-    Writes ``out_csv`` with one row per epoch (only once every epoch is scored).
+    Writes ``out_csv`` with one row per epoch (only once every epoch is scored). TAP's ln Z is
+    taken from training's per-epoch evaluation when that was the same computation
+    (``recorded_tap_partition``; ``reuse=False`` always solves), else solved; the row's
+    ``log_z_tap_source`` (``training`` / ``solved``) says which, ``log_z_tap_note`` why not.
     ``on_start(params, tags, model)`` is called before the first epoch (``model``: the
     ModelFile), ``on_row(epoch, row)`` after each; ``tapmachine.stages.likelihood`` passes
     callbacks that log to MLflow.
@@ -387,10 +474,14 @@ def score_checkpoints(
     rows = []
     for epoch in chosen:
         t0 = time.perf_counter()
-        ckpt = checkpoint_path(model_dir, epoch)
-        machine = Checkpoint.load(ckpt).machine(device=device, dtype=torch_dtype)
+        ckpt = Checkpoint.load(checkpoint_path(model_dir, epoch))
+        machine = ckpt.machine(device=device, dtype=torch_dtype)
+        tap_info, why = recorded_tap_partition(ckpt, settings, torch_dtype) if reuse else (None, "")
+        if tap_info is not None and blob.dataset != ds.name:
+            tap_info, why = None, f"model trained on {blob.dataset!r}, scored on {ds.name!r}"
         row = {"model": name, "epoch": epoch, "dataset": ds.name}
-        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name)))
+        row.update(score_machine(machine, images, tap_init, base, settings, (seed, name), tap_info))
+        row["log_z_tap_note"] = why if tap_info is None else ""
         row.update(_settings_columns(settings))
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
@@ -398,7 +489,8 @@ def score_checkpoints(
             f"{name} epoch {epoch}: TAP {row.get('tap_ll_test', math.nan):.2f}, "
             f"AIS {row.get('ais_ll_test', math.nan):.2f} "
             f"(ln Z {row['log_z_ais']:.2f} +- {3 * row['log_z_ais_stderr']:.2f}), "
-            f"PL {row.get('pl_test', math.nan):.2f} nats (test); {row['seconds']:.1f} s",
+            f"PL {row.get('pl_test', math.nan):.2f} nats (test); "
+            f"TAP ln Z {row['log_z_tap_source']}; {row['seconds']:.1f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -417,12 +509,16 @@ def score_model(
     device: str = "cpu",
     dtype: str = "float32",
     on_start=None,
+    reuse: bool = True,
 ) -> dict:
     """Score a final model (``model.pt``), one CSV row with its training settings: the table.
 
     The row carries the model's method, sampling steps, hidden units, training images and epochs
     so that a table can be built from the CSVs alone. ``on_start(params, tags, model)`` is
-    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there).
+    called before scoring (``tapmachine.stages.likelihood`` opens an MLflow run there). TAP's
+    ln Z comes from training's evaluation after the last epoch when that was the same solve
+    (``recorded_final_tap_partition``; ``reuse=False`` always solves), as in
+    ``score_checkpoints``.
     """
     blob = ModelFile.load(model_file)
     name = blob.name
@@ -451,7 +547,15 @@ def score_model(
         tags["model_run_id"] = str(blob.mlflow_run_id)
     if on_start is not None:
         on_start(params, tags, blob)
-    row.update(score_machine(machine, images, tap_init, base, settings, (seed, name, "final")))
+    tap_info, why = (
+        recorded_final_tap_partition(blob, settings, torch_dtype) if reuse else (None, "")
+    )
+    if tap_info is not None and blob.dataset != ds.name:
+        tap_info, why = None, f"model trained on {blob.dataset!r}, scored on {ds.name!r}"
+    row.update(
+        score_machine(machine, images, tap_init, base, settings, (seed, name, "final"), tap_info)
+    )
+    row["log_z_tap_note"] = why if tap_info is None else ""
     row.update(_settings_columns(settings))
     row["seconds"] = time.perf_counter() - t0
     print(

@@ -41,6 +41,7 @@ __all__ = [
     "clamped_state",
     "free_energy",
     "log_likelihood",
+    "data_log_term",
     "unique",
     "tap_gradients",
 ]
@@ -419,6 +420,31 @@ def free_energy(machine: BoltzmannMachine, state: TAPState) -> Tensor:
     return -neg_F
 
 
+def data_log_term(
+    machine: BoltzmannMachine, x: Tensor, clamped: TAPState | None = None, **solve_kwargs
+) -> Tensor:
+    """The data term of the TAP log-likelihood (eq. 39; App. E eq. 121), one value per row, (M,).
+
+    ln P(x) ~ [this] - ln Z, with ln Z estimated elsewhere (``log_likelihood`` adds the mean TAP
+    free energy of given solutions; Fig. 12's scoring subtracts a recorded ln Z). For an RBM it is
+    exact: sum_i ln P_i(x_i) + sum_j ln Z_j^h(sum_i W_ij x_i, 0). For deeper machines the second
+    part is -F of the clamped TAP solution (``clamped``, or ``clamped_state(machine, x,
+    **solve_kwargs)``).
+    """
+    x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
+    ll = machine.visible.log_prob(x).sum(-1)
+    if machine.n_layers == 2:
+        B = x @ machine.W
+        ll = ll + machine.hidden.log_partition(B, torch.zeros_like(B)).sum(-1)
+    else:
+        if clamped is None:
+            clamped = clamped_state(machine, x, **solve_kwargs)
+        if not clamped.clamped:
+            raise ValueError("`clamped` must come from clamped inference (solve(..., clamp=x))")
+        ll = ll - free_energy(machine, clamped)
+    return ll
+
+
 def log_likelihood(
     machine: BoltzmannMachine,
     x: Tensor,
@@ -438,17 +464,7 @@ def log_likelihood(
     keep, e.g., only converged or unique solutions). With ``per_unit`` the result is divided by
     the total number of units sum_l N_l (Nv + Nh for an RBM), the paper's normalisation.
     """
-    x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
-    ll = machine.visible.log_prob(x).sum(-1)
-    if machine.n_layers == 2:
-        B = x @ machine.W
-        ll = ll + machine.hidden.log_partition(B, torch.zeros_like(B)).sum(-1)
-    else:
-        if clamped is None:
-            clamped = clamped_state(machine, x, **solve_kwargs)
-        if not clamped.clamped:
-            raise ValueError("`clamped` must come from clamped inference (solve(..., clamp=x))")
-        ll = ll - free_energy(machine, clamped)
+    ll = data_log_term(machine, x, clamped, **solve_kwargs)
     ll = ll + free_energy(machine, states).mean()
     if per_unit:
         ll = ll / sum(machine.sizes)

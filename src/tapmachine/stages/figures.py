@@ -178,7 +178,39 @@ def _metric_key(key: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in key)[:250]
 
 
+def claims_report(args) -> None:
+    """``tapmachine claims``: the claim rows of a run's figure CSVs as one markdown report."""
+    from tapmachine.figures import claims
+
+    folder = Path(args.results)
+    if (folder / "figures").is_dir():
+        folder = folder / "figures"
+    out = claims.write_report(
+        folder, args.out, args.title, args.level, args.benchmarks, args.section
+    )
+    print(f"wrote {out} (claim rows of {folder})")
+
+
 def register(subparsers) -> None:
+    c = subparsers.add_parser(
+        "claims", help="every figure's claim rows of a run (held / not held) as markdown"
+    )
+    c.add_argument(
+        "--results", required=True, help="a run's results folder (results/<run>) or its figures/"
+    )
+    c.add_argument("--out", required=True, help="markdown file to write")
+    c.add_argument("--title", default=None, help="heading of the report")
+    c.add_argument("--level", type=int, default=2, help="heading level of the title")
+    c.add_argument(
+        "--benchmarks", default=None, help="the run's benchmarks/ folder: add job wall times"
+    )
+    c.add_argument(
+        "--section",
+        default=None,
+        help="replace only the part between <!-- claims:SECTION --> and <!-- /claims:SECTION -->"
+        " of --out (e.g. docs/results.md)",
+    )
+    c.set_defaults(func=claims_report)
     s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")
     figs = s.add_subparsers(dest="figure", required=True)
     f3 = figs.add_parser("fig3", help="TAP log-likelihood per epoch")

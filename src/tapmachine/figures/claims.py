@@ -1,0 +1,227 @@
+"""The claims report: every figure's claim rows of one run, as one markdown document.
+
+Each figure's CSV (``results/<run>/figures/<fig>.csv``, written by ``common.save``) ends with its
+claim rows (``kind == "claim"``: ``claim``, ``model``, ``epoch``, ``value``, ``detail``, ``held``).
+``collect`` gathers them from a figures folder; ``to_markdown`` sets each figure's rows beside the
+paper's claim (``PAPER_CLAIMS``, from the claims column of reproduction.md) in a table with the
+measured value and the verdict, after a summary of held / not held per figure. Rows without a
+verdict are context numbers (sizes, counts), listed too. ``tapmachine claims`` writes the report
+(``stages.figures``); docs/results.md is built from it for the default and the paper run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from tapmachine.figures.common import FigureError
+
+__all__ = [
+    "PAPER_CLAIMS",
+    "collect",
+    "to_markdown",
+    "replace_section",
+    "wall_times",
+    "wall_times_markdown",
+    "write_report",
+]
+
+#: The paper's claim each figure tests (reproduction.md, "claims to check").
+PAPER_CLAIMS = {
+    "fig3": "TAP log-likelihood per unit rises fast, then at a near-constant slope after about "
+    "epoch 20",
+    "fig4": "localised and stroke-like fields on MNIST; more localisation with larger Nh",
+    "fig5": "count starts at 1 and grows; unique solutions stay under 10% of initialisations at "
+    "Nh = 100; two free-energy bands on binary MNIST",
+    "fig6": "solutions start correlated, then spread; free energy follows position",
+    "fig7": "solutions act as attractors inside dense regions of the data",
+    "fig8": "all recover the signal at p = 0; TAP beats OPE for Nh in {25, 50, 100}; TAP tracks "
+    "1-NN as p -> 0.5; Nh = 500 degrades at larger p",
+    "fig9": "digit structure kept by Nh <= 100",
+    "fig10": "all comparable except adaTAP with 3 iterations; adaTAP orders of magnitude slower "
+    "per iteration",
+    "fig11": "both curves rise; the gap shows generalisation",
+    "fig12": "TAP, AIS and pseudo-likelihood increase together over training",
+    "likelihood_table": "TAP-trained RBM's AIS test log-likelihood vs CD-1, CD-25, PCD-1 and the "
+    "published CD-25 (-86.34 nats)",
+    "ucd_fig1": "Gibbs grows exponentially with dimension; MH + LMI has tau = 1 for d >= 25 and a "
+    "small, slowly growing T",
+    "ucd_samples": "UCD-LMI samples are digit/clothing-like; PCD without pretraining fails",
+    "ucd_completion": "completions close to, not identical with, the truth",
+    "ucd_table1": "FID of samples (here: a feature network trained on MNIST, not Inception)",
+    "ucd_table2": "the unbiased gradient matters most",
+}
+
+COLUMNS = ("figure", "claim", "model", "epoch", "value", "detail", "held")
+
+
+def collect(figures_dir: str | os.PathLike):
+    """The claim rows of every figure CSV directly under ``figures_dir``, one DataFrame.
+
+    Columns ``COLUMNS`` (``figure`` is the CSV's stem), figures in name order, rows in file order.
+    A CSV without a ``kind`` column (not a figure table) is skipped; a folder without any figure
+    CSV is an error (the run has not drawn its figures).
+    """
+    import pandas as pd
+
+    folder = Path(figures_dir)
+    if not folder.is_dir():
+        raise FigureError(f"{folder} is not a folder: draw the run's figures first")
+    frames = []
+    for path in sorted(folder.glob("*.csv")):
+        table = pd.read_csv(path)
+        if "kind" not in table:
+            continue
+        rows = table[table["kind"] == "claim"].copy()
+        rows.insert(0, "figure", path.stem)
+        for col in COLUMNS:
+            if col not in rows:
+                rows[col] = None
+        frames.append(rows[list(COLUMNS)])
+    if not frames:
+        raise FigureError(f"no figure CSV (with a kind column) in {folder}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == ""
+
+
+def _cell(v) -> str:
+    """A value as markdown table text: numbers to 4 significant digits, '|' escaped."""
+    if _blank(v):
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int | float):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "n/a" if math.isnan(v) else str(v)
+        if float(v).is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.4g}"
+    try:
+        return _cell(float(v))
+    except (TypeError, ValueError):
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(claims, title: str | None = None, level: int = 2) -> str:
+    """A markdown report of ``collect``'s rows: a summary per figure, then each figure's rows.
+
+    ``level``: the heading level of ``title`` (figures get one level below).
+    """
+    h = "#" * level
+    out = [f"{h} {title}", ""] if title else []
+    out += [
+        "| Figure | Paper's claim | Held | Not held | Context rows |",
+        "|---|---|---|---|---|",
+    ]
+    figures = list(dict.fromkeys(claims["figure"]))
+    for fig in figures:
+        rows = claims[claims["figure"] == fig]
+        held = int((rows["held"] == "held").sum())
+        not_held = int((rows["held"] == "not held").sum())
+        context = len(rows) - held - not_held
+        out.append(
+            f"| {fig} | {_cell(PAPER_CLAIMS.get(fig, ''))} | {held} | {not_held} | {context} |"
+        )
+    for fig in figures:
+        rows = claims[claims["figure"] == fig]
+        out += ["", f"{h}# {fig}", ""]
+        if fig in PAPER_CLAIMS:
+            out += [f"Paper: {PAPER_CLAIMS[fig]}.", ""]
+        out += [
+            "| Claim row | Model | Epoch | Measured | What it tests / paper's value | Held |",
+            "|---|---|---|---|---|---|",
+        ]
+        for _, r in rows.iterrows():
+            value = "n/a" if _blank(r["value"]) else r["value"]  # not measurable (NaN)
+            cells = [r["claim"], r["model"], r["epoch"], value, r["detail"], r["held"]]
+            out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def wall_times(benchmarks_dir: str | os.PathLike):
+    """Wall time of every Snakemake job of a run: one row per ``benchmark:`` file.
+
+    ``benchmarks_dir``: the run's ``benchmarks/`` folder (``<stage>/<job>.tsv``, Snakemake's
+    columns ``s``, ``max_rss``, ``cpu_time``, ...); rows ``stage``, ``job``, ``seconds``,
+    ``cpu_seconds``, ``max_rss_mb`` (the first repeat of each file), sorted by stage and job.
+    """
+    import pandas as pd
+
+    folder = Path(benchmarks_dir)
+    if not folder.is_dir():
+        raise FigureError(f"{folder} is not a folder of Snakemake benchmark files")
+    rows = []
+    for path in sorted(folder.rglob("*.tsv")):
+        t = pd.read_csv(path, sep="\t")
+        if "s" not in t or t.empty:
+            continue
+        rel = path.relative_to(folder)
+        rows.append(
+            {
+                "stage": rel.parts[0] if len(rel.parts) > 1 else "",
+                "job": str(rel.with_suffix("")),
+                "seconds": float(t["s"].iloc[0]),
+                "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else math.nan,
+                "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else math.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=["stage", "job", "seconds", "cpu_seconds", "max_rss_mb"])
+
+
+def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
+    """A per-stage summary (jobs, total seconds) and the ten longest jobs of ``wall_times``."""
+    h = "#" * level
+    out = [f"{h} {title}", ""] if title else []
+    out += ["| Stage | Jobs | Wall time, sum (s) |", "|---|---|---|"]
+    for stage, part in times.groupby("stage", sort=True):
+        out.append(f"| {_cell(stage)} | {len(part)} | {_cell(round(part['seconds'].sum(), 1))} |")
+    out.append(f"| total | {len(times)} | {_cell(round(times['seconds'].sum(), 1))} |")
+    out += ["", "Longest jobs:", "", "| Job | Wall time (s) | Max RSS (MB) |", "|---|---|---|"]
+    for _, r in times.sort_values("seconds", ascending=False).head(10).iterrows():
+        out.append(f"| {_cell(r['job'])} | {_cell(r['seconds'])} | {_cell(r['max_rss_mb'])} |")
+    return "\n".join(out) + "\n"
+
+
+def replace_section(document: str, section: str, content: str) -> str:
+    """``document`` with the text between ``<!-- claims:SECTION -->`` and
+    ``<!-- /claims:SECTION -->`` replaced by ``content`` (the markers stay); both markers must be
+    there, once each, in that order."""
+    start, end = f"<!-- claims:{section} -->", f"<!-- /claims:{section} -->"
+    i, j = document.find(start), document.find(end)
+    if document.count(start) != 1 or document.count(end) != 1 or j < i:
+        raise FigureError(f"the document needs one {start} ... {end} pair to fill")
+    return document[: i + len(start)] + "\n" + content.rstrip("\n") + "\n" + document[j:]
+
+
+def write_report(
+    figures_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    title: str | None = None,
+    level: int = 2,
+    benchmarks_dir: str | os.PathLike | None = None,
+    section: str | None = None,
+) -> Path:
+    """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
+    ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``). With
+    ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
+    (``replace_section``), so docs/results.md keeps its prose around each run's tables."""
+    from tapmachine.files import atomic_write
+
+    text = to_markdown(collect(figures_dir), title, level)
+    if benchmarks_dir is not None:
+        times = wall_times(benchmarks_dir)
+        text += "\n" + wall_times_markdown(
+            times, "Job wall times (Snakemake benchmark files)", level + 1
+        )
+    out = Path(out)
+    if section is not None:
+        if not out.exists():
+            raise FigureError(f"{out} not found: --section fills a part of an existing file")
+        text = replace_section(out.read_text(), section, text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda fh: fh.write(text.encode()))
+    return out

@@ -160,8 +160,10 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     assert not list(out.parent.glob("*.tmp"))
 
     _, exp = tracking.experiment_id(store, "likelihood")
-    (run,) = client.search_runs([exp])
-    assert run.data.tags["model_run_id"] == train_id
+    # The store is shared by the session's tests (other stages log to `likelihood` too): this
+    # model's scoring runs are the ones tagged with its training run.
+    mine = f"tags.model_run_id = '{train_id}'"
+    (run,) = client.search_runs([exp], mine)
     history = client.get_metric_history(run.info.run_id, "ais_ll_test")
     assert sorted(m.step for m in history) == [1, 2, 3]
     # A rerun (here of the last epoch) is a run of its own; the finished training run is left
@@ -169,8 +171,8 @@ def test_score_checkpoints_one_row_per_epoch_and_tracking(trained, tiny_dataset,
     likelihood_stage.score_checkpoints(
         trained, tiny_dataset, tmp_path / "again.csv", TINY, "last", seed=2, manifest=store
     )
-    runs = client.search_runs([exp], order_by=["attributes.start_time ASC"])
-    assert len(runs) == 2 and runs[1].data.tags["model_run_id"] == train_id
+    runs = client.search_runs([exp], mine, order_by=["attributes.start_time ASC"])
+    assert len(runs) == 2 and runs[0].info.run_id == run.info.run_id
     assert sorted(
         m.step for m in client.get_metric_history(runs[1].info.run_id, "ais_ll_test")
     ) == [3]

@@ -271,6 +271,9 @@ def test_claims_report_collects_every_figure(tmp_path):
             common.claim("n_unique_first_epoch", 1, "bmnist_h100", "paper: 1", held=True),
             common.claim("max_unique_fraction", 0.25, "bmnist_h100", "< 0.1", held=False),
             common.claim("helmholtz_estimate", -123.456789, "bmnist_h100", "context", epoch=3),
+            common.claim("grows", 0.05, "gibbs", "held: slope 0.05"),
+            common.claim("outlier", 0.0, "", "not held: gap -3.7"),
+            common.claim("cutoff", 0.1, "", "a verdict-free context row"),
         ],
     )
     t3 = common.table([{"epoch": 1}], [common.claim("slope | ratio", math.nan, "m", "a|b")])
@@ -278,7 +281,9 @@ def test_claims_report_collects_every_figure(tmp_path):
     t3.to_csv(figs / "fig3.csv", index=False)
     pd.DataFrame({"a": [1]}).to_csv(figs / "notes.csv", index=False)  # not a figure table
     rows = claims_report.collect(figs)
-    assert list(rows["figure"]) == ["fig3", "fig5", "fig5", "fig5"]
+    assert list(rows["figure"]) == ["fig3"] + ["fig5"] * 6
+    # a verdict stated only at the start of the text counts as the row's verdict
+    assert list(rows["held"].iloc[4:6]) == ["held", "not held"] and pd.isna(rows["held"].iloc[6])
     bench = tmp_path / "benchmarks"
     (bench / "train").mkdir(parents=True)
     header = "s\th:m:s\tmax_rss\tcpu_time\n"
@@ -292,7 +297,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     assert cli.main(args) == 0
     text = out.read_text()
     assert "| train | 2 | 150.8 |" in text and "| train/bmnist_h100 | 120.5 | 700 |" in text
-    assert "| fig5 | count starts at 1 and grows" in text and "| 1 | 1 | 1 |" in text
+    assert "| fig5 | count starts at 1 and grows" in text and "| 2 | 2 | 2 |" in text
     assert "| n_unique_first_epoch | bmnist_h100 |  | 1 | paper: 1 | held |" in text
     assert "| max_unique_fraction | bmnist_h100 |  | 0.25 | < 0.1 | not held |" in text
     assert "| helmholtz_estimate | bmnist_h100 | 3 | -123.5 | context |  |" in text

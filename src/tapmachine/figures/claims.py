@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from tapmachine.figures.common import FigureError
@@ -81,7 +82,19 @@ def collect(figures_dir: str | os.PathLike):
         frames.append(rows[list(COLUMNS)])
     if not frames:
         raise FigureError(f"no figure CSV (with a kind column) in {folder}")
-    return pd.concat(frames, ignore_index=True)
+    rows = pd.concat(frames, ignore_index=True)
+    rows["held"] = [
+        held if not _blank(held) else _verdict_in_text(detail)
+        for held, detail in zip(rows["held"], rows["detail"], strict=True)
+    ]
+    return rows
+
+
+def _verdict_in_text(detail) -> str | None:
+    """'held' / 'not held' where a claim row states its verdict at the start of its text only
+    (e.g. fig10's "not held: final PL ...", ucd_fig1's "held: slope ..."), else None."""
+    match = re.match(r"(not held|held)\b", str(detail)) if not _blank(detail) else None
+    return match.group(1) if match else None
 
 
 def _blank(v) -> bool:

@@ -149,7 +149,8 @@ def every_stage(results):
     _write(
         results / "ucd" / "fig1" / "mh_lmi.csv",
         {"d": [1, 1, 4, 4], "method": ["mh_lmi"] * 4, "rep": [0, 1, 0, 1],
-         "tau": [1, 1, 1, 3], "T": [0, 2, 1, 1], "capped": [0, 0, 0, 1]},
+         "tau": [1, 1, 1, 3], "T": [0, 2, 1, 1], "capped": [0, 0, 0, 1],
+         "corrected": [0, 0, 1, 1], "search_capped": [0, 0, 0, 1]},
     )  # fmt: skip
     dbm = results / "ucd" / "dbm" / "binary_mnist" / "ucd_lmi"
     _write(dbm / "steps.csv", {"step": [1, 2], "grad_norm": [0.5, 0.4], "tau_mean": [1.0, 1.5]})
@@ -238,6 +239,8 @@ def test_every_stage_is_replayed_once_and_linked_to_its_training_run(every_stage
     assert history("benchmarks", "fig10/timing", "adatap_seconds") == [(1, 0.3), (10, 0.4)]
     assert history("ucd", "fig1_mh_lmi", "tau_plus_T_mean") == [(1, 2.0), (4, 3.0)]
     assert history("ucd", "fig1_mh_lmi", "capped") == [(1, 0.0), (4, 1.0)]
+    assert history("ucd", "fig1_mh_lmi", "corrected_fraction") == [(1, 0.0), (4, 1.0)]
+    assert history("ucd", "fig1_mh_lmi", "search_capped") == [(1, 0.0), (4, 1.0)]
     assert history("ucd", "train_binary_mnist_ucd_lmi", "grad_norm") == [(1, 0.5), (2, 0.4)]
 
 

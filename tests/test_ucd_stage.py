@@ -68,6 +68,9 @@ def test_run_steps_writes_long_form_rows(tmp_path):
     df = pd.read_csv(out)
     assert list(df.columns) == STEP_FIELDS and len(df) == len(rows) == 32
     assert (df["T"] >= 1).all() and (df["tau"] >= 1).all()
+    # a correction term needs the chains to meet after the first step
+    assert (df.loc[df["corrected"] == 1, "tau"] > 1).all()
+    assert set(df["search_capped"]) <= {0, 1}
     again = tmp_path / "again.csv"
     run_steps("mh_lmi", [2, 30], 16, 100, 1000, "spin", "logistic", 1.0, 3, again)
     assert out.read_text() == again.read_text(), "same seed, same numbers"
@@ -99,9 +102,10 @@ def _synthetic(tmp_path):
         for d in (5, 10, 25, 50):
             for rep in range(4):
                 if method == "gibbs":
-                    rows.append([d, method, rep, round(np.exp(d / 10)) + rep - 1, 0, 0])
+                    tau, steps = round(np.exp(d / 10)) + rep - 1, 0
                 else:
-                    rows.append([d, method, rep, 1 if d >= 25 else 1 + rep % 2, round(d**0.5), 0])
+                    tau, steps = (1 if d >= 25 else 1 + rep % 2), round(d**0.5)
+                rows.append([d, method, rep, tau, steps, 0, int(tau > 1), 0])
         path = tmp_path / f"{method}.csv"
         pd.DataFrame(rows, columns=STEP_FIELDS).to_csv(path, index=False)
         paths.append(path)
@@ -118,7 +122,7 @@ def test_figure_claims_from_known_steps(tmp_path):
     assert claims[("T_growth_exponent", "mh_lmi")] == pytest.approx(0.5, abs=0.05)
     assert claims[("mean_tau_plus_T.d5", "mh_lmi")] == pytest.approx(1.5 + 2)
     drawn = table[table["kind"] == "drawn"]
-    assert len(drawn) == 32 and set(STEP_FIELDS) <= set(drawn.columns)
+    assert len(drawn) == 32 and set(ucd_fig1.COLUMNS) <= set(drawn.columns)
 
 
 def test_figure_rejects_bad_files(tmp_path):

@@ -247,6 +247,12 @@ def _ucd_items(results: Path) -> Iterator[Item]:
                 "tau_one_fraction": float((rows["tau"] == 1).mean()),
                 "capped": float(rows["capped"].sum()),
             }
+            # Written per chain since these columns exist; the live run's `seconds` is a timing,
+            # not a result of the files, and is not replayed.
+            if "corrected" in rows:
+                steps[int(d)]["corrected_fraction"] = float(rows["corrected"].mean())
+            if "search_capped" in rows:
+                steps[int(d)]["search_capped"] = float(rows["search_capped"].sum())
         yield Item("ucd", f"fig1_{csv.stem}", {"method": csv.stem}, steps, [csv])
     for pt in sorted(results.glob("ucd/classifier/*.pt")):
         import torch

@@ -18,7 +18,9 @@ from pathlib import Path
 
 __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
 
-STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped"]
+#: One row per chain: ``corrected`` (the estimate carries a non-zero correction term) and
+#: ``search_capped`` (the local search hit its cap) let ``tapmachine track`` replay every metric.
+STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped", "corrected", "search_capped"]
 
 
 class UCDError(Exception):
@@ -97,10 +99,26 @@ def run_steps(
             est = ucd.coupling_steps(machine, method, reps, cap, g, search_cap)
             seconds = time.perf_counter() - t0
             tau, steps, capped = est.tau.cpu(), est.steps.cpu(), est.capped.cpu()
-            triples = zip(tau.tolist(), steps.tolist(), capped.tolist(), strict=True)
+            per_chain = zip(
+                tau.tolist(),
+                steps.tolist(),
+                capped.tolist(),
+                est.corrected.cpu().tolist(),
+                est.search_capped.cpu().tolist(),
+                strict=True,
+            )
             rows += [
-                {"d": d, "method": method, "rep": r, "tau": a, "T": b, "capped": int(c)}
-                for r, (a, b, c) in enumerate(triples)
+                {
+                    "d": d,
+                    "method": method,
+                    "rep": r,
+                    "tau": a,
+                    "T": b,
+                    "capped": int(c),
+                    "corrected": int(k),
+                    "search_capped": int(s),
+                }
+                for r, (a, b, c, k, s) in enumerate(per_chain)
             ]
             total = (tau + steps).double()
             metrics = {

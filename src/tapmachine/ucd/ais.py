@@ -56,6 +56,7 @@ from torch import Tensor
 from tapmachine.estimators import _as_betas, _log_mean_exp_and_stderr, base_rate_field
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
+from tapmachine.ucd.dbm import mean_field
 
 __all__ = [
     "DBMAISResult",
@@ -205,14 +206,7 @@ def mean_field_lower_bound(machine: BoltzmannMachine, v: Tensor, steps: int = 30
     if v.ndim != 2 or v.shape[1] != machine.sizes[0]:
         raise ValueError(f"v has shape {tuple(v.shape)}, expected (rows, {machine.sizes[0]})")
     m = machine
-    xs = [v] + [
-        p.mean(torch.zeros(v.shape[0], p.size, dtype=v.dtype, device=v.device))
-        for p in m.priors[1:]
-    ]
-    for _ in range(steps):
-        for parity in (1, 0):
-            for l in range(2 - parity, m.n_layers, 2):
-                xs[l] = m.priors[l].mean(m.input_to(l, xs))
+    xs = mean_field(m, v, steps)
     bound = -m.energy(xs).double()
     for l in range(1, m.n_layers):
         bound = bound + _entropy(m.priors[l], xs[l])

@@ -291,12 +291,48 @@ def test_claims_report_collects_every_figure(tmp_path):
     (bench / "train" / "bmnist_h25.tsv").write_text(header + "30.25\t0:00:30\t500.0\t29.0\n")
     times = claims_report.wall_times(bench)
     assert list(times["job"]) == ["train/bmnist_h100", "train/bmnist_h25"]
-    assert times["seconds"].sum() == pytest.approx(150.75)
+    assert times["seconds"].sum() == pytest.approx(150.75) and not times["resumed"].any()
     out = tmp_path / "docs" / "claims.md"
     args = ["claims", "--results", str(figs.parent), "--out", str(out), "--benchmarks", str(bench)]
     assert cli.main(args) == 0
     text = out.read_text()
-    assert "| train | 2 | 150.8 |" in text and "| train/bmnist_h100 | 120.5 | 700 |" in text
+    assert "| train | 2 | 150.8 | 147 |" in text
+    assert "| train/bmnist_h100 | 120.5 | 118 | 700 |" in text and "resumed" not in text
+    # bmnist_h100 ran over two starts: its benchmark times the second only, its epochs all;
+    # bmnist_h25's epochs sum to less than its benchmark (setup time), so the benchmark counts
+    models = figs.parent / "models"
+    for name, seconds, cpu in [
+        ("bmnist_h100", [100.0, 90.0], [None, 80.0]),
+        ("bmnist_h25", [10.0], [9.0]),
+    ]:
+        (models / name).mkdir(parents=True)
+        pd.DataFrame(
+            {
+                "epoch": range(1, len(seconds) + 1),
+                "epoch_seconds": seconds,
+                "epoch_cpu_seconds": cpu,
+            }
+        ).to_csv(models / name / "metrics.csv", index=False)
+    times = claims_report.wall_times(bench, models).set_index("job")
+    assert times.loc["train/bmnist_h100", "seconds"] == pytest.approx(190.0)
+    assert times.loc["train/bmnist_h100", "resumed"] and np.isnan(
+        times.loc["train/bmnist_h100", "cpu_seconds"]
+    )
+    assert times.loc["train/bmnist_h25", "seconds"] == pytest.approx(30.25)
+    assert not times.loc["train/bmnist_h25", "resumed"]
+    assert cli.main(args) == 0
+    text = out.read_text()
+    assert (
+        "| train | 2 | 220.2 | n/a |" in text
+        and "| train/bmnist_h100 (resumed) | 190 | n/a | 700 |" in text
+    )
+    assert "times only the last start" in text
+    pd.DataFrame(
+        {"epoch": [1, 2], "epoch_seconds": [100.0, 90.0], "epoch_cpu_seconds": [95.0, 80.0]}
+    ).to_csv(models / "bmnist_h100" / "metrics.csv", index=False)
+    assert claims_report.wall_times(bench, models).set_index("job").loc[
+        "train/bmnist_h100", "cpu_seconds"
+    ] == pytest.approx(175.0)
     assert "| fig5 | count starts at 1 and grows" in text and "| 2 | 2 | 2 |" in text
     assert "| n_unique_first_epoch | bmnist_h100 |  | 1 | paper: 1 | held |" in text
     assert "| max_unique_fraction | bmnist_h100 |  | 0.25 | < 0.1 | not held |" in text

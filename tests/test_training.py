@@ -69,11 +69,17 @@ def test_resume_gives_identical_results(tmp_path):
         )
 
     straight, hist_a = run(tmp_path / "a", 4)
-    run(tmp_path / "b", 2)  # "interrupted" after epoch 2
+    _, hist_first = run(tmp_path / "b", 2)  # "interrupted" after epoch 2
     resumed, hist_b = run(tmp_path / "b", 4)
     torch.testing.assert_close(straight.W, resumed.W, rtol=0, atol=0)
     torch.testing.assert_close(straight.visible.U, resumed.visible.U, rtol=0, atol=0)
     assert [h["tap_ll"] for h in hist_a] == [h["tap_ll"] for h in hist_b]
+    # the epochs before the stop keep their own times: a resumed job's cost is their sum
+    timing = ["epoch_seconds", "epoch_cpu_seconds"]
+    assert [[h[k] for k in timing] for h in hist_b[:2]] == [
+        [h[k] for k in timing] for h in hist_first
+    ]
+    assert all(0 < h["epoch_cpu_seconds"] for h in hist_b)
 
 
 def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path, monkeypatch):

@@ -585,7 +585,7 @@ def train(
     n = x_train.shape[0]
     n_batches = max(1, n // settings.batch_size)
     for epoch in range(start, settings.epochs + 1):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
         order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
         bar = tqdm(
@@ -616,6 +616,8 @@ def train(
             metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
         metrics.update(_weight_stats(machine))
         metrics["epoch_seconds"] = time.perf_counter() - t0
+        # CPU time as well: on a shared machine the wall time says more about the load than the job
+        metrics["epoch_cpu_seconds"] = time.process_time() - cpu0
         history.append(metrics)
         if settings.evaluate:
             print(

@@ -155,12 +155,19 @@ def to_markdown(claims, title: str | None = None, level: int = 2) -> str:
     return "\n".join(out) + "\n"
 
 
-def wall_times(benchmarks_dir: str | os.PathLike):
-    """Wall time of every Snakemake job of a run: one row per ``benchmark:`` file.
+def wall_times(benchmarks_dir: str | os.PathLike, models_dir: str | os.PathLike | None = None):
+    """Wall and CPU time of every Snakemake job of a run: one row per ``benchmark:`` file.
 
     ``benchmarks_dir``: the run's ``benchmarks/`` folder (``<stage>/<job>.tsv``, Snakemake's
     columns ``s``, ``max_rss``, ``cpu_time``, ...); rows ``stage``, ``job``, ``seconds``,
-    ``cpu_seconds``, ``max_rss_mb`` (the first repeat of each file), sorted by stage and job.
+    ``cpu_seconds``, ``max_rss_mb`` (the first repeat of each file), ``resumed``, sorted by
+    stage and job.
+
+    A training job that was stopped and started again resumes from its last checkpoint, and its
+    benchmark file times only the last start. With ``models_dir`` (the run's ``models/``), a
+    ``train/<model>`` job whose ``metrics.csv`` sums to more ``epoch_seconds`` than the benchmark
+    counts the epochs' sums instead and is marked ``resumed``; its CPU time is the sum of
+    ``epoch_cpu_seconds`` when every epoch recorded one (older checkpoints did not), else NaN.
     """
     import pandas as pd
 
@@ -173,29 +180,71 @@ def wall_times(benchmarks_dir: str | os.PathLike):
         if "s" not in t or t.empty:
             continue
         rel = path.relative_to(folder)
-        rows.append(
-            {
-                "stage": rel.parts[0] if len(rel.parts) > 1 else "",
-                "job": str(rel.with_suffix("")),
-                "seconds": float(t["s"].iloc[0]),
-                "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else math.nan,
-                "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else math.nan,
-            }
-        )
-    return pd.DataFrame(rows, columns=["stage", "job", "seconds", "cpu_seconds", "max_rss_mb"])
+        row = {
+            "stage": rel.parts[0] if len(rel.parts) > 1 else "",
+            "job": str(rel.with_suffix("")),
+            "seconds": float(t["s"].iloc[0]),
+            "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else math.nan,
+            "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else math.nan,
+            "resumed": False,
+        }
+        if models_dir is not None and row["stage"] == "train" and len(rel.parts) == 2:
+            row.update(_resumed_training(Path(models_dir) / rel.stem / "metrics.csv", row))
+        rows.append(row)
+    columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _resumed_training(metrics_csv: Path, row: dict) -> dict:
+    """The epochs' summed times of a training job, where they exceed its benchmark's."""
+    import pandas as pd
+
+    if not metrics_csv.is_file():
+        return {}
+    epochs = pd.read_csv(metrics_csv)
+    if "epoch_seconds" not in epochs or float(epochs["epoch_seconds"].sum()) <= row["seconds"]:
+        return {}
+    cpu = epochs.get("epoch_cpu_seconds")
+    complete = cpu is not None and not cpu.isna().any()
+    return {
+        "seconds": float(epochs["epoch_seconds"].sum()),
+        "cpu_seconds": float(cpu.sum()) if complete else math.nan,
+        "resumed": True,
+    }
 
 
 def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
-    """A per-stage summary (jobs, total seconds) and the ten longest jobs of ``wall_times``."""
+    """A per-stage summary (jobs, total wall and CPU seconds) and the ten longest jobs of
+    ``wall_times``; resumed training jobs are marked and explained."""
     h = "#" * level
     out = [f"{h} {title}", ""] if title else []
-    out += ["| Stage | Jobs | Wall time, sum (s) |", "|---|---|---|"]
+    out += ["| Stage | Jobs | Wall time, sum (s) | CPU time, sum (s) |", "|---|---|---|---|"]
+
+    def cpu_sum(part):
+        return "n/a" if part["cpu_seconds"].isna().any() else round(part["cpu_seconds"].sum(), 1)
+
     for stage, part in times.groupby("stage", sort=True):
-        out.append(f"| {_cell(stage)} | {len(part)} | {_cell(round(part['seconds'].sum(), 1))} |")
-    out.append(f"| total | {len(times)} | {_cell(round(times['seconds'].sum(), 1))} |")
-    out += ["", "Longest jobs:", "", "| Job | Wall time (s) | Max RSS (MB) |", "|---|---|---|"]
+        wall = round(part["seconds"].sum(), 1)
+        out.append(f"| {_cell(stage)} | {len(part)} | {_cell(wall)} | {_cell(cpu_sum(part))} |")
+    total = round(times["seconds"].sum(), 1)
+    out.append(f"| total | {len(times)} | {_cell(total)} | {_cell(cpu_sum(times))} |")
+    out += ["", "Longest jobs:", "", "| Job | Wall time (s) | CPU time (s) | Max RSS (MB) |"]
+    out.append("|---|---|---|---|")
     for _, r in times.sort_values("seconds", ascending=False).head(10).iterrows():
-        out.append(f"| {_cell(r['job'])} | {_cell(r['seconds'])} | {_cell(r['max_rss_mb'])} |")
+        job = f"{r['job']} (resumed)" if r["resumed"] else r["job"]
+        cpu = "n/a" if _blank(r["cpu_seconds"]) else r["cpu_seconds"]
+        out.append(
+            f"| {_cell(job)} | {_cell(r['seconds'])} | {_cell(cpu)} | {_cell(r['max_rss_mb'])} |"
+        )
+    if times["resumed"].any():
+        out += [
+            "",
+            "A training job marked resumed ran over several starts (it resumes from its last "
+            "epoch checkpoint); its times are the sums of its epochs' times from `metrics.csv`, "
+            "since its benchmark file times only the last start; its CPU time is n/a where "
+            "epochs from before `epoch_cpu_seconds` was recorded are among them. Its maximum "
+            "RSS is the last start's.",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -217,16 +266,18 @@ def write_report(
     level: int = 2,
     benchmarks_dir: str | os.PathLike | None = None,
     section: str | None = None,
+    models_dir: str | os.PathLike | None = None,
 ) -> Path:
     """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
-    ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``). With
+    ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``; with
+    ``models_dir``, resumed training jobs count all their epochs). With
     ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
     (``replace_section``), so docs/results.md keeps its prose around each run's tables."""
     from tapmachine.files import atomic_write
 
     text = to_markdown(collect(figures_dir), title, level)
     if benchmarks_dir is not None:
-        times = wall_times(benchmarks_dir)
+        times = wall_times(benchmarks_dir, models_dir)
         text += "\n" + wall_times_markdown(
             times, "Job wall times (Snakemake benchmark files)", level + 1
         )

@@ -185,8 +185,15 @@ def claims_report(args) -> None:
     folder = Path(args.results)
     if (folder / "figures").is_dir():
         folder = folder / "figures"
+    models = folder.parent / "models"  # resumed training jobs count all their epochs
     out = claims.write_report(
-        folder, args.out, args.title, args.level, args.benchmarks, args.section
+        folder,
+        args.out,
+        args.title,
+        args.level,
+        args.benchmarks,
+        args.section,
+        models if models.is_dir() else None,
     )
     print(f"wrote {out} (claim rows of {folder})")
 

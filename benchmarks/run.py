@@ -870,6 +870,56 @@ def bench_denoise(device, quick: bool) -> dict:
     }
 
 
+def _iteration_and_matmuls(machine, x, iters: int, device, g) -> tuple[float, float]:
+    """Seconds per TAP iteration of ``machine`` from ``x`` and per four matmuls of the same
+    shapes (best of 3 each)."""
+    W = machine.weights[0]
+    W2 = W.square()
+    k, (nv, nh) = x.shape[0], W.shape
+    a_v = torch.rand(k, nv, generator=g).to(device)
+    a_h = torch.rand(k, nh, generator=g).to(device)
+
+    def solve():
+        tap.solve(machine, x, tol=0.0, max_iter=iters)
+
+    def four_matmuls():
+        for _ in range(iters):
+            torch.mm(a_v, W), torch.mm(a_v, W2), torch.mm(a_h, W.T), torch.mm(a_h, W2.T)
+
+    seconds = min(_seconds(solve, device) for _ in range(3)) / iters
+    return seconds, min(_seconds(four_matmuls, device) for _ in range(3)) / iters
+
+
+def bench_tap_iteration(device, quick: bool) -> dict:
+    """One TAP iteration (Alg. 1, both layers, damped) at the paper's batch K = 100, Nh = 100
+    and 500: the unit of converged training (up to 100 per minibatch), of Figs. 5-7's harvest
+    and of the evaluation.
+
+    Operation count per iteration: four matmuls (a W, c W^2, a_h W^T, c_h (W^2)^T), 4 x 2 K Nv
+    Nh. ``matmul_share_nh{N}`` is the time of those four matmuls alone over the iteration's: what
+    is left (priors' moments, damping, the step norm) is all that fusing the elementwise work
+    (e.g. ``torch.compile``) could save.
+    """
+    nv, k = 784, 100
+    iters = 20 if quick else 100
+    x, source = binary_mnist(k)
+    x = x.to(device)
+    g = torch.Generator().manual_seed(0)
+    result = {"name": "tap_iteration", "batch": k, "iterations": iters, "data": source}
+    for nh in (100, 500):
+        W = 0.05 * torch.randn(nv, nh, generator=g)
+        machine = RBM(W, Bernoulli(torch.zeros(nv)), Bernoulli(torch.zeros(nh))).to(device)
+        seconds, matmul_seconds = _iteration_and_matmuls(machine, x, iters, device, g)
+        gflops = 8.0 * k * nv * nh / seconds / 1e9
+        ref = matmul_gflops(k, nv, nh, device)
+        result[f"seconds_nh{nh}"] = seconds
+        result[f"ratio_to_matmul_nh{nh}"] = gflops / ref
+        result[f"matmul_share_nh{nh}"] = matmul_seconds / seconds
+    # the headline numbers are Nh = 500's (the paper run's longest job)
+    result.update(seconds=seconds, gflops=gflops, ratio_to_matmul=gflops / ref, matmul_gflops=ref)
+    return result
+
+
 def bench_adatap(device, quick: bool) -> dict:
     """One adaTAP (VAMP, Alg. 3) iteration on a 784 x 500 binary RBM at batch K = 100 (Fig. 10).
 
@@ -916,6 +966,7 @@ def bench_adatap(device, quick: bool) -> dict:
 
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
+    "tap_iteration": bench_tap_iteration,
     "denoise": bench_denoise,
     "harvest": bench_harvest,
     "ais": bench_ais,

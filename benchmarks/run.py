@@ -890,6 +890,53 @@ def _iteration_and_matmuls(machine, x, iters: int, device, g) -> tuple[float, fl
     return seconds, min(_seconds(four_matmuls, device) for _ in range(3)) / iters
 
 
+def _damped_bernoulli_update(field, A, a_old, c_old, damping: float):
+    """The elementwise rest of one binary layer's damped TAP update, written out of place for
+    ``torch.compile`` to fuse (``tap.solve`` runs it eagerly, in place: ``_eager_update``)."""
+    a_new = torch.sigmoid(field + A * a_old)
+    diff = a_new - a_old
+    step = diff.square().sum(1) * (1.0 - damping) ** 2
+    return a_old + (1.0 - damping) * diff, torch.lerp(a_new * (1.0 - a_new), c_old, damping), step
+
+
+def _eager_update(field, A, a_old, c_old, damping: float):
+    """``_damped_bernoulli_update`` as ``tap.solve`` computes it (``field`` is overwritten)."""
+    B = field.addcmul_(A, a_old)
+    a_new = torch.sigmoid(B)
+    c_new = a_new * (1.0 - a_new)
+    diff = a_new.sub_(a_old)
+    step = torch.linalg.vector_norm(diff, dim=1).square_().mul_((1.0 - damping) ** 2)
+    return torch.add(a_old, diff, alpha=1.0 - damping), c_new.lerp_(c_old, damping), step
+
+
+def _fusion_speedup(k: int, n: int, device) -> float:
+    """Time of the solver's eager elementwise update over the ``torch.compile``d one on (k, n)
+    operands (best of 5 x 200 calls each; the results agree to 1e-5); NaN where compiling
+    fails here."""
+    args = [torch.rand(k, n, device=device) for _ in range(4)]
+    try:
+        fused = torch.compile(_damped_bernoulli_update, dynamic=False)
+        want = fused(*args, 0.5)
+    except Exception as exc:  # no compiler toolchain: say so, measure the rest
+        print(f"tap_iteration: torch.compile unavailable ({exc!r:.200})", file=sys.stderr)
+        return float("nan")
+    got = _eager_update(args[0].clone(), *args[1:], 0.5)
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(w, g, rtol=1e-5, atol=1e-5)
+
+    def calls(fn):
+        for _ in range(200):
+            fn(args[0].clone() if fn is _eager_update else args[0], *args[1:], 0.5)
+
+    def clones():
+        for _ in range(200):
+            args[0].clone()
+
+    eager = min(_seconds(lambda: calls(_eager_update), device) for _ in range(5))
+    eager -= min(_seconds(clones, device) for _ in range(5))  # the copy only the timing needs
+    return eager / min(_seconds(lambda: calls(fused), device) for _ in range(5))
+
+
 def bench_tap_iteration(device, quick: bool) -> dict:
     """One TAP iteration (Alg. 1, both layers, damped) at the paper's batch K = 100, Nh = 100
     and 500: the unit of converged training (up to 100 per minibatch), of Figs. 5-7's harvest
@@ -898,7 +945,9 @@ def bench_tap_iteration(device, quick: bool) -> dict:
     Operation count per iteration: four matmuls (a W, c W^2, a_h W^T, c_h (W^2)^T), 4 x 2 K Nv
     Nh. ``matmul_share_nh{N}`` is the time of those four matmuls alone over the iteration's: what
     is left (priors' moments, damping, the step norm) is all that fusing the elementwise work
-    (e.g. ``torch.compile``) could save.
+    (e.g. ``torch.compile``) could save. ``hidden_update_fusion_speedup_nh{N}``: how much faster
+    ``torch.compile`` makes the hidden layer's elementwise update (``_damped_bernoulli_update``;
+    not with ``--quick``, which skips the compile).
     """
     nv, k = 784, 100
     iters = 20 if quick else 100
@@ -915,6 +964,8 @@ def bench_tap_iteration(device, quick: bool) -> dict:
         result[f"seconds_nh{nh}"] = seconds
         result[f"ratio_to_matmul_nh{nh}"] = gflops / ref
         result[f"matmul_share_nh{nh}"] = matmul_seconds / seconds
+        fusion = _fusion_speedup(k, nh, device) if not quick else float("nan")
+        result[f"hidden_update_fusion_speedup_nh{nh}"] = fusion
     # the headline numbers are Nh = 500's (the paper run's longest job)
     result.update(seconds=seconds, gflops=gflops, ratio_to_matmul=gflops / ref, matmul_gflops=ref)
     return result

@@ -112,6 +112,7 @@ def draw(args, tags: dict | None = None) -> None:
     module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
     result = FIGURES[args.figure](module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
+    write_params(args.csv, result)
     track(args.tracking, args.figure, result, paths, tags)
     claims = result.table[result.table["kind"] == "claim"]
     columns = [c for c in ("claim", "model", "epoch", "value", "detail") if c in claims]
@@ -138,7 +139,7 @@ def track(
         if m.substitute:
             tags[f"substitute.{m.name}"] = m.substitute
     tags.update(extra_tags or {})
-    params = {"models": [m.name for m in result.models], **result.params}
+    params = figure_params(result)
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
         by_step = claim_metrics(result.table)
         for step, metrics in sorted(by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
@@ -146,6 +147,30 @@ def track(
         for p in paths:
             run.log_artifact(p)
         return run.run_id
+
+
+def figure_params(result: FigureResult) -> dict:
+    """The params of a figure's run: the models drawn and the figure's own ``params``."""
+    return {"models": [m.name for m in result.models], **result.params}
+
+
+def params_file(csv) -> Path:
+    """Where a figure's run params are kept: beside its CSV, ``<figure>.params.json``."""
+    return Path(csv).with_suffix(".params.json")
+
+
+def write_params(csv, result: FigureResult) -> Path:
+    """Write the figure run's params as it logs them (``tracking.flat_params``, JSON) beside the
+    CSV, atomically, so that ``tapmachine track`` replays them from the files alone (a figure's
+    params, e.g. the files it read, are not in its table)."""
+    from tapmachine import tracking
+    from tapmachine.files import atomic_write
+
+    flat = tracking.flat_params(figure_params(result))
+    path = params_file(csv)
+    text = json.dumps(flat, indent=1, sort_keys=True)
+    atomic_write(path, lambda fh: fh.write(text), text=True)
+    return path
 
 
 def claim_metrics(table) -> dict[int | None, dict[str, float]]:

@@ -28,6 +28,7 @@ is never rewritten: the store, not the file, holds the link.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -61,7 +62,8 @@ class Item:
     """One run to be: experiment, run name, params, metric rows (step -> values), artifacts
     (a path, or (path, artifact folder)), tags; ``model``: the (experiment, run name) of the
     training run it derives from; ``machine``: (model.pt, dataset .npz) to log as an MLflow
-    model."""
+    model; ``recorded_id``: the run id a training run's model.pt records (the live run that
+    wrote the file), preferred as the link of derived runs where this store has that run."""
 
     experiment: str
     name: str
@@ -71,6 +73,7 @@ class Item:
     tags: dict[str, str] = field(default_factory=dict)
     model: tuple[str, str] | None = None
     machine: tuple[Path, Path] | None = None
+    recorded_id: str | None = None
 
 
 def _numeric_rows(csv: Path, step_column: str | None = "epoch", skip=()):
@@ -116,14 +119,17 @@ def _train_items(results: Path, data: Path | None) -> Iterator[Item]:
     for csv in sorted(results.glob("models/*/metrics.csv")):
         _, steps = _numeric_rows(csv)
         model = csv.parent.name
-        machine = None
+        machine, recorded = None, None
         model_file = csv.parent / "model.pt"
-        if model_file.exists() and data is not None:
+        if model_file.exists():
             from tapmachine.modelfile import ModelFile
 
-            dataset_file = data / f"{ModelFile.load(model_file).dataset}.npz"
-            machine = (model_file, dataset_file) if dataset_file.exists() else None
-        yield Item("train", model, {"model": model}, steps, [csv], {"model": model}, None, machine)
+            record = ModelFile.load(model_file)
+            recorded = record.mlflow_run_id
+            dataset_file = data / f"{record.dataset}.npz" if data is not None else None
+            machine = (model_file, dataset_file) if dataset_file and dataset_file.exists() else None
+        tags = {"model": model}
+        yield Item("train", model, {"model": model}, steps, [csv], tags, None, machine, recorded)
     for steps_csv in sorted(results.glob("ucd/dbm/*/*/steps.csv")):
         yield _ucd_train_item(steps_csv)
 
@@ -144,7 +150,10 @@ def _ucd_train_item(steps_csv: Path) -> Item:
         if "seconds" in blob.extras:
             steps.setdefault(None, {})["train_seconds_total"] = float(blob.extras["seconds"])
     pngs = [(p, "epochs") for p in sorted(steps_csv.parent.glob("epochs/epoch_*.png"))]
-    return Item("ucd", f"train_{dataset}_{model}", params, steps, [*pngs, steps_csv], tags)
+    item = Item("ucd", f"train_{dataset}_{model}", params, steps, [*pngs, steps_csv], tags)
+    if model_file.exists():
+        item.recorded_id = blob.mlflow_run_id
+    return item
 
 
 def _harvest_items(results: Path) -> Iterator[Item]:
@@ -214,21 +223,44 @@ def _level_series(csv: Path, metrics) -> dict[int | None, dict[str, float]]:
     return steps
 
 
+def _denoise_params(csv: Path, level: str, model: str | None) -> dict:
+    """The params of a denoise run: as the live run logged them (``tracked_params`` of the npz
+    beside ``csv``); for an npz written before it kept them, only what the CSV holds (model,
+    levels, number of images), never a guessed setting."""
+    import pandas as pd
+
+    npz = csv.with_suffix(".npz")
+    if npz.exists():
+        with np.load(npz, allow_pickle=False) as z:
+            if "tracked_params" in z.files:
+                return json.loads(str(z["tracked_params"]))
+    table = pd.read_csv(csv)
+    first = table[table["method"] == table["method"].iloc[0]]
+    params: dict = {} if model is None else {"model": model}
+    params[f"{level}s"] = [float(v) for v in first[level]]
+    if "n_images" in table and len(table):
+        params["n_images"] = int(table["n_images"].iloc[0])
+    return params
+
+
 def _denoise_items(results: Path) -> Iterator[Item]:
     for csv in sorted(results.glob("denoise/*/denoise_bsc.csv")):
         model = csv.parent.name
         steps = _level_series(csv, lambda m, r: {"mcc": r["value"], "mcc_se": r["se"]})
         tags = {"model": model, "channel": "bsc"}
-        yield Item("denoise", f"{model}-bsc", {}, steps, [csv], tags, ("train", model))
+        params = _denoise_params(csv, "p", model)
+        yield Item("denoise", f"{model}-bsc", params, steps, [csv], tags, ("train", model))
     for csv in sorted(results.glob("denoise/*/denoise_real.csv")):
         model = csv.parent.name
         steps = _level_series(csv, lambda m, r: {f"mse.{m}": r["value"], f"psnr.{m}": r["psnr"]})
         tags = {"model": model, "channel": "gauss"}
-        yield Item("denoise", f"{model}-gaussian", {}, steps, [csv], tags, ("train", model))
+        params = _denoise_params(csv, "sigma", model)
+        yield Item("denoise", f"{model}-gaussian", params, steps, [csv], tags, ("train", model))
     baselines = results / "denoise" / "baselines" / "bsc.csv"
     if baselines.exists():
         steps = _level_series(baselines, lambda m, r: {f"mcc.{m}": r["value"]})
-        yield Item("denoise", "baselines-bsc", {}, steps, [baselines], {"channel": "bsc"})
+        params = _denoise_params(baselines, "p", None)
+        yield Item("denoise", "baselines-bsc", params, steps, [baselines], {"channel": "bsc"})
 
 
 def _ucd_items(results: Path) -> Iterator[Item]:
@@ -285,7 +317,18 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
     yield from _ucd_items(results)
     for csv in sorted(results.glob("figures/*.csv")):
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
-        yield Item("figures", csv.stem, {}, _claims(csv), arts, {"figure": csv.stem})
+        yield Item(
+            "figures", csv.stem, _figure_params(csv), _claims(csv), arts, {"figure": csv.stem}
+        )
+
+
+def _figure_params(csv: Path) -> dict:
+    """The params the figure's live run logged, kept beside its CSV (``<figure>.params.json``,
+    ``stages.figures.write_params``); none for a figure drawn before that file was written."""
+    from tapmachine.stages.figures import params_file
+
+    path = params_file(csv)
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _present(client, exp_id: str, name: str, run_name: str):
@@ -315,11 +358,53 @@ def _log_machine(run, machine: tuple[Path, Path]) -> None:
     run.log_machine(model_file, ds.x_train[:5], dataset_file, ds.name)
 
 
+def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str) -> bool:
+    """Whether ``run_id`` is a training run of this model and config run in this store: an
+    active FINISHED run named ``name`` in experiment ``exp_id`` tagged ``tapmachine.run_name``
+    = ``run_name`` (any such run, so a derived run of an earlier training of the same model
+    keeps its link). An id the store does not know is not."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return False
+        raise
+    return (
+        run.info.experiment_id == exp_id
+        and run.info.run_name == name
+        and run.info.status == "FINISHED"
+        and run.info.lifecycle_stage == "active"
+        and run.data.tags.get("tapmachine.run_name") == run_name
+    )
+
+
+def _link(client, found, label: str, model_run_id: str, is_training_run) -> str | None:
+    """Point a present derived run's ``model_run_id`` tag at its training run: filled where it is
+    missing ("retagged"), replaced where it names no training run of that model and config run
+    in this store ("corrected": a store rebuilt, a training run replayed anew). Only this tag of
+    the derived run is written; the training run is only read."""
+    current = found.data.tags.get(MODEL_TAG)
+    if current in (None, "", "None"):
+        kind = "retagged"
+    elif current == model_run_id or is_training_run(current):
+        return None
+    else:
+        kind = "corrected"
+    client.set_tag(found.info.run_id, MODEL_TAG, model_run_id)
+    was = "" if kind == "retagged" else f" (was {current}, no training run of it here)"
+    print(f"{kind:<8} {label}: {MODEL_TAG} = {model_run_id}{was}")
+    return kind
+
+
 def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str, int]:
     """Replay ``results`` into the store (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m, "retagged": k} (k: present derived runs that lacked
-    their ``model_run_id`` tag). Raises TrackError if the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: present derived
+    runs that lacked their ``model_run_id`` tag; c: present derived runs whose tag named a run
+    that is not a training run of their model and config run in this store). Raises TrackError
+    if the store fails.
     """
     results = Path(results)
     if not results.is_dir():
@@ -332,22 +417,36 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
         raise TrackError(f"tracking store {tracking.default_tracking_uri(store)}: {err}") from err
     uri = info["tracking_uri"]
     client = tracking._client(uri)
-    counts = {"replayed": 0, "present": 0, "retagged": 0}
+    counts = {"replayed": 0, "present": 0, "retagged": 0, "corrected": 0}
     # (experiment, run name) -> id in this store, for the model_run_id tags of derived runs
     run_ids: dict[tuple[str, str], str] = {}
+    checked: dict[tuple[str, tuple[str, str]], bool] = {}  # (run id, model) -> training run?
+
+    def is_training_run(run_id: str, model: tuple[str, str]) -> bool:
+        if (run_id, model) not in checked:
+            exp = info["experiments"][model[0]]
+            checked[run_id, model] = _is_training_run(client, run_id, exp, model[1], run_name)
+        return checked[run_id, model]
+
     for item in items(results, Path(data) if data else None):
         exp_id = info["experiments"][item.experiment]
         label = f"{item.experiment}/{item.name}"
         model_run_id = run_ids.get(item.model) if item.model else None
         found = _present(client, exp_id, item.name, run_name)
         if found is not None:
-            run_ids[(item.experiment, item.name)] = found.info.run_id
+            key = (item.experiment, item.name)
+            run_ids[key] = found.info.run_id
+            # Of several training runs of a model, the one that wrote its model.pt, if here.
+            recorded = item.recorded_id
+            if recorded not in (None, found.info.run_id) and is_training_run(recorded, key):
+                run_ids[key] = recorded
             counts["present"] += 1
             print(f"present  {label}")
-            if model_run_id and found.data.tags.get(MODEL_TAG) in (None, "", "None"):
-                client.set_tag(found.info.run_id, MODEL_TAG, model_run_id)
-                counts["retagged"] += 1
-                print(f"retagged {label}: {MODEL_TAG} = {model_run_id}")
+            if model_run_id:
+                check = functools.partial(is_training_run, model=item.model)
+                kind = _link(client, found, label, model_run_id, check)
+                if kind is not None:
+                    counts[kind] += 1
             continue
         tags = {**item.tags, "tapmachine.run_name": run_name, "tapmachine.replayed": "true"}
         if model_run_id:
@@ -415,10 +514,10 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
 
 def _cmd_track(args) -> None:
     counts = replay(args.results, args.store, args.manifest, args.data, args.run_name)
-    retagged = f", {counts['retagged']} retagged" if counts["retagged"] else ""
+    links = "".join(f", {counts[k]} {k}" for k in ("retagged", "corrected") if counts[k])
     print(
         f"tapmachine track: {counts['replayed']} runs replayed, {counts['present']} already "
-        f"in the store{retagged} ({tracking.default_tracking_uri(args.store)})"
+        f"in the store{links} ({tracking.default_tracking_uri(args.store)})"
     )
 
 

@@ -368,6 +368,9 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
         )
         for name in want:
             assert set(got[name].items()) == set(want[name].items()), (exp, name)
+    live_figs = _by_name(live_client, live_exps["figures"])
+    for name, run in _by_name(client, exps["figures"]).items():
+        assert run.data.tags["models"] == live_figs[name].data.tags["models"]
     assert _params(client, exps["denoise"])["m-bsc"]["tol"] == "1e-06"
     assert _params(client, exps["denoise"])["baselines-bsc"]["k"] == "3"
     assert _params(client, exps["denoise"])["r-gaussian"]["damping"] == "0.3"
@@ -393,7 +396,12 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
     this store (an id the store never had, a run of another experiment, a training run deleted
     and replayed anew) get the store's training run; one naming another FINISHED training run
     of the same model keeps it. The training run's params, metrics and tags are only read."""
+    from tapmachine.figures.common import FigureResult, ModelInfo
+    from tapmachine.stages.figures import write_params
+
     results = every_stage
+    # Fig. 3 drawn from m: its run names m's training run in the tag train_run.m
+    write_params(results / "figures" / "fig3.csv", FigureResult(None, None, [ModelInfo("m", "")]))
     store = results.parent / "mlflow"
     args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
     assert cli.main(args) == 0
@@ -405,6 +413,10 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
     }
     runs = {exp: _by_name(client, exps[exp])[name] for exp, name in derived.items()}
     (train,) = client.search_runs([exps["train"]])
+    (fig3,) = client.search_runs([exps["figures"]])
+    assert fig3.data.tags["train_run.m"] == train.info.run_id
+    assert fig3.data.tags["models"] == "m" and fig3.data.params == {"models": '["m"]'}
+    client.set_tag(fig3.info.run_id, "train_run.m", "no-such-run")
     client.set_tag(runs["harvest"].info.run_id, "model_run_id", "0123456789abcdef0123456789abcdef")
     (other,) = client.search_runs([exps["ucd"]], "attributes.run_name = 'fig1_mh_lmi'")
     client.set_tag(runs["likelihood"].info.run_id, "model_run_id", other.info.run_id)
@@ -426,7 +438,7 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
 
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "0 runs replayed, 13 already in the store, 2 corrected (" in out, out
+    assert "0 runs replayed, 13 already in the store, 3 corrected (" in out, out
     assert "corrected harvest/m/epoch_2: model_run_id = " in out
     tag = {exp: client.get_run(r.info.run_id).data.tags["model_run_id"] for exp, r in runs.items()}
     assert tag == {
@@ -434,6 +446,7 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
         "likelihood": train.info.run_id,
         "denoise": retrained.run_id,
     }
+    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == train.info.run_id
     after = client.get_run(train.info.run_id).data
     assert (after.params, after.metrics, after.tags) == (before.params, before.metrics, before.tags)
     assert cli.main(args) == 0
@@ -445,9 +458,10 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
     client.delete_run(retrained.run_id)
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "1 runs replayed, 12 already in the store, 5 corrected (" in out, out
+    assert "1 runs replayed, 12 already in the store, 6 corrected (" in out, out
     (new_train,) = client.search_runs([exps["train"]])
     assert new_train.info.run_id != train.info.run_id
     for exp, name in [*derived.items(), ("likelihood", "m-curve"), ("denoise", "m-gaussian")]:
         run = _by_name(client, exps[exp])[name]
         assert run.data.tags["model_run_id"] == new_train.info.run_id, (exp, name)
+    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == new_train.info.run_id

@@ -17,12 +17,22 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 - figures and tables (``figures/*.csv`` with their PNG/PDF; ``figures``).
 
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
-second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Runs derived from
-a model (harvest, scores, curves, denoising, UCD scores) are tagged ``model_run_id`` with the id
-of that model's training run *in this store*, found or replayed first: a training job whose
-tracking failed to start records no run id in ``model.pt``, and the replayed training run is
-then the one its downstream runs point to (present runs lacking the tag get it too). ``model.pt``
-is never rewritten: the store, not the file, holds the link.
+second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Params are the
+live run's where the files keep them: denoise runs from their npz (``tracked_params``), figure
+runs from ``figures/<figure>.params.json``; UCD Fig. 1's per-d ``seconds``, a timing, stays
+live-only.
+
+Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are tagged
+``model_run_id`` with the id of that model's training run *in this store*, found or replayed
+first, and figure runs ``train_run.<model>`` per model drawn. Of several FINISHED training runs
+of a model, the one its ``model.pt`` records is taken if the store has it, else the newest. A
+training job whose tracking failed to start records no run id in ``model.pt``, and the replayed
+training run is then the one its downstream runs point to. Present derived runs lacking the tag
+get it ("retagged"); those whose tag names no training run of that model and config run in this
+store (an id of another store, a run deleted and replayed anew, a run of another experiment) get
+it replaced ("corrected"); a tag naming another FINISHED training run of the same model is
+kept. Only those tags of derived runs are written: a finished training run is only read, and
+``model.pt`` is never rewritten (the store, not the file, holds the link).
 """
 
 from __future__ import annotations
@@ -63,7 +73,8 @@ class Item:
     (a path, or (path, artifact folder)), tags; ``model``: the (experiment, run name) of the
     training run it derives from; ``machine``: (model.pt, dataset .npz) to log as an MLflow
     model; ``recorded_id``: the run id a training run's model.pt records (the live run that
-    wrote the file), preferred as the link of derived runs where this store has that run."""
+    wrote the file), preferred as the link of derived runs where this store has that run;
+    ``links``: further tags naming training runs (tag -> (experiment, run name))."""
 
     experiment: str
     name: str
@@ -74,6 +85,12 @@ class Item:
     model: tuple[str, str] | None = None
     machine: tuple[Path, Path] | None = None
     recorded_id: str | None = None
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def model_links(self) -> dict[str, tuple[str, str]]:
+        """Tag -> (experiment, run name) of a training run: ``model_run_id`` for ``model``, and
+        ``links`` (a figure's ``train_run.<model>`` per model drawn)."""
+        return {**({MODEL_TAG: self.model} if self.model else {}), **self.links}
 
 
 def _numeric_rows(csv: Path, step_column: str | None = "epoch", skip=()):
@@ -317,9 +334,16 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
     yield from _ucd_items(results)
     for csv in sorted(results.glob("figures/*.csv")):
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
-        yield Item(
-            "figures", csv.stem, _figure_params(csv), _claims(csv), arts, {"figure": csv.stem}
-        )
+        params = _figure_params(csv)
+        tags = {"figure": csv.stem}
+        links = {}
+        if "models" in params:  # as the live run: the models drawn, each tagged with its run
+            models = json.loads(params["models"])
+            tags["models"] = ",".join(models)
+            links = {f"train_run.{m}": _training_run_of(m) for m in models}
+        item = Item("figures", csv.stem, params, _claims(csv), arts, tags)
+        item.links = links
+        yield item
 
 
 def _figure_params(csv: Path) -> dict:
@@ -329,6 +353,15 @@ def _figure_params(csv: Path) -> dict:
 
     path = params_file(csv)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _training_run_of(model: str) -> tuple[str, str]:
+    """(experiment, run name) of the training run of a model a figure names: a DBM of the second
+    paper as ``{dataset}/{model}``, a machine of the first by its name."""
+    if "/" in model:
+        dataset, name = model.split("/", 1)
+        return ("ucd", f"train_{dataset}_{name}")
+    return ("train", model)
 
 
 def _present(client, exp_id: str, name: str, run_name: str):
@@ -380,31 +413,32 @@ def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str)
     )
 
 
-def _link(client, found, label: str, model_run_id: str, is_training_run) -> str | None:
-    """Point a present derived run's ``model_run_id`` tag at its training run: filled where it is
-    missing ("retagged"), replaced where it names no training run of that model and config run
-    in this store ("corrected": a store rebuilt, a training run replayed anew). Only this tag of
-    the derived run is written; the training run is only read."""
-    current = found.data.tags.get(MODEL_TAG)
+def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> str | None:
+    """Point a present derived run's ``tag`` (``model_run_id``, a figure's ``train_run.<model>``)
+    at its training run ``run_id``: filled where it is missing ("retagged"), replaced where it
+    names no training run of that model and config run in this store ("corrected": a store
+    rebuilt, a training run replayed anew). Only this tag of the derived run is written; the
+    training run is only read."""
+    current = found.data.tags.get(tag)
     if current in (None, "", "None"):
         kind = "retagged"
-    elif current == model_run_id or is_training_run(current):
+    elif current == run_id or is_training_run(current):
         return None
     else:
         kind = "corrected"
-    client.set_tag(found.info.run_id, MODEL_TAG, model_run_id)
+    client.set_tag(found.info.run_id, tag, run_id)
     was = "" if kind == "retagged" else f" (was {current}, no training run of it here)"
-    print(f"{kind:<8} {label}: {MODEL_TAG} = {model_run_id}{was}")
+    print(f"{kind:<8} {label}: {tag} = {run_id}{was}")
     return kind
 
 
 def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str, int]:
     """Replay ``results`` into the store (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: present derived
-    runs that lacked their ``model_run_id`` tag; c: present derived runs whose tag named a run
-    that is not a training run of their model and config run in this store). Raises TrackError
-    if the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: links to a training
+    run, ``model_run_id`` or a figure's ``train_run.<model>``, that present derived runs lacked;
+    c: links that named a run that is not a training run of that model and config run in this
+    store). Raises TrackError if the store fails.
     """
     results = Path(results)
     if not results.is_dir():
@@ -431,7 +465,8 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
     for item in items(results, Path(data) if data else None):
         exp_id = info["experiments"][item.experiment]
         label = f"{item.experiment}/{item.name}"
-        model_run_id = run_ids.get(item.model) if item.model else None
+        # tag -> (the training run's id in this store, its (experiment, run name))
+        links = {t: (run_ids[m], m) for t, m in item.model_links().items() if m in run_ids}
         found = _present(client, exp_id, item.name, run_name)
         if found is not None:
             key = (item.experiment, item.name)
@@ -442,15 +477,14 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
                 run_ids[key] = recorded
             counts["present"] += 1
             print(f"present  {label}")
-            if model_run_id:
-                check = functools.partial(is_training_run, model=item.model)
-                kind = _link(client, found, label, model_run_id, check)
+            for tag, (run_id, model) in links.items():
+                check = functools.partial(is_training_run, model=model)
+                kind = _link(client, found, label, tag, run_id, check)
                 if kind is not None:
                     counts[kind] += 1
             continue
         tags = {**item.tags, "tapmachine.run_name": run_name, "tapmachine.replayed": "true"}
-        if model_run_id:
-            tags[MODEL_TAG] = model_run_id
+        tags.update({tag: run_id for tag, (run_id, _) in links.items()})
         with tracking.start_run(manifest, item.experiment, item.name, item.params, tags) as run:
             for step, values in sorted(item.steps.items(), key=lambda kv: kv[0] or 0):
                 run.log_metrics(values, step=step)

@@ -396,27 +396,16 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
     this store (an id the store never had, a run of another experiment, a training run deleted
     and replayed anew) get the store's training run; one naming another FINISHED training run
     of the same model keeps it. The training run's params, metrics and tags are only read."""
-    from tapmachine.figures.common import FigureResult, ModelInfo
-    from tapmachine.stages.figures import write_params
+    from tapmachine.modelfile import ModelFile
 
     results = every_stage
-    # Fig. 3 drawn from m: its run names m's training run in the tag train_run.m
-    write_params(results / "figures" / "fig3.csv", FigureResult(None, None, [ModelInfo("m", "")]))
     store = results.parent / "mlflow"
     args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
     assert cli.main(args) == 0
     client, exps = _store(store)
-    derived = {
-        "harvest": "m/epoch_2",
-        "likelihood": "m-epochs",
-        "denoise": "m-bsc",
-    }
+    derived = {"harvest": "m/epoch_2", "likelihood": "m-epochs", "denoise": "m-bsc"}
     runs = {exp: _by_name(client, exps[exp])[name] for exp, name in derived.items()}
     (train,) = client.search_runs([exps["train"]])
-    (fig3,) = client.search_runs([exps["figures"]])
-    assert fig3.data.tags["train_run.m"] == train.info.run_id
-    assert fig3.data.tags["models"] == "m" and fig3.data.params == {"models": '["m"]'}
-    client.set_tag(fig3.info.run_id, "train_run.m", "no-such-run")
     client.set_tag(runs["harvest"].info.run_id, "model_run_id", "0123456789abcdef0123456789abcdef")
     (other,) = client.search_runs([exps["ucd"]], "attributes.run_name = 'fig1_mh_lmi'")
     client.set_tag(runs["likelihood"].info.run_id, "model_run_id", other.info.run_id)
@@ -427,8 +416,6 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
         retrained.log_metrics({"tap_ll": -0.1}, step=1)
     client.set_tag(runs["denoise"].info.run_id, "model_run_id", retrained.run_id)
     # model.pt names the first: wrong links go to it, not to the newer one
-    from tapmachine.modelfile import ModelFile
-
     model_pt = results / "models" / "m" / "model.pt"
     record = ModelFile.load(model_pt)
     record.mlflow_run_id = train.info.run_id
@@ -438,7 +425,7 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
 
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "0 runs replayed, 13 already in the store, 3 corrected (" in out, out
+    assert "0 runs replayed, 13 already in the store, 2 corrected (" in out, out
     assert "corrected harvest/m/epoch_2: model_run_id = " in out
     tag = {exp: client.get_run(r.info.run_id).data.tags["model_run_id"] for exp, r in runs.items()}
     assert tag == {
@@ -446,22 +433,49 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
         "likelihood": train.info.run_id,
         "denoise": retrained.run_id,
     }
-    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == train.info.run_id
     after = client.get_run(train.info.run_id).data
     assert (after.params, after.metrics, after.tags) == (before.params, before.metrics, before.tags)
     assert cli.main(args) == 0
     assert "corrected" not in capsys.readouterr().out
 
-    # The training run deleted (a store cleaned up by hand): the replay makes it anew and every
-    # derived run that pointed at the deleted one now points at the new one.
+    # The training runs deleted (a store cleaned up by hand): the replay makes one anew and every
+    # derived run that pointed at a deleted one now points at the new one.
     client.delete_run(train.info.run_id)
     client.delete_run(retrained.run_id)
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "1 runs replayed, 12 already in the store, 6 corrected (" in out, out
+    assert "1 runs replayed, 12 already in the store, 5 corrected (" in out, out
     (new_train,) = client.search_runs([exps["train"]])
     assert new_train.info.run_id != train.info.run_id
     for exp, name in [*derived.items(), ("likelihood", "m-curve"), ("denoise", "m-gaussian")]:
         run = _by_name(client, exps[exp])[name]
         assert run.data.tags["model_run_id"] == new_train.info.run_id, (exp, name)
-    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == new_train.info.run_id
+
+
+def test_figure_runs_are_linked_to_the_training_runs_of_their_models(every_stage, capsys):
+    """A replayed figure run carries the live run's models tag and train_run.<model> = the
+    store's training run; a wrong train_run.<model> is corrected, a missing one (the live run
+    had no id to give, as the UCD tables) is left missing."""
+    from tapmachine.figures.common import FigureResult, ModelInfo
+    from tapmachine.stages.figures import write_params
+
+    results = every_stage
+    # Fig. 3 drawn from m, its params.json written as the figure stage writes it
+    write_params(results / "figures" / "fig3.csv", FigureResult(None, None, [ModelInfo("m", "")]))
+    store = results.parent / "mlflow"
+    args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
+    assert cli.main(args) == 0
+    client, exps = _store(store)
+    (train,) = client.search_runs([exps["train"]])
+    (fig3,) = client.search_runs([exps["figures"]])
+    assert fig3.data.tags["train_run.m"] == train.info.run_id
+    assert fig3.data.tags["models"] == "m" and fig3.data.params == {"models": '["m"]'}
+    client.set_tag(fig3.info.run_id, "train_run.m", "no-such-run")
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    assert "0 runs replayed, 13 already in the store, 1 corrected (" in capsys.readouterr().out
+    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == train.info.run_id
+    client.delete_tag(fig3.info.run_id, "train_run.m")
+    assert cli.main(args) == 0
+    assert "0 runs replayed, 13 already in the store (" in capsys.readouterr().out
+    assert "train_run.m" not in client.get_run(fig3.info.run_id).data.tags

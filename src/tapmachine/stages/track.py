@@ -31,8 +31,10 @@ training run is then the one its downstream runs point to. Present derived runs 
 get it ("retagged"); those whose tag names no training run of that model and config run in this
 store (an id of another store, a run deleted and replayed anew, a run of another experiment) get
 it replaced ("corrected"); a tag naming another FINISHED training run of the same model is
-kept. Only those tags of derived runs are written: a finished training run is only read, and
-``model.pt`` is never rewritten (the store, not the file, holds the link).
+kept. A present figure run's missing ``train_run.<model>`` is left missing (the live run had
+no id to give, e.g. the UCD tables); replayed figure runs carry one per model. Only those tags
+of derived runs are written: a finished training run is only read, and ``model.pt`` is never
+rewritten (the store, not the file, holds the link).
 """
 
 from __future__ import annotations
@@ -415,12 +417,15 @@ def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str)
 
 def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> str | None:
     """Point a present derived run's ``tag`` (``model_run_id``, a figure's ``train_run.<model>``)
-    at its training run ``run_id``: filled where it is missing ("retagged"), replaced where it
-    names no training run of that model and config run in this store ("corrected": a store
-    rebuilt, a training run replayed anew). Only this tag of the derived run is written; the
-    training run is only read."""
+    at its training run ``run_id``: replaced where it names no training run of that model and
+    config run in this store ("corrected": a store rebuilt, a training run replayed anew);
+    ``model_run_id`` also filled where it is missing ("retagged"; a figure's live run has no
+    ``train_run.<model>`` where it had no id to give, e.g. the UCD tables, and is left so).
+    Only this tag of the derived run is written; the training run is only read."""
     current = found.data.tags.get(tag)
     if current in (None, "", "None"):
+        if tag != MODEL_TAG:
+            return None
         kind = "retagged"
     elif current == run_id or is_training_run(current):
         return None
@@ -435,10 +440,10 @@ def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> 
 def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str, int]:
     """Replay ``results`` into the store (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: links to a training
-    run, ``model_run_id`` or a figure's ``train_run.<model>``, that present derived runs lacked;
-    c: links that named a run that is not a training run of that model and config run in this
-    store). Raises TrackError if the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: ``model_run_id``
+    tags that present derived runs lacked; c: links to a training run, ``model_run_id`` or a
+    figure's ``train_run.<model>``, that named a run that is not a training run of that model
+    and config run in this store). Raises TrackError if the store fails.
     """
     results = Path(results)
     if not results.is_dir():

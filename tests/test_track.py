@@ -479,3 +479,38 @@ def test_figure_runs_are_linked_to_the_training_runs_of_their_models(every_stage
     assert cli.main(args) == 0
     assert "0 runs replayed, 13 already in the store (" in capsys.readouterr().out
     assert "train_run.m" not in client.get_run(fig3.info.run_id).data.tags
+
+
+def test_replayed_ucd_fig1_run_has_the_live_params(tmp_path, monkeypatch, capsys):
+    """UCD Fig. 1's run of one method, live and replayed from its CSV and params.json: the same
+    params (caps, units, gain, seed ... are in no CSV). The per-d `seconds`, a timing, is the
+    only metric the replay lacks."""
+    from tapmachine.stages.ucd import run_steps
+
+    res = tmp_path / "results" / "tiny"
+    out = res / "ucd" / "fig1" / "mh_lmi.csv"
+    live = tmp_path / "live"
+    manifest = live / "experiments.json"
+    tracking.init_store(live, manifest)
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    run_steps("mh_lmi", [3, 2], 4, 50, 200, "spin", "logistic", 0.7, 5, out, manifest=manifest)
+    rebuilt = tmp_path / "rebuilt"
+    assert cli.main(["track", "--results", str(res), "--store", str(rebuilt), "--data", ""]) == 0
+    assert "1 runs replayed, 0 already" in capsys.readouterr().out
+    live_client, live_exps = _store(live)
+    (want,) = _by_name(live_client, live_exps["ucd"]).values()
+    client, exps = _store(rebuilt)
+    (got,) = _by_name(client, exps["ucd"]).values()
+    assert got.info.run_name == want.info.run_name == "fig1_mh_lmi"
+    assert set(got.data.params.items()) == set(want.data.params.items())
+    assert got.data.params["gain"] == "0.7" and got.data.params["dims"] == "[3, 2]"
+    assert set(want.data.metrics) - set(got.data.metrics) == {"seconds"}
+
+    # A CSV written before its params.json: what the CSV holds, each value as live.
+    (res / "ucd" / "fig1" / "mh_lmi.params.json").unlink()
+    older = tmp_path / "older"
+    assert cli.main(["track", "--results", str(res), "--store", str(older), "--data", ""]) == 0
+    client, exps = _store(older)
+    (got,) = _by_name(client, exps["ucd"]).values()
+    assert set(got.data.params) == {"method", "dims", "reps"}
+    assert set(got.data.params.items()) <= set(want.data.params.items())

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from tapmachine.figures.common import FigureResult
+from tapmachine.stages import common as common_stage
 from tapmachine.stages.common import set_threads
 
 
@@ -154,23 +155,11 @@ def figure_params(result: FigureResult) -> dict:
     return {"models": [m.name for m in result.models], **result.params}
 
 
-def params_file(csv) -> Path:
-    """Where a figure's run params are kept: beside its CSV, ``<figure>.params.json``."""
-    return Path(csv).with_suffix(".params.json")
-
-
 def write_params(csv, result: FigureResult) -> Path:
-    """Write the figure run's params as it logs them (``tracking.flat_params``, JSON) beside the
-    CSV, atomically, so that ``tapmachine track`` replays them from the files alone (a figure's
-    params, e.g. the files it read, are not in its table)."""
-    from tapmachine import tracking
-    from tapmachine.files import atomic_write
-
-    flat = tracking.flat_params(figure_params(result))
-    path = params_file(csv)
-    text = json.dumps(flat, indent=1, sort_keys=True)
-    atomic_write(path, lambda fh: fh.write(text), text=True)
-    return path
+    """Write the figure run's params beside its CSV (``<figure>.params.json``,
+    ``stages.common.write_params``), so that ``tapmachine track`` replays them from the files
+    alone (a figure's params, e.g. the files it read, are not in its table)."""
+    return common_stage.write_params(csv, figure_params(result))
 
 
 def claim_metrics(table) -> dict[int | None, dict[str, float]]:

@@ -19,8 +19,8 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
 second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Params are the
 live run's where the files keep them: denoise runs from their npz (``tracked_params``), figure
-runs from ``figures/<figure>.params.json``; UCD Fig. 1's per-d ``seconds``, a timing, stays
-live-only.
+runs from ``figures/<figure>.params.json``, UCD Fig. 1 runs from ``ucd/fig1/{method}.params.json``;
+UCD Fig. 1's per-d ``seconds``, a timing, stays live-only.
 
 Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are tagged
 ``model_run_id`` with the id of that model's training run *in this store*, found or replayed
@@ -282,6 +282,23 @@ def _denoise_items(results: Path) -> Iterator[Item]:
         yield Item("denoise", "baselines-bsc", params, steps, [baselines], {"channel": "bsc"})
 
 
+def _fig1_params(csv: Path, table) -> dict:
+    """The params of a UCD Fig. 1 run as logged live (``{method}.params.json`` beside the CSV);
+    for a CSV written before that file, what the CSV holds (method, dims in order, chains per
+    d), never a guessed setting."""
+    from tapmachine.stages.common import read_params
+
+    params = read_params(csv)
+    if params is not None:
+        return params
+    dims = [int(d) for d in dict.fromkeys(table["d"])]
+    reps = table.groupby("d").size()
+    params = {"method": csv.stem, "dims": dims}
+    if len(set(reps)) == 1:
+        params["reps"] = int(reps.iloc[0])
+    return params
+
+
 def _ucd_items(results: Path) -> Iterator[Item]:
     import pandas as pd
 
@@ -304,7 +321,7 @@ def _ucd_items(results: Path) -> Iterator[Item]:
                 steps[int(d)]["corrected_fraction"] = float(rows["corrected"].mean())
             if "search_capped" in rows:
                 steps[int(d)]["search_capped"] = float(rows["search_capped"].sum())
-        yield Item("ucd", f"fig1_{csv.stem}", {"method": csv.stem}, steps, [csv])
+        yield Item("ucd", f"fig1_{csv.stem}", _fig1_params(csv, table), steps, [csv])
     for pt in sorted(results.glob("ucd/classifier/*.pt")):
         import torch
 
@@ -351,10 +368,9 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
 def _figure_params(csv: Path) -> dict:
     """The params the figure's live run logged, kept beside its CSV (``<figure>.params.json``,
     ``stages.figures.write_params``); none for a figure drawn before that file was written."""
-    from tapmachine.stages.figures import params_file
+    from tapmachine.stages.common import read_params
 
-    path = params_file(csv)
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_params(csv) or {}
 
 
 def _training_run_of(model: str) -> tuple[str, str]:

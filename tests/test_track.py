@@ -269,3 +269,248 @@ def test_live_runs_of_a_model_whose_training_run_never_started_get_its_replayed_
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "0 runs replayed, 13 already in the store (" in out and "retagged" not in out
+
+
+def _toy_model(path, visible, n_visible=16, name="m", dataset="toy"):
+    """A small RBM saved as model.pt (no training run id), with the given visible prior."""
+    import torch
+
+    from tapmachine.machine import RBM
+    from tapmachine.modelfile import ModelFile
+    from tapmachine.priors import Bernoulli
+
+    g = torch.Generator().manual_seed(0)
+    weights = 0.2 * torch.randn(n_visible, 5, generator=g)
+    machine = RBM(weights, visible, Bernoulli(torch.zeros(5)))
+    ModelFile.from_machine(machine, name, spec={"train_noise": None}, dataset=dataset).save(path)
+    return path
+
+
+def _params(client, exp_id, filt=tracking.STAGE_RUNS):
+    return {r.info.run_name: r.data.params for r in client.search_runs([exp_id], filt)}
+
+
+def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeypatch, capsys):
+    """The denoise runs (TAP on both channels, baselines) and the figure runs drawn from them,
+    logged live into one store, then replayed from their files alone into a fresh one: every
+    run has the same params, key for key and value for value (the settings such as tol and
+    damping are in no CSV: the npz and the figure's params.json keep them)."""
+    import torch
+
+    from tapmachine import data
+    from tapmachine.priors import Bernoulli, TruncatedGaussBernoulli
+    from tapmachine.stages import denoise as stage
+
+    res = tmp_path / "results" / "tiny"
+    g = np.random.default_rng(0)
+    x = (g.random((80, 16)) < 0.3).astype(np.float32)
+    binary = data.save_dataset(
+        data.Dataset(x[:60], np.zeros(60, int), x[60:], np.zeros(20, int), (4, 4), {}, "toy"),
+        tmp_path / "results" / "data" / "toy.npz",
+    )
+    xr = (g.integers(0, 256, (80, 16)) * (g.random((80, 16)) < 0.5) / 255.0).astype(np.float32)
+    real = data.save_dataset(
+        data.Dataset(xr[:60], np.zeros(60, int), xr[60:], np.zeros(20, int), (4, 4), {}, "toyr"),
+        tmp_path / "results" / "data" / "toyr.npz",
+    )
+    (res / "models" / "m").mkdir(parents=True)
+    (res / "models" / "r").mkdir()
+    m_pt = _toy_model(res / "models" / "m" / "model.pt", Bernoulli(torch.full((16,), -0.8)))
+    tgb = TruncatedGaussBernoulli(torch.full((16,), 0.5), torch.zeros(16), torch.full((16,), 4.0))
+    r_pt = _toy_model(res / "models" / "r" / "model.pt", tgb, name="r", dataset="toyr")
+
+    live = tmp_path / "live"
+    manifest = live / "experiments.json"
+    tracking.init_store(live, manifest)
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    den = res / "denoise"
+    bsc = stage.bsc_settings('{"ps": [0.0, 0.1, 0.3], "n_images": 12, "tol": 1e-6, "k": 3}')
+    stage.run_bsc(
+        m_pt, binary, bsc, den / "m" / "denoise_bsc.csv", den / "m" / "denoise_bsc.npz",
+        manifest=manifest,
+    )  # fmt: skip
+    stage.run_baselines(
+        binary, bsc, den / "baselines" / "bsc.csv", den / "baselines" / "bsc.npz",
+        manifest=manifest,
+    )  # fmt: skip
+    rs = stage.real_settings('{"sigmas": [0.1, 0.4], "n_images": 10, "damping": 0.3}')
+    stage.run_real(
+        r_pt, real, rs, den / "r" / "denoise_real.csv", den / "r" / "denoise_real.npz",
+        manifest=manifest,
+    )  # fmt: skip
+
+    def draw(fig, *args):
+        files = [f"--{e}={res / 'figures' / f'{fig}.{e}'}" for e in ("png", "pdf", "csv")]
+        argv = ["figure", fig, *map(str, args), *files, "--tracking", str(manifest)]
+        assert cli.main(argv) == 0
+
+    draw("fig8", "--tap", den / "m" / "denoise_bsc.npz", "--model-files", m_pt,
+         "--baselines", den / "baselines" / "bsc.npz", "--labels", "tap_m")  # fmt: skip
+    draw("fig_denoise_real", "--results", den / "r" / "denoise_real.npz", "--model-file", r_pt)
+    capsys.readouterr()
+
+    rebuilt = tmp_path / "rebuilt"
+    args = ["track", "--results", str(res), "--store", str(rebuilt), "--data", ""]
+    assert cli.main(args) == 0
+    assert "5 runs replayed, 0 already" in capsys.readouterr().out
+    live_client, live_exps = _store(live)
+    client, exps = _store(rebuilt)
+    for exp in ("denoise", "figures"):
+        want = _params(live_client, live_exps[exp])
+        got = _params(client, exps[exp])
+        assert (
+            set(got)
+            == set(want)
+            == {
+                "denoise": {"m-bsc", "baselines-bsc", "r-gaussian"},
+                "figures": {"fig8", "fig_denoise_real"},
+            }[exp]
+        )
+        for name in want:
+            assert set(got[name].items()) == set(want[name].items()), (exp, name)
+    live_figs = _by_name(live_client, live_exps["figures"])
+    for name, run in _by_name(client, exps["figures"]).items():
+        assert run.data.tags["models"] == live_figs[name].data.tags["models"]
+    assert _params(client, exps["denoise"])["m-bsc"]["tol"] == "1e-06"
+    assert _params(client, exps["denoise"])["baselines-bsc"]["k"] == "3"
+    assert _params(client, exps["denoise"])["r-gaussian"]["damping"] == "0.3"
+    assert _params(client, exps["figures"])["fig8"]["ps"] == "[0.0, 0.1, 0.3]"
+
+    # An npz written before it kept its params: only what the CSV holds, each value as live.
+    npz = den / "baselines" / "bsc.npz"
+    with np.load(npz, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files if k != "tracked_params"}
+    np.savez(npz, **arrays)
+    older = tmp_path / "older"
+    assert cli.main(["track", "--results", str(res), "--store", str(older), "--data", ""]) == 0
+    client, exps = _store(older)
+    got = _params(client, exps["denoise"])["baselines-bsc"]
+    want = _params(live_client, live_exps["denoise"])["baselines-bsc"]
+    assert set(got) == {"ps", "n_images"} and set(got.items()) <= set(want.items())
+
+
+def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
+    every_stage, monkeypatch, capsys
+):
+    """Derived runs whose model_run_id names no training run of their model and config run in
+    this store (an id the store never had, a run of another experiment, a training run deleted
+    and replayed anew) get the store's training run; one naming another FINISHED training run
+    of the same model keeps it. The training run's params, metrics and tags are only read."""
+    from tapmachine.modelfile import ModelFile
+
+    results = every_stage
+    store = results.parent / "mlflow"
+    args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
+    assert cli.main(args) == 0
+    client, exps = _store(store)
+    derived = {"harvest": "m/epoch_2", "likelihood": "m-epochs", "denoise": "m-bsc"}
+    runs = {exp: _by_name(client, exps[exp])[name] for exp, name in derived.items()}
+    (train,) = client.search_runs([exps["train"]])
+    client.set_tag(runs["harvest"].info.run_id, "model_run_id", "0123456789abcdef0123456789abcdef")
+    (other,) = client.search_runs([exps["ucd"]], "attributes.run_name = 'fig1_mh_lmi'")
+    client.set_tag(runs["likelihood"].info.run_id, "model_run_id", other.info.run_id)
+    # a second FINISHED training run of m in this config run (say, the model retrained live)
+    manifest = store / "experiments.json"
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    with tracking.start_run(manifest, "train", "m") as retrained:
+        retrained.log_metrics({"tap_ll": -0.1}, step=1)
+    client.set_tag(runs["denoise"].info.run_id, "model_run_id", retrained.run_id)
+    # model.pt names the first: wrong links go to it, not to the newer one
+    model_pt = results / "models" / "m" / "model.pt"
+    record = ModelFile.load(model_pt)
+    record.mlflow_run_id = train.info.run_id
+    record.save(model_pt)
+    before = client.get_run(train.info.run_id).data
+    capsys.readouterr()
+
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "0 runs replayed, 13 already in the store, 2 corrected (" in out, out
+    assert "corrected harvest/m/epoch_2: model_run_id = " in out
+    tag = {exp: client.get_run(r.info.run_id).data.tags["model_run_id"] for exp, r in runs.items()}
+    assert tag == {
+        "harvest": train.info.run_id,
+        "likelihood": train.info.run_id,
+        "denoise": retrained.run_id,
+    }
+    after = client.get_run(train.info.run_id).data
+    assert (after.params, after.metrics, after.tags) == (before.params, before.metrics, before.tags)
+    assert cli.main(args) == 0
+    assert "corrected" not in capsys.readouterr().out
+
+    # The training runs deleted (a store cleaned up by hand): the replay makes one anew and every
+    # derived run that pointed at a deleted one now points at the new one.
+    client.delete_run(train.info.run_id)
+    client.delete_run(retrained.run_id)
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 runs replayed, 12 already in the store, 5 corrected (" in out, out
+    (new_train,) = client.search_runs([exps["train"]])
+    assert new_train.info.run_id != train.info.run_id
+    for exp, name in [*derived.items(), ("likelihood", "m-curve"), ("denoise", "m-gaussian")]:
+        run = _by_name(client, exps[exp])[name]
+        assert run.data.tags["model_run_id"] == new_train.info.run_id, (exp, name)
+
+
+def test_figure_runs_are_linked_to_the_training_runs_of_their_models(every_stage, capsys):
+    """A replayed figure run carries the live run's models tag and train_run.<model> = the
+    store's training run; a wrong train_run.<model> is corrected, a missing one (the live run
+    had no id to give, as the UCD tables) is left missing."""
+    from tapmachine.figures.common import FigureResult, ModelInfo
+    from tapmachine.stages.figures import write_params
+
+    results = every_stage
+    # Fig. 3 drawn from m, its params.json written as the figure stage writes it
+    write_params(results / "figures" / "fig3.csv", FigureResult(None, None, [ModelInfo("m", "")]))
+    store = results.parent / "mlflow"
+    args = ["track", "--results", str(results), "--store", str(store), "--data", ""]
+    assert cli.main(args) == 0
+    client, exps = _store(store)
+    (train,) = client.search_runs([exps["train"]])
+    (fig3,) = client.search_runs([exps["figures"]])
+    assert fig3.data.tags["train_run.m"] == train.info.run_id
+    assert fig3.data.tags["models"] == "m" and fig3.data.params == {"models": '["m"]'}
+    client.set_tag(fig3.info.run_id, "train_run.m", "no-such-run")
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    assert "0 runs replayed, 13 already in the store, 1 corrected (" in capsys.readouterr().out
+    assert client.get_run(fig3.info.run_id).data.tags["train_run.m"] == train.info.run_id
+    client.delete_tag(fig3.info.run_id, "train_run.m")
+    assert cli.main(args) == 0
+    assert "0 runs replayed, 13 already in the store (" in capsys.readouterr().out
+    assert "train_run.m" not in client.get_run(fig3.info.run_id).data.tags
+
+
+def test_replayed_ucd_fig1_run_has_the_live_params(tmp_path, monkeypatch, capsys):
+    """UCD Fig. 1's run of one method, live and replayed from its CSV and params.json: the same
+    params (caps, units, gain, seed ... are in no CSV). The per-d `seconds`, a timing, is the
+    only metric the replay lacks."""
+    from tapmachine.stages.ucd import run_steps
+
+    res = tmp_path / "results" / "tiny"
+    out = res / "ucd" / "fig1" / "mh_lmi.csv"
+    live = tmp_path / "live"
+    manifest = live / "experiments.json"
+    tracking.init_store(live, manifest)
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    run_steps("mh_lmi", [3, 2], 4, 50, 200, "spin", "logistic", 0.7, 5, out, manifest=manifest)
+    rebuilt = tmp_path / "rebuilt"
+    assert cli.main(["track", "--results", str(res), "--store", str(rebuilt), "--data", ""]) == 0
+    assert "1 runs replayed, 0 already" in capsys.readouterr().out
+    live_client, live_exps = _store(live)
+    (want,) = _by_name(live_client, live_exps["ucd"]).values()
+    client, exps = _store(rebuilt)
+    (got,) = _by_name(client, exps["ucd"]).values()
+    assert got.info.run_name == want.info.run_name == "fig1_mh_lmi"
+    assert set(got.data.params.items()) == set(want.data.params.items())
+    assert got.data.params["gain"] == "0.7" and got.data.params["dims"] == "[3, 2]"
+    assert set(want.data.metrics) - set(got.data.metrics) == {"seconds"}
+
+    # A CSV written before its params.json: what the CSV holds, each value as live.
+    (res / "ucd" / "fig1" / "mh_lmi.params.json").unlink()
+    older = tmp_path / "older"
+    assert cli.main(["track", "--results", str(res), "--store", str(older), "--data", ""]) == 0
+    client, exps = _store(older)
+    (got,) = _by_name(client, exps["ucd"]).values()
+    assert set(got.data.params) == {"method", "dims", "reps"}
+    assert set(got.data.params.items()) <= set(want.data.params.items())

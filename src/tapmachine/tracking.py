@@ -53,6 +53,7 @@ __all__ = [
     "open_invocation",
     "close_invocation",
     "disabled_reason",
+    "flat_params",
     "STAGE_RUNS",
 ]
 
@@ -202,6 +203,14 @@ def ui_link(base_url: str, experiment: str) -> str:
 
 def _warn(what: str, err: Exception) -> None:
     print(f"tapmachine.tracking: {what} failed ({type(err).__name__}: {err})", file=sys.stderr)
+
+
+def flat_params(params: Mapping) -> dict[str, str]:
+    """The params exactly as ``Run.log_params`` logs them: nested keys joined by dots, lists as
+    JSON, everything else ``str``, at most 6000 characters. A stage writes these next to its
+    outputs so that ``tapmachine track`` replays the very same params (a flat dict of strings is
+    its own flattening)."""
+    return _flatten(params)
 
 
 def _flatten(params: Mapping, prefix: str = "") -> dict[str, str]:

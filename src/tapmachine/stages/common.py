@@ -1,9 +1,11 @@
-"""What every stage shares: argument groups, the user-error class and a lazily opened MLflow run."""
+"""What every stage shares: argument groups, the user-error class, a lazily opened MLflow run
+and the params files that let ``tapmachine track`` replay a run's params."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 from tapmachine import tracking
 
@@ -18,6 +20,29 @@ def parse_json(text: str, flag: str):
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{flag} is not JSON: {err}") from err
+
+
+def params_file(output) -> Path:
+    """Where a stage keeps its MLflow run's params beside an output: ``<stem>.params.json``."""
+    return Path(output).with_suffix(".params.json")
+
+
+def write_params(output, params: dict) -> Path:
+    """Write ``params`` as the run logs them (``tracking.flat_params``: a flat dict of strings,
+    which is its own flattening) to ``params_file(output)`` as JSON, atomically, so that
+    ``tapmachine track`` replays the very same params from the files alone."""
+    from tapmachine.files import atomic_write
+
+    text = json.dumps(tracking.flat_params(params), indent=1, sort_keys=True)
+    path = params_file(output)
+    atomic_write(path, lambda fh: fh.write(text), text=True)
+    return path
+
+
+def read_params(output) -> dict | None:
+    """The params kept beside ``output`` by ``write_params``; None if there is no such file."""
+    path = params_file(output)
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def set_threads(n: int) -> None:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from tapmachine.figures.common import FigureResult
+from tapmachine.stages import common as common_stage
 from tapmachine.stages.common import set_threads
 
 
@@ -112,6 +113,7 @@ def draw(args, tags: dict | None = None) -> None:
     module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
     result = FIGURES[args.figure](module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
+    write_params(args.csv, result)
     track(args.tracking, args.figure, result, paths, tags)
     claims = result.table[result.table["kind"] == "claim"]
     columns = [c for c in ("claim", "model", "epoch", "value", "detail") if c in claims]
@@ -138,7 +140,7 @@ def track(
         if m.substitute:
             tags[f"substitute.{m.name}"] = m.substitute
     tags.update(extra_tags or {})
-    params = {"models": [m.name for m in result.models], **result.params}
+    params = figure_params(result)
     with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
         by_step = claim_metrics(result.table)
         for step, metrics in sorted(by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
@@ -146,6 +148,18 @@ def track(
         for p in paths:
             run.log_artifact(p)
         return run.run_id
+
+
+def figure_params(result: FigureResult) -> dict:
+    """The params of a figure's run: the models drawn and the figure's own ``params``."""
+    return {"models": [m.name for m in result.models], **result.params}
+
+
+def write_params(csv, result: FigureResult) -> Path:
+    """Write the figure run's params beside its CSV (``<figure>.params.json``,
+    ``stages.common.write_params``), so that ``tapmachine track`` replays them from the files
+    alone (a figure's params, e.g. the files it read, are not in its table)."""
+    return common_stage.write_params(csv, figure_params(result))
 
 
 def claim_metrics(table) -> dict[int | None, dict[str, float]]:

@@ -17,17 +17,30 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 - figures and tables (``figures/*.csv`` with their PNG/PDF; ``figures``).
 
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
-second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Runs derived from
-a model (harvest, scores, curves, denoising, UCD scores) are tagged ``model_run_id`` with the id
-of that model's training run *in this store*, found or replayed first: a training job whose
-tracking failed to start records no run id in ``model.pt``, and the replayed training run is
-then the one its downstream runs point to (present runs lacking the tag get it too). ``model.pt``
-is never rewritten: the store, not the file, holds the link.
+second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Params are the
+live run's where the files keep them: denoise runs from their npz (``tracked_params``), figure
+runs from ``figures/<figure>.params.json``, UCD Fig. 1 runs from ``ucd/fig1/{method}.params.json``;
+UCD Fig. 1's per-d ``seconds``, a timing, stays live-only.
+
+Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are tagged
+``model_run_id`` with the id of that model's training run *in this store*, found or replayed
+first, and figure runs ``train_run.<model>`` per model drawn. Of several FINISHED training runs
+of a model, the one its ``model.pt`` records is taken if the store has it, else the newest. A
+training job whose tracking failed to start records no run id in ``model.pt``, and the replayed
+training run is then the one its downstream runs point to. Present derived runs lacking the tag
+get it ("retagged"); those whose tag names no training run of that model and config run in this
+store (an id of another store, a run deleted and replayed anew, a run of another experiment) get
+it replaced ("corrected"); a tag naming another FINISHED training run of the same model is
+kept. A present figure run's missing ``train_run.<model>`` is left missing (the live run had
+no id to give, e.g. the UCD tables); replayed figure runs carry one per model. Only those tags
+of derived runs are written: a finished training run is only read, and ``model.pt`` is never
+rewritten (the store, not the file, holds the link).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -61,7 +74,9 @@ class Item:
     """One run to be: experiment, run name, params, metric rows (step -> values), artifacts
     (a path, or (path, artifact folder)), tags; ``model``: the (experiment, run name) of the
     training run it derives from; ``machine``: (model.pt, dataset .npz) to log as an MLflow
-    model."""
+    model; ``recorded_id``: the run id a training run's model.pt records (the live run that
+    wrote the file), preferred as the link of derived runs where this store has that run;
+    ``links``: further tags naming training runs (tag -> (experiment, run name))."""
 
     experiment: str
     name: str
@@ -71,6 +86,13 @@ class Item:
     tags: dict[str, str] = field(default_factory=dict)
     model: tuple[str, str] | None = None
     machine: tuple[Path, Path] | None = None
+    recorded_id: str | None = None
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def model_links(self) -> dict[str, tuple[str, str]]:
+        """Tag -> (experiment, run name) of a training run: ``model_run_id`` for ``model``, and
+        ``links`` (a figure's ``train_run.<model>`` per model drawn)."""
+        return {**({MODEL_TAG: self.model} if self.model else {}), **self.links}
 
 
 def _numeric_rows(csv: Path, step_column: str | None = "epoch", skip=()):
@@ -116,14 +138,17 @@ def _train_items(results: Path, data: Path | None) -> Iterator[Item]:
     for csv in sorted(results.glob("models/*/metrics.csv")):
         _, steps = _numeric_rows(csv)
         model = csv.parent.name
-        machine = None
+        machine, recorded = None, None
         model_file = csv.parent / "model.pt"
-        if model_file.exists() and data is not None:
+        if model_file.exists():
             from tapmachine.modelfile import ModelFile
 
-            dataset_file = data / f"{ModelFile.load(model_file).dataset}.npz"
-            machine = (model_file, dataset_file) if dataset_file.exists() else None
-        yield Item("train", model, {"model": model}, steps, [csv], {"model": model}, None, machine)
+            record = ModelFile.load(model_file)
+            recorded = record.mlflow_run_id
+            dataset_file = data / f"{record.dataset}.npz" if data is not None else None
+            machine = (model_file, dataset_file) if dataset_file and dataset_file.exists() else None
+        tags = {"model": model}
+        yield Item("train", model, {"model": model}, steps, [csv], tags, None, machine, recorded)
     for steps_csv in sorted(results.glob("ucd/dbm/*/*/steps.csv")):
         yield _ucd_train_item(steps_csv)
 
@@ -144,7 +169,10 @@ def _ucd_train_item(steps_csv: Path) -> Item:
         if "seconds" in blob.extras:
             steps.setdefault(None, {})["train_seconds_total"] = float(blob.extras["seconds"])
     pngs = [(p, "epochs") for p in sorted(steps_csv.parent.glob("epochs/epoch_*.png"))]
-    return Item("ucd", f"train_{dataset}_{model}", params, steps, [*pngs, steps_csv], tags)
+    item = Item("ucd", f"train_{dataset}_{model}", params, steps, [*pngs, steps_csv], tags)
+    if model_file.exists():
+        item.recorded_id = blob.mlflow_run_id
+    return item
 
 
 def _harvest_items(results: Path) -> Iterator[Item]:
@@ -214,21 +242,61 @@ def _level_series(csv: Path, metrics) -> dict[int | None, dict[str, float]]:
     return steps
 
 
+def _denoise_params(csv: Path, level: str, model: str | None) -> dict:
+    """The params of a denoise run: as the live run logged them (``tracked_params`` of the npz
+    beside ``csv``); for an npz written before it kept them, only what the CSV holds (model,
+    levels, number of images), never a guessed setting."""
+    import pandas as pd
+
+    npz = csv.with_suffix(".npz")
+    if npz.exists():
+        with np.load(npz, allow_pickle=False) as z:
+            if "tracked_params" in z.files:
+                return json.loads(str(z["tracked_params"]))
+    table = pd.read_csv(csv)
+    first = table[table["method"] == table["method"].iloc[0]]
+    params: dict = {} if model is None else {"model": model}
+    params[f"{level}s"] = [float(v) for v in first[level]]
+    if "n_images" in table and len(table):
+        params["n_images"] = int(table["n_images"].iloc[0])
+    return params
+
+
 def _denoise_items(results: Path) -> Iterator[Item]:
     for csv in sorted(results.glob("denoise/*/denoise_bsc.csv")):
         model = csv.parent.name
         steps = _level_series(csv, lambda m, r: {"mcc": r["value"], "mcc_se": r["se"]})
         tags = {"model": model, "channel": "bsc"}
-        yield Item("denoise", f"{model}-bsc", {}, steps, [csv], tags, ("train", model))
+        params = _denoise_params(csv, "p", model)
+        yield Item("denoise", f"{model}-bsc", params, steps, [csv], tags, ("train", model))
     for csv in sorted(results.glob("denoise/*/denoise_real.csv")):
         model = csv.parent.name
         steps = _level_series(csv, lambda m, r: {f"mse.{m}": r["value"], f"psnr.{m}": r["psnr"]})
         tags = {"model": model, "channel": "gauss"}
-        yield Item("denoise", f"{model}-gaussian", {}, steps, [csv], tags, ("train", model))
+        params = _denoise_params(csv, "sigma", model)
+        yield Item("denoise", f"{model}-gaussian", params, steps, [csv], tags, ("train", model))
     baselines = results / "denoise" / "baselines" / "bsc.csv"
     if baselines.exists():
         steps = _level_series(baselines, lambda m, r: {f"mcc.{m}": r["value"]})
-        yield Item("denoise", "baselines-bsc", {}, steps, [baselines], {"channel": "bsc"})
+        params = _denoise_params(baselines, "p", None)
+        yield Item("denoise", "baselines-bsc", params, steps, [baselines], {"channel": "bsc"})
+
+
+def _fig1_params(csv: Path, table) -> dict:
+    """The params of a UCD Fig. 1 run as logged live (``{method}.params.json`` beside the CSV);
+    for a CSV written before that file, what the CSV holds (method, dims in order, chains per
+    d), never a guessed setting."""
+    from tapmachine.stages.common import read_params
+
+    params = read_params(csv)
+    if params is not None:
+        return params
+    dims = [int(d) for d in dict.fromkeys(table["d"])]
+    reps = table.groupby("d").size()
+    params = {"method": csv.stem, "dims": dims}
+    if len(set(reps)) == 1:
+        params["reps"] = int(reps.iloc[0])
+    return params
 
 
 def _ucd_items(results: Path) -> Iterator[Item]:
@@ -253,7 +321,7 @@ def _ucd_items(results: Path) -> Iterator[Item]:
                 steps[int(d)]["corrected_fraction"] = float(rows["corrected"].mean())
             if "search_capped" in rows:
                 steps[int(d)]["search_capped"] = float(rows["search_capped"].sum())
-        yield Item("ucd", f"fig1_{csv.stem}", {"method": csv.stem}, steps, [csv])
+        yield Item("ucd", f"fig1_{csv.stem}", _fig1_params(csv, table), steps, [csv])
     for pt in sorted(results.glob("ucd/classifier/*.pt")):
         import torch
 
@@ -285,7 +353,33 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
     yield from _ucd_items(results)
     for csv in sorted(results.glob("figures/*.csv")):
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
-        yield Item("figures", csv.stem, {}, _claims(csv), arts, {"figure": csv.stem})
+        params = _figure_params(csv)
+        tags = {"figure": csv.stem}
+        links = {}
+        if "models" in params:  # as the live run: the models drawn, each tagged with its run
+            models = json.loads(params["models"])
+            tags["models"] = ",".join(models)
+            links = {f"train_run.{m}": _training_run_of(m) for m in models}
+        item = Item("figures", csv.stem, params, _claims(csv), arts, tags)
+        item.links = links
+        yield item
+
+
+def _figure_params(csv: Path) -> dict:
+    """The params the figure's live run logged, kept beside its CSV (``<figure>.params.json``,
+    ``stages.figures.write_params``); none for a figure drawn before that file was written."""
+    from tapmachine.stages.common import read_params
+
+    return read_params(csv) or {}
+
+
+def _training_run_of(model: str) -> tuple[str, str]:
+    """(experiment, run name) of the training run of a model a figure names: a DBM of the second
+    paper as ``{dataset}/{model}``, a machine of the first by its name."""
+    if "/" in model:
+        dataset, name = model.split("/", 1)
+        return ("ucd", f"train_{dataset}_{name}")
+    return ("train", model)
 
 
 def _present(client, exp_id: str, name: str, run_name: str):
@@ -315,11 +409,57 @@ def _log_machine(run, machine: tuple[Path, Path]) -> None:
     run.log_machine(model_file, ds.x_train[:5], dataset_file, ds.name)
 
 
+def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str) -> bool:
+    """Whether ``run_id`` is a training run of this model and config run in this store: an
+    active FINISHED run named ``name`` in experiment ``exp_id`` tagged ``tapmachine.run_name``
+    = ``run_name`` (any such run, so a derived run of an earlier training of the same model
+    keeps its link). An id the store does not know is not."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return False
+        raise
+    return (
+        run.info.experiment_id == exp_id
+        and run.info.run_name == name
+        and run.info.status == "FINISHED"
+        and run.info.lifecycle_stage == "active"
+        and run.data.tags.get("tapmachine.run_name") == run_name
+    )
+
+
+def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> str | None:
+    """Point a present derived run's ``tag`` (``model_run_id``, a figure's ``train_run.<model>``)
+    at its training run ``run_id``: replaced where it names no training run of that model and
+    config run in this store ("corrected": a store rebuilt, a training run replayed anew);
+    ``model_run_id`` also filled where it is missing ("retagged"; a figure's live run has no
+    ``train_run.<model>`` where it had no id to give, e.g. the UCD tables, and is left so).
+    Only this tag of the derived run is written; the training run is only read."""
+    current = found.data.tags.get(tag)
+    if current in (None, "", "None"):
+        if tag != MODEL_TAG:
+            return None
+        kind = "retagged"
+    elif current == run_id or is_training_run(current):
+        return None
+    else:
+        kind = "corrected"
+    client.set_tag(found.info.run_id, tag, run_id)
+    was = "" if kind == "retagged" else f" (was {current}, no training run of it here)"
+    print(f"{kind:<8} {label}: {tag} = {run_id}{was}")
+    return kind
+
+
 def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str, int]:
     """Replay ``results`` into the store (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m, "retagged": k} (k: present derived runs that lacked
-    their ``model_run_id`` tag). Raises TrackError if the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c} (k: ``model_run_id``
+    tags that present derived runs lacked; c: links to a training run, ``model_run_id`` or a
+    figure's ``train_run.<model>``, that named a run that is not a training run of that model
+    and config run in this store). Raises TrackError if the store fails.
     """
     results = Path(results)
     if not results.is_dir():
@@ -332,26 +472,40 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
         raise TrackError(f"tracking store {tracking.default_tracking_uri(store)}: {err}") from err
     uri = info["tracking_uri"]
     client = tracking._client(uri)
-    counts = {"replayed": 0, "present": 0, "retagged": 0}
+    counts = {"replayed": 0, "present": 0, "retagged": 0, "corrected": 0}
     # (experiment, run name) -> id in this store, for the model_run_id tags of derived runs
     run_ids: dict[tuple[str, str], str] = {}
+    checked: dict[tuple[str, tuple[str, str]], bool] = {}  # (run id, model) -> training run?
+
+    def is_training_run(run_id: str, model: tuple[str, str]) -> bool:
+        if (run_id, model) not in checked:
+            exp = info["experiments"][model[0]]
+            checked[run_id, model] = _is_training_run(client, run_id, exp, model[1], run_name)
+        return checked[run_id, model]
+
     for item in items(results, Path(data) if data else None):
         exp_id = info["experiments"][item.experiment]
         label = f"{item.experiment}/{item.name}"
-        model_run_id = run_ids.get(item.model) if item.model else None
+        # tag -> (the training run's id in this store, its (experiment, run name))
+        links = {t: (run_ids[m], m) for t, m in item.model_links().items() if m in run_ids}
         found = _present(client, exp_id, item.name, run_name)
         if found is not None:
-            run_ids[(item.experiment, item.name)] = found.info.run_id
+            key = (item.experiment, item.name)
+            run_ids[key] = found.info.run_id
+            # Of several training runs of a model, the one that wrote its model.pt, if here.
+            recorded = item.recorded_id
+            if recorded not in (None, found.info.run_id) and is_training_run(recorded, key):
+                run_ids[key] = recorded
             counts["present"] += 1
             print(f"present  {label}")
-            if model_run_id and found.data.tags.get(MODEL_TAG) in (None, "", "None"):
-                client.set_tag(found.info.run_id, MODEL_TAG, model_run_id)
-                counts["retagged"] += 1
-                print(f"retagged {label}: {MODEL_TAG} = {model_run_id}")
+            for tag, (run_id, model) in links.items():
+                check = functools.partial(is_training_run, model=model)
+                kind = _link(client, found, label, tag, run_id, check)
+                if kind is not None:
+                    counts[kind] += 1
             continue
         tags = {**item.tags, "tapmachine.run_name": run_name, "tapmachine.replayed": "true"}
-        if model_run_id:
-            tags[MODEL_TAG] = model_run_id
+        tags.update({tag: run_id for tag, (run_id, _) in links.items()})
         with tracking.start_run(manifest, item.experiment, item.name, item.params, tags) as run:
             for step, values in sorted(item.steps.items(), key=lambda kv: kv[0] or 0):
                 run.log_metrics(values, step=step)
@@ -415,10 +569,10 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
 
 def _cmd_track(args) -> None:
     counts = replay(args.results, args.store, args.manifest, args.data, args.run_name)
-    retagged = f", {counts['retagged']} retagged" if counts["retagged"] else ""
+    links = "".join(f", {counts[k]} {k}" for k in ("retagged", "corrected") if counts[k])
     print(
         f"tapmachine track: {counts['replayed']} runs replayed, {counts['present']} already "
-        f"in the store{retagged} ({tracking.default_tracking_uri(args.store)})"
+        f"in the store{links} ({tracking.default_tracking_uri(args.store)})"
     )
 
 

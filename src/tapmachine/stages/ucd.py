@@ -6,7 +6,9 @@ default, Secs. 4.1 and App. B), seeded from (seed, "ucd_fig1", d) so that every 
 machines, and ``reps`` chains run as one batch (``ucd.coupling_steps``). It writes the long-form
 CSV (d, method, rep, tau, T, capped) and logs a run to the MLflow experiment ``ucd``: per-d
 metrics with step = d (mean tau, T and tau + T, fraction with tau = 1, the fraction of chains whose
-estimate carries a correction term, caps hit, seconds) and the CSV.
+estimate carries a correction term, caps hit, seconds) and the CSV. The run's params are also
+written beside the CSV (``{method}.params.json``) for ``tapmachine track``; ``seconds``, a timing,
+is only in the live run.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def run_steps(
 
     from tapmachine import tracking, ucd
     from tapmachine.files import write_csv
+    from tapmachine.stages.common import write_params
     from tapmachine.training import seeded_generator
 
     if method not in ucd.METHODS:
@@ -141,6 +144,7 @@ def run_steps(
                 flush=True,
             )
         write_csv(rows, out, STEP_FIELDS)
+        write_params(out, params)  # {method}.params.json: for tapmachine track
         run.log_artifact(out)
     return rows
 

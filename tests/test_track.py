@@ -371,6 +371,14 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     live_figs = _by_name(live_client, live_exps["figures"])
     for name, run in _by_name(client, exps["figures"]).items():
         assert run.data.tags["models"] == live_figs[name].data.tags["models"]
+    # the same tags too: a live denoise run names its training run by model_run_id alone
+
+    def user_tags(run):
+        return {k for k in run.data.tags if not k.startswith("mlflow.")} - {"tapmachine.replayed"}
+
+    live_denoise = _by_name(live_client, live_exps["denoise"])
+    for name, run in _by_name(client, exps["denoise"]).items():
+        assert user_tags(run) == user_tags(live_denoise[name]), name
     assert _params(client, exps["denoise"])["m-bsc"]["tol"] == "1e-06"
     assert _params(client, exps["denoise"])["baselines-bsc"]["k"] == "3"
     assert _params(client, exps["denoise"])["r-gaussian"]["damping"] == "0.3"

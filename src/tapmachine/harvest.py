@@ -391,7 +391,7 @@ def run_harvest(
         "device": device,
         **{k: v for k, v in dataclasses.asdict(settings).items() if k != "n_init"},
     }
-    tags = {"model": name, "epoch": str(epoch), "dataset": ds.name, "train_run_id": train_run_id}
+    tags = {"model": name, "epoch": str(epoch), "dataset": ds.name}
     if train_run_id:
         tags["model_run_id"] = train_run_id
     if substitute:

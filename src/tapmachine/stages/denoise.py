@@ -272,7 +272,7 @@ def run_bsc(
         file=sys.stderr,
     )
     params = {"model": name, "ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
-    tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "bsc"}
+    tags = {"model": name, "channel": "bsc"}
     if record.mlflow_run_id:
         tags["model_run_id"] = record.mlflow_run_id
     series = {"mcc": mcc.mean(1), "mcc_se": [r["se"] for r in rows]}
@@ -438,7 +438,7 @@ def run_real(
         "sigmas": sigmas,
         **{k: v for k, v in settings.items() if k != "sigmas"},
     }
-    tags = {"model": name, "train_run_id": record.mlflow_run_id or "", "channel": "gauss"}
+    tags = {"model": name, "channel": "gauss"}
     if record.mlflow_run_id:
         tags["model_run_id"] = record.mlflow_run_id
     series = {f"mse.{k}": v.mean(1) for k, v in mses.items()}

@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         figures,
         harvest,
         likelihood,
+        progress,
         track,
         tracking,
         train,
@@ -32,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     tracking.register(sub)
     data.register(sub)
     train.register(sub)
+    progress.register(sub)
     harvest.register(sub)
     likelihood.register(sub)
     figures.register(sub)

@@ -1,0 +1,105 @@
+"""``tapmachine progress``: how far a run's training jobs are, read from their checkpoints.
+
+A paper-size run takes hours and, where sessions end, several starts. Snakemake's dry run
+(``snakemake ... -n``) lists the jobs still to run, not the epochs inside a job that resumes from
+its checkpoints. For every model of a run that has begun training (``results/<run>/models/*``
+and the DBMs under ``results/<run>/ucd/dbm/*/*``) this reads ``model.pt`` once the job has
+finished, else its latest checkpoint, and reports the epochs done of the total, the mean wall
+time of its latest epochs and what the remaining epochs take at that pace. Models with no
+checkpoint yet are not listed (the dry run lists their jobs).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tapmachine.stages.common import UsageError
+
+#: Epochs whose mean time sets the pace of what remains (the latest ones: TAP iterations, and so
+#: an epoch's cost, grow as the machine trains).
+PACE_EPOCHS = 5
+
+
+def model_progress(model_dir: str | Path) -> dict | None:
+    """``{model, epochs_done, epochs_total, finished, epoch_seconds, remaining_hours}`` of the
+    model trained in ``model_dir``; None where training has not written a checkpoint yet.
+
+    ``epoch_seconds`` is the mean ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
+    the history has no times), ``remaining_hours`` the epochs left at that pace (0 once
+    finished).
+    """
+    from tapmachine.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
+
+    model_dir = Path(model_dir)
+    final = model_dir / "model.pt"
+    if final.exists():
+        record = ModelFile.load(final)
+        history, total, finished = record.history, record.n_epochs, True
+    else:
+        latest = latest_checkpoint(checkpoint_dir(model_dir))
+        if latest is None:
+            return None
+        ckpt = Checkpoint.load(latest)
+        history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
+    done = len(history)
+    times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
+    pace = sum(times) / len(times) if times else math.nan
+    left = 0 if finished else max(total - done, 0)
+    return {
+        "model": model_dir.name,
+        "epochs_done": done,
+        "epochs_total": max(total, done),
+        "finished": finished,
+        "epoch_seconds": pace,
+        "remaining_hours": left * pace / 3600.0 if left else 0.0,
+    }
+
+
+def run_progress(results: str | Path) -> list[dict]:
+    """``model_progress`` of every model of the run in ``results`` that has begun training;
+    DBMs are named ``{dataset}/{model}``."""
+    results = Path(results)
+    if not results.is_dir():
+        raise UsageError(f"{results} is not a run's results folder (results/<run>)")
+    rows = []
+    for model_dir in sorted(p for p in (results / "models").glob("*") if p.is_dir()):
+        row = model_progress(model_dir)
+        if row is not None:
+            rows.append(row)
+    for model_dir in sorted(p for p in (results / "ucd" / "dbm").glob("*/*") if p.is_dir()):
+        row = model_progress(model_dir)
+        if row is not None:
+            rows.append({**row, "model": f"{model_dir.parent.name}/{model_dir.name}"})
+    return rows
+
+
+def format_progress(rows: list[dict]) -> str:
+    """The rows as an aligned text table, with the remaining hours summed (one job after the
+    other: divide by the jobs running at once for a wall time)."""
+    if not rows:
+        return "no model has a checkpoint yet\n"
+    header = f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10}  state"
+    lines = [header]
+    for r in rows:
+        state = "finished" if r["finished"] else "in progress"
+        pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
+        epochs = f"{r['epochs_done']}/{r['epochs_total']}"
+        lines.append(
+            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f}  {state}"
+        )
+    left = sum(r["remaining_hours"] for r in rows if not math.isnan(r["remaining_hours"]))
+    lines.append(f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def progress(args) -> None:
+    print(format_progress(run_progress(args.results)), end="")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "progress", help="epochs done and hours left of a run's training jobs (checkpoints)"
+    )
+    p.add_argument("--results", required=True, help="a run's results folder (results/<run>)")
+    p.set_defaults(func=progress)

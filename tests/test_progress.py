@@ -1,0 +1,86 @@
+"""``tapmachine progress``: epochs done and time left of a run's training jobs, from checkpoints."""
+
+import math
+
+import pytest
+import torch
+
+from tapmachine import cli, training
+from tapmachine.modelfile import ModelFile
+from tapmachine.stages import progress
+
+SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 4}]}
+
+
+class Stop(Exception):
+    """Ends training after an epoch's checkpoint, as a session's end does."""
+
+
+def _train(model_dir, epochs, stop_after=None):
+    x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    g = training.seeded_generator(0, "progress")
+    machine = training.build_machine(SPEC, x, 0.01, g)
+    settings = training.TrainSettings(epochs=epochs, batch_size=10, eval_samples=20)
+
+    def on_epoch(epoch, metrics, machine):
+        if epoch == stop_after:
+            raise Stop
+
+    return training.train(
+        machine,
+        x,
+        settings,
+        g,
+        checkpoint_dir=model_dir / "checkpoints",
+        progress=False,
+        on_epoch=on_epoch,
+    )
+
+
+def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
+    run = tmp_path / "results" / "paper"
+    stopped = run / "models" / "b_stopped"
+    with pytest.raises(Stop):
+        _train(stopped, epochs=7, stop_after=2)
+    row = progress.model_progress(stopped)
+    assert (row["epochs_done"], row["epochs_total"], row["finished"]) == (2, 7, False)
+    from tapmachine.modelfile import Checkpoint
+
+    history = Checkpoint.load(stopped / "checkpoints" / "epoch_2.pt").history
+    pace = sum(h["epoch_seconds"] for h in history) / 2
+    assert row["epoch_seconds"] == pytest.approx(pace)
+    assert row["remaining_hours"] == pytest.approx(5 * pace / 3600)
+
+    finished = run / "models" / "a_done"
+    machine, history = _train(finished, epochs=3)
+    ModelFile.from_machine(machine, "a_done", spec={"epochs": 3}, history=history).save(
+        finished / "model.pt"
+    )
+    (run / "models" / "c_not_started").mkdir()  # a folder, no checkpoint: not listed
+    rows = progress.run_progress(run)
+    assert [r["model"] for r in rows] == ["a_done", "b_stopped"]
+    assert rows[0]["finished"] and rows[0]["remaining_hours"] == 0.0
+    assert rows[0]["epochs_done"] == rows[0]["epochs_total"] == 3
+    # only the latest PACE_EPOCHS epochs set the pace
+    many = run / "models" / "d_long"
+    with pytest.raises(Stop):
+        _train(many, epochs=20, stop_after=progress.PACE_EPOCHS + 2)
+    row = progress.model_progress(many)
+    latest = Checkpoint.load(many / "checkpoints" / f"epoch_{progress.PACE_EPOCHS + 2}.pt").history
+    want = sum(h["epoch_seconds"] for h in latest[-progress.PACE_EPOCHS :]) / progress.PACE_EPOCHS
+    assert row["epoch_seconds"] == pytest.approx(want)
+
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["a_done", "3/3"] and out[1].endswith("finished")
+    assert out[2].split()[:2] == ["b_stopped", "2/7"] and out[2].endswith("in progress")
+    total = sum(r["remaining_hours"] for r in progress.run_progress(run))
+    assert math.isclose(float(out[-1].split()[-1]), total, abs_tol=0.005)
+
+
+def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["progress", "--results", str(tmp_path / "nowhere")]) == 2
+    assert "is not a run's results folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert progress.run_progress(tmp_path / "empty") == []
+    assert progress.format_progress([]) == "no model has a checkpoint yet\n"

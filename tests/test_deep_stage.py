@@ -238,9 +238,11 @@ def test_figures_from_synthetic_curves(tmp_path):
     assert drawn[drawn["claim"] == "train_rises"].set_index("model")["value"]["d2"] == 1.0
 
 
-def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path):
+def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypatch):
     """`deep-curve` logs to a run `{model}-curve` of experiment "likelihood" (step = epoch),
-    tagged model_run_id = the training run, and adds nothing to the finished training run."""
+    tagged model_run_id = the training run, and adds nothing to the finished training run.
+    `tapmachine track` rebuilds the training, curve and `deep-timing` runs from the files with
+    the live runs' params, key for key and value for value."""
     import mlflow
     import numpy as np
 
@@ -263,13 +265,15 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path):
         "batch_size": 50,
         "eval": {"n_samples": 20},
     }
-    outdir = tmp_path / "models" / "tiny"
+    results = tmp_path / "results" / "run"
+    outdir = results / "models" / "tiny"
     train_stage.train_model("tiny", spec, data, outdir, seed=1, manifest=manifest)
     uri, train_exp = tracking.experiment_id(manifest, "train")
     client = mlflow.MlflowClient(uri)
     (train_run,) = client.search_runs([train_exp])
     before = client.get_run(train_run.info.run_id).data.metrics
-    out = tmp_path / "curve.csv"
+    out = results / "dbm" / "tiny" / "curve.csv"
+    out.parent.mkdir(parents=True)
     args = ["deep-curve", "--model-file", str(outdir / "model.pt"), "--data", str(data)]
     args += ["--measure", "pl", "--n-train", "40", "--out", str(out), "--tracking", str(manifest)]
     assert cli.main(args) == 0
@@ -280,3 +284,28 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path):
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "pl")) == [1, 2]
     assert [r.info.run_id for r in client.search_runs([train_exp])] == [train_run.info.run_id]
     assert client.get_run(train_run.info.run_id).data.metrics == before
+    timing = results / "dbm" / "fig10_timing.csv"
+    args = ["deep-timing", "--visible", "8", "--hidden", "4", "--batch-sizes", "2", "4"]
+    args += ["--repeats", "1", "--tap-iterations", "2", "--adatap-iterations", "1"]
+    assert cli.main([*args, "--out", str(timing), "--tracking", str(manifest)]) == 0
+
+    def params(store_uri):
+        c = mlflow.MlflowClient(store_uri)
+        return {
+            (e.name, r.info.run_name): r.data.params
+            for e in c.search_experiments()
+            for r in c.search_runs([e.experiment_id])
+        }
+
+    live = params(uri)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set by the live runs' store
+    fresh = tmp_path / "fresh"
+    assert cli.main(["track", "--results", str(results), "--data", "", "--store", str(fresh)]) == 0
+    replayed = params(f"sqlite:///{fresh}/mlflow.db")
+    runs = [("train", "tiny"), ("likelihood", "tiny-curve"), ("benchmarks", "fig10/timing")]
+    assert sorted(replayed) == sorted(runs)
+    for run in runs:
+        assert replayed[run] == live[run], run
+    assert (
+        live["train", "tiny"]["seed"] == "1" and live["likelihood", "tiny-curve"]["n_train"] == "40"
+    )

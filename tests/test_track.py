@@ -244,6 +244,96 @@ def test_every_stage_is_replayed_once_and_linked_to_its_training_run(every_stage
     assert history("ucd", "train_binary_mnist_ucd_lmi", "grad_norm") == [(1, 0.5), (2, 0.4)]
 
 
+def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
+    """Outputs written before their params were kept replay what the files hold (never a
+    guessed setting); with the params files and model.pt's ``extras["run"]`` the live stages now
+    write, the replayed params are exactly those."""
+    import torch
+
+    from tapmachine import training
+    from tapmachine.modelfile import ModelFile
+    from tapmachine.stages.common import write_params
+    from tapmachine.stages.ucd_dbm import train_params
+
+    results = every_stage
+
+    def replayed(store):
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set by the last replay
+        args = ["track", "--results", str(results), "--store", str(store)]
+        assert cli.main([*args, "--data", str(results.parent / "data")]) == 0
+        client, exps = _store(store)
+        return {
+            (exp, r.info.run_name): r.data.params
+            for exp, i in exps.items()
+            for r in client.search_runs([i])
+        }
+
+    got = replayed(results.parent / "before")
+    model_pt = results / "models" / "m" / "model.pt"
+    spec = ModelFile.load(model_pt).spec
+    assert got["train", "m"] == tracking.flat_params({"model": "m", **spec, "sizes": [4, 3]})
+    assert got["harvest", "m/epoch_2"] == {"model": "m", "epoch": "2"}
+    assert got["likelihood", "m-epochs"] == {"model": "m", "epochs": "[1, 2]"}
+    assert got["likelihood", "m-curve"] == {"model": "m", "measure": "pl"}
+    assert got["benchmarks", "fig10/timing"] == {}
+    assert got["ucd", "classifier_binary_mnist"] == {"dataset": "binary_mnist"}
+
+    # the files the live stages write now: exactly their params come back
+    record = ModelFile.load(model_pt)
+    run = {"dataset_file": "d/toy.npz", "seed": 3, "device": "cpu", "dtype": "float64"}
+    record.extras = {"run": run}
+    record.save(model_pt)
+    dbm = results / "ucd" / "dbm" / "binary_mnist" / "ucd_lmi"
+    dbm_spec = {"method": "ucd_lmi", "hidden": [5], "ucd": {"gain": 0.7}}
+    machine = training.build_machine(
+        {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 5}]},
+        torch.zeros(2, 4),
+        0.1,
+        training.seeded_generator(0, "dbm"),
+    )
+    dbm_run = {"seed": 1, "n_train": 60}
+    ModelFile.from_machine(
+        machine, "ucd_lmi", spec=dbm_spec, dataset="binary_mnist", extras={"run": dbm_run}
+    ).save(dbm / "model.pt")
+    kept = {
+        ("harvest", "m/epoch_2"): (
+            results / "solutions" / "m" / "epoch_2.npz",
+            {"model": "m", "epoch": 2, "tol": 1e-12, "n_init": None},
+        ),
+        ("likelihood", "m-epochs"): (
+            results / "likelihood" / "m" / "scores.csv",
+            {"model": "m", "epochs": [1, 2], "ais": {"n_runs": 8}, "seed": 0},
+        ),
+        ("likelihood", "m-curve"): (
+            results / "dbm" / "m" / "curve.csv",
+            {"model": "m", "measure": "pl", "pl_sites": None, "n_train": 40},
+        ),
+        ("benchmarks", "fig10/timing"): (
+            results / "dbm" / "fig10_timing.csv",
+            {"batch_sizes": [1, 10], "repeats": 3, "out": "x.csv"},
+        ),
+        ("ucd", "classifier_binary_mnist"): (
+            results / "ucd" / "classifier" / "binary_mnist.pt",
+            {"dataset": "binary_mnist", "epochs": 2, "n_train": 5000},
+        ),
+    }
+    for output, params in kept.values():
+        write_params(output, params)
+    got = replayed(results.parent / "after")
+    for run_key, (_, params) in kept.items():
+        assert got[run_key] == tracking.flat_params(params), run_key
+    assert got["train", "m"] == tracking.flat_params(training.run_params("m", spec, [4, 3], run))
+    assert got["train", "m"]["seed"] == "3" and got["train", "m"]["dataset_file"] == "d/toy.npz"
+    want = train_params("ucd_lmi", "binary_mnist", dbm_spec, [4, 5], dbm_run)
+    assert got["ucd", "train_binary_mnist_ucd_lmi"] == tracking.flat_params(want)
+    assert got["ucd", "train_binary_mnist_ucd_lmi"]["n_train"] == "60"
+    # datasets: as the data stage logs them, from the dataset itself
+    assert got["data", "toy"] == tracking.flat_params(
+        {"name": "toy", "train_shape": [7, 4], "test_shape": [3, 4], "dtype": "uint8",
+         "train_label_counts": [7], "provenance": {}}
+    )  # fmt: skip
+
+
 def test_live_runs_of_a_model_whose_training_run_never_started_get_its_replayed_id(
     every_stage, monkeypatch, capsys
 ):
@@ -522,3 +612,22 @@ def test_replayed_ucd_fig1_run_has_the_live_params(tmp_path, monkeypatch, capsys
     (got,) = _by_name(client, exps["ucd"]).values()
     assert set(got.data.params) == {"method", "dims", "reps"}
     assert set(got.data.params.items()) <= set(want.data.params.items())
+
+
+def test_dataset_params_are_the_same_before_saving_and_read_back(tmp_path):
+    """A dataset's run params as the data stage logs them and as the replay rebuilds them from
+    the .npz: the same strings, also for a dict inside a list of the provenance (the .npz keeps
+    it as JSON with sorted keys)."""
+    from tapmachine import data
+    from tapmachine.stages.data import dataset_params
+
+    x = np.zeros((5, 4), np.uint8)
+    provenance = {"transforms": [{"name": "threshold", "level": 0.5}], "parent": {"b": 1, "a": 2}}
+    ds = data.Dataset(x, np.arange(5) % 2, x[:2], np.zeros(2, int), (2, 2), provenance, "toy")
+    live = tracking.flat_params(dataset_params(ds))
+    back = tracking.flat_params(
+        dataset_params(data.load_dataset(data.save_dataset(ds, tmp_path / "t.npz")))
+    )
+    assert live == back
+    assert live["provenance.transforms"] == '[{"level": 0.5, "name": "threshold"}]'
+    assert live["train_label_counts"] == "[3, 2]" and live["train_shape"] == "[5, 4]"

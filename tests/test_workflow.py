@@ -370,12 +370,35 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
             if e.name != "Default"
         }
 
+    def params(store):
+        """(experiment, run name) -> the run's params as a set of (key, value)."""
+        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
+        return {
+            (e.name, r.info.run_name): set(r.data.params.items())
+            for e in client.search_experiments()
+            if e.name != "Default"
+            for r in client.search_runs([e.experiment_id], STAGE_RUNS)
+        }
+
     expected = names(live)
     assert expected["denoise"] and expected["ucd"] and expected["harvest"]
     fresh = tmp_path / "fresh"
     args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
     assert cli.main(args) == 0
     assert names(fresh) == expected
+    # Every replayed run carries the live run's params, key for key and value for value (no
+    # allow-list: every stage keeps its params in its files). Timings are metrics, not params.
+    live_params, replayed_params = params(live), params(fresh)
+    assert live_params.keys() == replayed_params.keys()
+    differ = {
+        run: (sorted(live_params[run] - got), sorted(got - live_params[run]))
+        for run, got in replayed_params.items()
+        if got != live_params[run]
+    }
+    assert not differ, "\n".join(
+        f"{run}: live only {live_only}, replayed only {replayed_only}"
+        for run, (live_only, replayed_only) in sorted(differ.items())
+    )
     client = mlflow.MlflowClient(f"sqlite:///{fresh}/mlflow.db")
     exps = {e.name: e.experiment_id for e in client.search_experiments()}
     trained = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["train"]])}

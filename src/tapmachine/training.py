@@ -47,6 +47,7 @@ __all__ = [
     "RHO_STEPS",
     "train",
     "train_from_spec",
+    "run_params",
     "seeded_generator",
 ]
 
@@ -683,15 +684,9 @@ def train_from_spec(
     check_train_noise(machine, settings.train_noise)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    params = {
-        "model": name,
-        "dataset_file": data_path,
-        "seed": seed,
-        "device": device,
-        "dtype": dtype,
-        **spec,
-        "sizes": list(machine.sizes),
-    }
+    # plain strings and numbers: model.pt keeps them (extras["run"]) for tapmachine track
+    run = {"dataset_file": str(data_path), "seed": seed, "device": str(device), "dtype": dtype}
+    params = run_params(name, spec, machine.sizes, run)
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
@@ -718,6 +713,16 @@ def train_from_spec(
         dataset=ds.name,
         substitute=ds.provenance.get("substitute"),
         mlflow_run_id=run_id,
+        extras={"run": run},
     ).save(modelfile.model_path(outdir))
     write_csv(history, outdir / "metrics.csv")
     return machine
+
+
+def run_params(name: str, spec: dict, sizes, run: dict | None = None) -> dict:
+    """The params of the training run of model ``name`` (``on_start``'s description, which the
+    stage logs to MLflow): the name, ``run`` (dataset file, seed, device, dtype of this job),
+    the config entry ``spec`` and the layer sizes. model.pt keeps ``run`` (``extras["run"]``)
+    beside the spec, so ``tapmachine track`` rebuilds the very same params with this function;
+    a model.pt written before it kept them gives name, spec and sizes only (``run=None``)."""
+    return {"model": name, **(run or {}), **spec, "sizes": [int(n) for n in sizes]}

@@ -68,14 +68,17 @@ class LazyRun:
 
     Use inside ``with contextlib.ExitStack() as stack``: the run is entered on that stack, so it
     ends with the stack, FAILED if an exception leaves it. ``run`` is a no-op run until then.
-    ``name`` is the run's name, or a function of the params that gives it.
+    ``name`` is the run's name, or a function of the params that gives it. ``params``: the
+    params the run was opened with (None before), for ``write_params`` beside the outputs.
     """
 
     def __init__(self, stack: contextlib.ExitStack, manifest, experiment: str, name):
         self.stack, self.manifest, self.experiment, self.name = stack, manifest, experiment, name
         self.run = tracking.attach_run(None, None)
+        self.params: dict | None = None
 
     def on_start(self, params: dict, tags: dict, *_) -> str | None:
+        self.params = params
         self.run = self.stack.enter_context(
             tracking.start_run(
                 self.manifest,

@@ -33,6 +33,24 @@ def derive(args) -> None:
     save_and_track(ds, args.out, args.tracking)
 
 
+def dataset_params(ds) -> dict:
+    """The params of a dataset's run (experiment ``data``): name, shapes, dtype, training label
+    counts and provenance, all read from the dataset itself, so ``tapmachine track`` rebuilds
+    them from the saved .npz with this function. The provenance is taken as the .npz keeps it
+    (JSON with sorted keys, ``data.save_dataset``), so that a dict inside a list (a transform's
+    settings) gives the same string before saving and after reading back."""
+    from tapmachine import data
+
+    return {
+        "name": ds.name,
+        "train_shape": list(ds.x_train.shape),
+        "test_shape": list(ds.x_test.shape),
+        "dtype": str(ds.x_train.dtype),
+        "train_label_counts": data.label_counts(ds.y_train),
+        "provenance": json.loads(json.dumps(ds.provenance, sort_keys=True)),
+    }
+
+
 def save_and_track(ds, out, manifest) -> None:
     """Write ``ds`` to ``out``; log its summary and a montage of 50 images to MLflow."""
     from tapmachine import data, tracking
@@ -40,15 +58,7 @@ def save_and_track(ds, out, manifest) -> None:
 
     out = Path(out)
     data.save_dataset(ds, out)
-    counts = data.label_counts(ds.y_train)
-    summary = {
-        "name": ds.name,
-        "train_shape": list(ds.x_train.shape),
-        "test_shape": list(ds.x_test.shape),
-        "dtype": str(ds.x_train.dtype),
-        "train_label_counts": counts,
-        "provenance": ds.provenance,
-    }
+    summary = dataset_params(ds)
     print(json.dumps(summary, indent=2, default=str))
     tags = {"dataset": ds.name}
     if ds.provenance.get("substitute"):

@@ -9,6 +9,9 @@ Commands (``register`` adds them):
 - ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
 - ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
   ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
+
+``deep-curve`` and ``deep-timing`` keep their run's params beside their CSV
+(``<stem>.params.json``, ``stages.common.write_params``) for ``tapmachine track``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 from tapmachine.stages import figures as figures_stage
-from tapmachine.stages.common import set_threads
+from tapmachine.stages.common import set_threads, write_params
 
 __all__ = ["register", "curve_args", "DeepStageError"]
 
@@ -93,6 +96,7 @@ def _cmd_curve(args) -> None:
     rows = [{**info, **r} for r in rows]
     write_csv(rows, args.out)
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
+    write_params(args.out, params)  # curve.params.json: for tapmachine track
     tags = {"model": name, "measure": args.measure}
     if model.mlflow_run_id:
         tags["model_run_id"] = str(model.mlflow_run_id)
@@ -128,9 +132,9 @@ def _cmd_timing(args) -> None:
         adatap_method=args.adatap_method,
     )
     write_csv(rows, args.out)
-    with tracking.start_run(
-        args.tracking, "benchmarks", "fig10/timing", params=vars_of(args)
-    ) as run:
+    params = vars_of(args)
+    write_params(args.out, params)  # fig10_timing.params.json: for tapmachine track
+    with tracking.start_run(args.tracking, "benchmarks", "fig10/timing", params=params) as run:
         for r in rows:
             run.log_metrics(
                 {"tap_seconds": r["tap_seconds"], "adatap_seconds": r["adatap_seconds"]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tapmachine.stages.common import LazyRun, job_kwargs, set_threads
+from tapmachine.stages.common import LazyRun, job_kwargs, set_threads, write_params
 
 
 def harvest_epoch(
@@ -12,6 +12,7 @@ def harvest_epoch(
 ) -> dict:
     """``harvest.run_harvest`` inside its own run of experiment "harvest" (summary as metrics,
     step = epoch; npz and CSV as artifacts), tagged ``model_run_id`` = the model's training run.
+    Its params are kept beside the npz (``epoch_{e}.params.json``) for ``tapmachine track``.
 
     Nothing is written into the (finished) training run: a rerun makes a new harvest run instead
     of a second point at the same step of the training run.
@@ -31,6 +32,7 @@ def harvest_epoch(
             on_start=tracked.on_start,
             **kw,
         )
+        write_params(out_npz, tracked.params)  # epoch_{e}.params.json: for tapmachine track
         tracked.run.log_metrics(summary, step=epoch)
         tracked.run.log_artifact(out_npz)
         tracked.run.log_artifact(out_csv)

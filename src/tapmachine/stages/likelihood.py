@@ -3,7 +3,8 @@
 The library side is ``tapmachine.likelihood``; here the scores are logged to a run of experiment
 "likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
 training run. Nothing is written into the finished training run, so a rerun never adds a second
-point at the same step there.
+point at the same step there. The run's params are kept beside the CSV (``<stem>.params.json``,
+``stages.common.write_params``) for ``tapmachine track``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tapmachine.stages.common import (
     job_kwargs,
     parse_json,
     set_threads,
+    write_params,
 )
 
 
@@ -42,6 +44,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
             on_row=on_row,
             **kw,
         )
+        write_params(out_csv, tracked.params)  # scores.params.json: for tapmachine track
         tracked.run.log_artifact(out_csv)
     return rows
 
@@ -55,6 +58,7 @@ def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
         row = likelihood.score_model(
             model_file, data_path, out_csv, settings, on_start=tracked.on_start, **kw
         )
+        write_params(out_csv, tracked.params)  # final.params.json: for tapmachine track
         tracked.run.log_metrics(likelihood.tracked_metrics(row))
         tracked.run.log_artifact(out_csv)
     return row

@@ -18,9 +18,14 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
 second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Params are the
-live run's where the files keep them: denoise runs from their npz (``tracked_params``), figure
-runs from ``figures/<figure>.params.json``, UCD Fig. 1 runs from ``ucd/fig1/{method}.params.json``;
-UCD Fig. 1's per-d ``seconds``, a timing, stays live-only.
+live run's, from the files: a dataset's from the dataset (``stages.data.dataset_params``), a
+training run's from ``model.pt`` (``training.run_params`` / ``stages.ucd_dbm.train_params`` of
+its spec, sizes and ``extras["run"]``), denoise runs' from their npz (``tracked_params``), a UCD
+score's from ``score.json``, every other run's from the ``<stem>.params.json`` its stage writes
+beside its output (``stages.common.write_params``: harvests, likelihood scores, deep curves, the
+Fig. 10 timing, UCD Fig. 1, the classifier, figures). An output written before these existed
+replays what its files hold, never a guessed setting. UCD Fig. 1's per-d ``seconds``, a timing
+metric, stays live-only.
 
 Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are tagged
 ``model_run_id`` with the id of that model's training run *in this store*, found or replayed
@@ -138,17 +143,20 @@ def _train_items(results: Path, data: Path | None) -> Iterator[Item]:
     for csv in sorted(results.glob("models/*/metrics.csv")):
         _, steps = _numeric_rows(csv)
         model = csv.parent.name
-        machine, recorded = None, None
+        machine, recorded, params = None, None, {"model": model}
         model_file = csv.parent / "model.pt"
         if model_file.exists():
             from tapmachine.modelfile import ModelFile
+            from tapmachine.training import run_params
 
             record = ModelFile.load(model_file)
             recorded = record.mlflow_run_id
+            # as the live run: training.run_params of the spec, sizes and the job's settings
+            params = run_params(record.name, record.spec, record.sizes, record.extras.get("run"))
             dataset_file = data / f"{record.dataset}.npz" if data is not None else None
             machine = (model_file, dataset_file) if dataset_file and dataset_file.exists() else None
         tags = {"model": model}
-        yield Item("train", model, {"model": model}, steps, [csv], tags, None, machine, recorded)
+        yield Item("train", model, params, steps, [csv], tags, None, machine, recorded)
     for steps_csv in sorted(results.glob("ucd/dbm/*/*/steps.csv")):
         yield _ucd_train_item(steps_csv)
 
@@ -162,9 +170,12 @@ def _ucd_train_item(steps_csv: Path) -> Item:
     model_file = steps_csv.parent / "model.pt"
     if model_file.exists():
         from tapmachine.modelfile import ModelFile
+        from tapmachine.stages.ucd_dbm import train_params
 
         blob = ModelFile.load(model_file)
-        params.update(blob.spec)
+        # as the live run: ucd_dbm.train_params of the spec, sizes and the job's seed and rows
+        run = blob.extras.get("run")
+        params = train_params(blob.name, blob.dataset, blob.spec, blob.sizes, run)
         tags["method"] = str(blob.extras.get("method", ""))
         if "seconds" in blob.extras:
             steps.setdefault(None, {})["train_seconds_total"] = float(blob.extras["seconds"])
@@ -190,7 +201,27 @@ def _harvest_items(results: Path) -> Iterator[Item]:
         tags = {"model": model, "epoch": str(epoch)}
         name = f"{model}/epoch_{epoch}"
         arts = _existing(npz, csv)
-        yield Item("harvest", name, {}, {epoch: metrics}, arts, tags, ("train", model))
+        params = _harvest_params(npz, model, epoch)
+        yield Item("harvest", name, params, {epoch: metrics}, arts, tags, ("train", model))
+
+
+def _harvest_params(npz: Path, model: str, epoch: int) -> dict:
+    """The params of a harvest run as logged live (``epoch_{e}.params.json`` beside the npz);
+    for an npz written before that file, what the files hold (model, epoch, dtype and the
+    number of initialisations), never a guessed setting."""
+    from tapmachine.stages.common import read_params
+
+    params = read_params(npz)
+    if params is not None:
+        return params
+    params = {"model": model, "epoch": epoch}
+    if npz.exists():
+        with np.load(npz, allow_pickle=False) as z:
+            if "init_index" in z.files:
+                params["n_init"] = int(z["init_index"].shape[0])
+            if "dtype" in z.files:
+                params["dtype"] = str(z["dtype"])
+    return params
 
 
 def _number(value) -> bool:
@@ -211,7 +242,11 @@ def _likelihood_items(results: Path) -> Iterator[Item]:
             step = int(row["epoch"]) if kind == "epochs" and row.get("epoch") is not None else None
             steps.setdefault(step, {}).update(tracked_metrics(row))
         tags = {"model": model, "kind": "per-epoch" if kind == "epochs" else kind}
-        yield Item("likelihood", f"{model}-{kind}", {}, steps, [csv], tags, ("train", model))
+        older = {"model": model}  # a CSV written before its params file: model and epochs
+        if kind == "epochs":
+            older["epochs"] = sorted(e for e in steps if e is not None)
+        params = _read_params(csv, older)
+        yield Item("likelihood", f"{model}-{kind}", params, steps, [csv], tags, ("train", model))
     for csv in sorted(results.glob("dbm/*/curve.csv")):
         model = csv.parent.name
         info = ("model", "inference", "train_iterations", "n_hidden_layers", "measure")
@@ -219,7 +254,10 @@ def _likelihood_items(results: Path) -> Iterator[Item]:
         tags = {"model": model}
         if "measure" in table and len(table):
             tags["measure"] = str(table["measure"].iloc[0])
-        yield Item("likelihood", f"{model}-curve", {}, steps, [csv], tags, ("train", model))
+        # an older CSV: the run's settings that are columns of it (model, inference, ...)
+        first = table.iloc[0].to_dict() if len(table) else {}
+        params = _read_params(csv, {k: first[k] for k in info if k in first})
+        yield Item("likelihood", f"{model}-curve", params, steps, [csv], tags, ("train", model))
     timing = results / "dbm" / "fig10_timing.csv"
     if timing.exists():
         table = pd.read_csv(timing)
@@ -227,7 +265,17 @@ def _likelihood_items(results: Path) -> Iterator[Item]:
             int(r["batch_size"]): {k: float(r[k]) for k in ("tap_seconds", "adatap_seconds")}
             for r in table.to_dict("records")
         }
-        yield Item("benchmarks", "fig10/timing", {}, steps, [timing])
+        params = _read_params(timing, {})
+        yield Item("benchmarks", "fig10/timing", params, steps, [timing])
+
+
+def _read_params(output: Path, older: dict) -> dict:
+    """The params the live run logged, kept beside ``output`` (``stages.common.write_params``);
+    ``older`` (what the output itself holds) for an output written before that file."""
+    from tapmachine.stages.common import read_params
+
+    params = read_params(output)
+    return older if params is None else params
 
 
 def _level_series(csv: Path, metrics) -> dict[int | None, dict[str, float]]:
@@ -327,7 +375,8 @@ def _ucd_items(results: Path) -> Iterator[Item]:
 
         blob = torch.load(pt, map_location="cpu", weights_only=True)
         steps = {None: {"test_accuracy": float(blob["test_accuracy"])}}
-        yield Item("ucd", f"classifier_{pt.stem}", {"dataset": pt.stem}, steps, [pt])
+        params = _read_params(pt, {"dataset": pt.stem})
+        yield Item("ucd", f"classifier_{pt.stem}", params, steps, [pt])
     for score in sorted(results.glob("ucd/dbm/*/*/score.json")):
         row = json.loads(score.read_text())
         model, dataset = score.parent.name, score.parent.parent.name
@@ -342,10 +391,7 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
     come before the runs derived from them."""
     if data is not None and data.is_dir():
         for npz in sorted(data.glob("*.npz")):
-            with np.load(npz, allow_pickle=False) as z:
-                sizes = {k: int(z[k].shape[0]) for k in ("x_train", "x_test") if k in z.files}
-            metrics = {f"n_{k[2:]}": v for k, v in sizes.items()}
-            yield Item("data", npz.stem, {"file": str(npz)}, {None: metrics}, [], {})
+            yield _data_item(npz)
     yield from _train_items(results, data if data is not None and data.is_dir() else None)
     yield from _harvest_items(results)
     yield from _likelihood_items(results)
@@ -363,6 +409,29 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
         item = Item("figures", csv.stem, params, _claims(csv), arts, tags)
         item.links = links
         yield item
+
+
+def _data_item(npz: Path) -> Item:
+    """A dataset's run: its sizes as metrics; its params and tags as the live run's
+    (``stages.data.dataset_params`` of the dataset read back). An npz that is not a dataset
+    of ``data.save_dataset`` gets none (said on stderr); the replay goes on."""
+    import sys
+
+    from tapmachine.data import DataError, load_dataset
+    from tapmachine.stages.data import dataset_params
+
+    with np.load(npz, allow_pickle=False) as z:
+        sizes = {k: int(z[k].shape[0]) for k in ("x_train", "x_test") if k in z.files}
+    metrics = {f"n_{k[2:]}": v for k, v in sizes.items()}
+    try:
+        ds = load_dataset(npz)
+    except DataError as err:
+        print(f"dataset {npz}: params not replayed: {err}", file=sys.stderr)
+        return Item("data", npz.stem, {}, {None: metrics}, [], {})
+    tags = {"dataset": ds.name}
+    if ds.provenance.get("substitute"):
+        tags["substitute"] = str(ds.provenance["substitute"])
+    return Item("data", npz.stem, dataset_params(ds), {None: metrics}, [], tags)
 
 
 def _figure_params(csv: Path) -> dict:

@@ -25,7 +25,7 @@ import math
 import time
 from pathlib import Path
 
-__all__ = ["register", "train_dbm", "train_classifier", "score"]
+__all__ = ["register", "train_dbm", "train_params", "train_classifier", "score"]
 
 
 class UCDDBMError(Exception):
@@ -138,9 +138,8 @@ def train_dbm(
     # Rows of steps.csv written before an interruption: kept below the first step run now.
     earlier = _read_steps(outdir / "steps.csv")
     steps: list[dict] = []
-    params = {"model": name, "dataset": ds.name, "seed": seed, "n_train": int(x.shape[0])}
-    params.update(spec)
-    params["sizes"] = list(machine.sizes)
+    run_info = {"seed": seed, "n_train": int(x.shape[0])}
+    params = train_params(name, ds.name, spec, machine.sizes, run_info)
     tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
     img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images")
     with tracking.start_run(manifest, "ucd", f"train_{ds.name}_{name}", params, tags) as run:
@@ -179,6 +178,7 @@ def train_dbm(
             "seconds": seconds,
             "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
             "tau_hist": tau_hist,
+            "run": run_info,  # seed and training rows: the run's params (train_params)
         }
         ModelFile.from_machine(
             machine,
@@ -194,6 +194,15 @@ def train_dbm(
         run.log_artifact(outdir / "steps.csv")
     print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
     return machine
+
+
+def train_params(name: str, dataset: str, spec: dict, sizes, run: dict | None = None) -> dict:
+    """The params of a DBM's training run (experiment ``ucd``): model, dataset, ``run`` (seed
+    and number of training rows of this job), the config entry ``spec`` and the layer sizes.
+    model.pt keeps ``run`` (``extras["run"]``) beside the spec, so ``tapmachine track`` rebuilds
+    the very same params with this function; a model.pt written before it kept them gives model,
+    dataset, spec and sizes only (``run=None``)."""
+    return {"model": name, "dataset": dataset, **(run or {}), **spec, "sizes": list(sizes)}
 
 
 def _read_steps(path: Path) -> list[dict]:
@@ -232,6 +241,7 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
 
     from tapmachine import data, fid, tracking, training
     from tapmachine.files import atomic_write
+    from tapmachine.stages.common import write_params
 
     ds = data.load_dataset(data_path)
     cs = dict(settings)
@@ -251,6 +261,7 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
         run.log_metrics({"test_accuracy": acc})
         blob = {"state": net.state_dict(), "config": net.config, "test_accuracy": acc}
         atomic_write(Path(out), lambda fh: torch.save(blob, fh))
+        write_params(out, params)  # <dataset>.params.json: for tapmachine track
         run.log_artifact(out)
     print(f"classifier on {ds.name}: test accuracy {acc:.4f}")
     return acc

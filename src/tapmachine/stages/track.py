@@ -399,7 +399,7 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
     yield from _ucd_items(results)
     for csv in sorted(results.glob("figures/*.csv")):
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
-        params = _figure_params(csv)
+        params = _read_params(csv, {})  # a figure drawn before its params file: none
         tags = {"figure": csv.stem}
         links = {}
         if "models" in params:  # as the live run: the models drawn, each tagged with its run
@@ -432,14 +432,6 @@ def _data_item(npz: Path) -> Item:
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
     return Item("data", npz.stem, dataset_params(ds), {None: metrics}, [], tags)
-
-
-def _figure_params(csv: Path) -> dict:
-    """The params the figure's live run logged, kept beside its CSV (``<figure>.params.json``,
-    ``stages.figures.write_params``); none for a figure drawn before that file was written."""
-    from tapmachine.stages.common import read_params
-
-    return read_params(csv) or {}
 
 
 def _training_run_of(model: str) -> tuple[str, str]:

@@ -47,6 +47,7 @@ def test_defaults_are_filled(default):
         "train_unique": True,
         "tol": 1e-12,
         "max_iter": 500,
+        "retry_damping": 0.95,
         "dedup_tol": 0.01,
     }
     assert config["tracking"]["store"] == "results/mlflow"

@@ -224,6 +224,7 @@ def test_harvest_defaults_are_filled():
         "tol": 1e-12,
         "max_iter": 2000,
         "damping": 0.5,
+        "retry_damping": 0.95,
         "dtype": "float64",
     }
 

@@ -321,6 +321,7 @@ def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identica
         {"tol": 1e-8},
         {"max_iter": 400},
         {"damping": 0.4},
+        {"retry_damping": None},
         {"dedup_tol": 1e-3},
     ):
         rows = likelihood.score_checkpoints(
@@ -331,6 +332,15 @@ def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identica
         assert key in rows[0]["log_z_tap_note"]
     info, why = likelihood.recorded_tap_partition(ckpt, same, torch.float64)
     assert info is None and "dtype" in why
+    # A checkpoint written before retry_damping existed evaluated without a second pass.
+    del ckpt.settings["retry_damping"]
+    info, why = likelihood.recorded_tap_partition(ckpt, same, torch.float32)
+    assert info is None and "retry_damping None" in why
+    info, _ = likelihood.recorded_tap_partition(
+        ckpt, dataclasses.replace(same, retry_damping=None), torch.float32
+    )
+    assert info is not None
+    ckpt.settings["retry_damping"] = same.retry_damping
     # A checkpoint written before training recorded ln Z: solved.
     for row in ckpt.history:
         del row["log_z_tap"]

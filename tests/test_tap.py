@@ -510,3 +510,42 @@ def test_truncated_gradients_match_autograd(visible_kind, hidden_kind):
         assert a.keys() == b.keys()
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-8, atol=1e-10)
+
+
+def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rbm):
+    """solve_with_retry: rows that cycle at damping 0.5 are continued from their last iterate
+    at 0.95; they converge to stationary points of eq. (36), with both passes counted."""
+    m, x = cycling_rbm
+    first = tap.solve(m, x, damping=0.5, tol=1e-24, max_iter=2000)
+    assert not first.converged.any()
+    plain = tap.solve_with_retry(m, x, damping=0.5, tol=1e-24, max_iter=2000)
+    assert not plain.converged.any()
+    state = tap.solve_with_retry(m, x, damping=0.5, tol=1e-24, max_iter=2000, retry_damping=0.95)
+    assert state.converged.all()
+    assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
+    # The second pass is solve at 0.95 from the first pass's last a, c of every layer.
+    again = tap.solve(
+        m,
+        first.a[0],
+        c_visible=first.c[0],
+        a_hidden=first.a[1:],
+        c_hidden=first.c[1:],
+        damping=0.95,
+        tol=1e-24,
+        max_iter=2000,
+    )
+    torch.testing.assert_close(state.a[1], again.a[1], rtol=0, atol=0)
+    torch.testing.assert_close(state.iterations, again.iterations + 2000)
+    # Each solution is a fixed point: one undamped update leaves its means where they are.
+    fixed = tap.solve(
+        m,
+        state.a[0],
+        c_visible=state.c[0],
+        a_hidden=state.a[1:],
+        c_hidden=state.c[1:],
+        damping=0.0,
+        tol=0.0,
+        max_iter=1,
+    )
+    for before, after in zip(state.a, fixed.a, strict=True):
+        assert float((before - after).abs().max()) < 1e-9

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tapmachine import training
+from tapmachine import tap, training
 from tapmachine.estimators import exact_log_partition
 from tapmachine.training import TrainingError, TrainSettings
 
@@ -174,7 +174,8 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
 
 def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
     """train_noise, rho_step and the converged mode's keys are left out of the fingerprint where
-    they leave the numbers as before they existed; set otherwise, they count."""
+    they leave the numbers as before they existed; set otherwise, they count. retry_damping is
+    always left out."""
     x = bars_and_stripes()
     m = training.build_machine(SPEC, x, 0.01, training.seeded_generator(7, "fp"))
     base = settings()
@@ -187,8 +188,11 @@ def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
     assert training._fingerprint(m, x, conv) != fp
     tighter = dataclasses.replace(conv, train_tol=1e-6)
     assert training._fingerprint(m, x, tighter) != training._fingerprint(m, x, conv)
+    # The evaluation's second pass touches no training numbers: a run may resume with it changed.
+    assert training._fingerprint(m, x, dataclasses.replace(base, retry_damping=None)) == fp
     # The default run's identity is the one of settings without the new fields at all.
     new = {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique"}
+    new.add("retry_damping")
 
     class Before:
         @staticmethod
@@ -385,3 +389,72 @@ def test_dbm_numerics_version_moves_only_dbm_fingerprints(monkeypatch):
     monkeypatch.setattr(dbm, "NUMERICS_VERSION", dbm.NUMERICS_VERSION + 1)
     assert training._fingerprint(m, x, rbm) == before[0]
     assert training._fingerprint(m, x, deep) != before[1]
+
+
+def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
+    """An RBM whose TAP iteration cycles at damping 0.5 from every row: without the second pass
+    the evaluation has no solution; with it every row converges, and the result is the TAP
+    log-likelihood of those solutions."""
+    m, x = cycling_rbm
+    without = settings(max_iter=2000, tol=1e-12, retry_damping=None)
+    with pytest.raises(TrainingError, match="no TAP solution converged"):
+        training.evaluate_tap_log_likelihood(m, x, without)
+    result = training.evaluate_tap_log_likelihood(
+        m, x, dataclasses.replace(without, retry_damping=0.95)
+    )
+    assert result["n_converged"] == result["n_converged_retry"] == len(x)
+    assert result["mean_iterations"] > 2000
+    states = tap.solve(m, x, damping=0.95, tol=1e-12, max_iter=4000)
+    reps, _, _ = tap.unique(states, 1e-2)
+    expected = tap.log_likelihood(m, x, states.select(reps), per_unit=True).mean()
+    assert result["n_unique"] == reps.numel()
+    assert result["tap_ll"] == pytest.approx(float(expected), abs=1e-9)
+
+
+def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_path, monkeypatch):
+    """retry_damping is not in the fingerprint: a run resumed with another value evaluates its
+    earlier epochs again from their checkpoints (rewriting them, so an interrupted pass goes on
+    where it stopped), and the history is the one a run with that value throughout records."""
+    from tapmachine.modelfile import Checkpoint
+
+    x = bars_and_stripes().repeat(3, 1)
+    s = settings(epochs=3, max_iter=12, tol=1e-14, retry_damping=None)
+
+    def run(ckpt, epochs, retry):
+        g = training.seeded_generator(3, "retry")
+        m = training.build_machine(SPEC, x, 0.01, g)
+        s_run = dataclasses.replace(s, epochs=epochs, retry_damping=retry)
+        return training.train(m, x, s_run, g, checkpoint_dir=ckpt, progress=False)[1]
+
+    throughout = run(tmp_path / "a", 4, 0.0)
+    assert all(h["n_converged_retry"] == h["n_converged"] > 0 for h in throughout)
+    run(tmp_path / "b", 3, 0.3)
+    # The first re-evaluation pass is interrupted after one epoch.
+    real = training.evaluate_tap_log_likelihood
+    calls = []
+
+    def interrupted(*args):
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(training, "evaluate_tap_log_likelihood", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b", 4, 0.0)
+    assert Checkpoint.load(tmp_path / "b" / "epoch_1.pt").settings["retry_damping"] == 0.0
+    assert Checkpoint.load(tmp_path / "b" / "epoch_2.pt").settings["retry_damping"] == 0.3
+    counted = []
+    monkeypatch.setattr(
+        training, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
+    )
+    before = [h["mean_iterations"] for h in Checkpoint.load(tmp_path / "b" / "epoch_3.pt").history]
+    resumed = run(tmp_path / "b", 4, 0.0)
+    assert [h["mean_iterations"] for h in resumed[:3]] != before
+    assert len(counted) == 3  # epochs 2 and 3 again, then epoch 4
+    keys = ["tap_ll", "n_converged_retry", "n_unique", "log_z_tap", "mean_iterations"]
+    assert [[h[k] for k in keys] for h in resumed] == [[h[k] for k in keys] for h in throughout]
+    for epoch in (1, 2, 3):
+        ckpt = Checkpoint.load(tmp_path / "b" / f"epoch_{epoch}.pt")
+        assert ckpt.settings["retry_damping"] == 0.0
+        assert ckpt.history[-1]["tap_ll"] == throughout[epoch - 1]["tap_ll"]

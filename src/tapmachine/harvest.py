@@ -28,7 +28,8 @@ hidden layers side by side):
     init_index (K,) int          row of the dataset's training split each initialisation is
     labels (K,) int              label of each initialisation
     layer_sizes, image_shape     unit counts per layer; (H, W) of the visible layer
-    dedup_tol, tol, max_iter, damping    the settings that produced the file
+    dedup_tol, tol, max_iter, damping, retry_damping   the settings that produced the file
+                                 (retry_damping NaN: no second pass)
     epoch, model, dataset, substitute, train_run_id, harvest_run_id, dtype   provenance
     summary                      JSON of ``summarise`` (counts, Helmholtz estimate, spread, ...)
 """
@@ -70,7 +71,8 @@ class HarvestSettings:
     """Settings of one harvest (a config ``harvest.<model>`` entry, validated).
 
     ``n_init=None`` uses every training image. ``chunk_size`` only bounds memory: rows do not
-    interact, so the solutions do not depend on it.
+    interact, so the solutions do not depend on it. Rows not converged within ``max_iter`` get a
+    second pass at ``retry_damping`` (``tap.solve_with_retry``; None: none).
     """
 
     n_init: int | None = 10000
@@ -78,6 +80,7 @@ class HarvestSettings:
     tol: float = 1e-12
     max_iter: int = 2000
     damping: float = 0.5
+    retry_damping: float | None = 0.95
     chunk_size: int = 2000
 
     def __post_init__(self):
@@ -87,8 +90,10 @@ class HarvestSettings:
             raise HarvestError(f"dedup_tol and tol must be > 0, got {self.dedup_tol}, {self.tol}")
         if self.max_iter < 1 or self.chunk_size < 1:
             raise HarvestError("max_iter and chunk_size must be >= 1")
-        if not 0.0 <= self.damping < 1.0:
-            raise HarvestError(f"damping must be in [0, 1), got {self.damping}")
+        for name in ("damping", "retry_damping"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise HarvestError(f"{name} must be in [0, 1), got {value}")
 
 
 def _min_separation(X: torch.Tensor, limit: int = 4000) -> float:
@@ -131,12 +136,13 @@ def harvest(
     starts = range(0, K, settings.chunk_size)
     for start in tqdm(starts, desc="TAP", file=sys.stderr, disable=not progress):
         states.append(
-            tap.solve(
+            tap.solve_with_retry(
                 machine,
                 x_init[start : start + settings.chunk_size],
                 damping=settings.damping,
                 tol=settings.tol,
                 max_iter=settings.max_iter,
+                retry_damping=settings.retry_damping,
             )
         )
     state = tap.TAPState.concat(states)
@@ -173,6 +179,9 @@ def harvest(
         "tol": np.float64(settings.tol),
         "max_iter": np.int64(settings.max_iter),
         "damping": np.float64(settings.damping),
+        "retry_damping": np.float64(
+            math.nan if settings.retry_damping is None else settings.retry_damping
+        ),
         "min_separation": np.float64(_min_separation(state.magnetisations()[reps].double())),
     }
 
@@ -227,7 +236,7 @@ def save_solutions(path, arrays: dict, meta: dict) -> Path:
 
 
 _STRINGS = ("model", "dataset", "substitute", "train_run_id", "harvest_run_id", "dtype")
-_SCALARS = ("dedup_tol", "tol", "damping", "min_separation")
+_SCALARS = ("dedup_tol", "tol", "damping", "retry_damping", "min_separation")
 _INTS = ("max_iter", "epoch")
 
 

@@ -78,6 +78,7 @@ class ScoreSettings:
     damping: float = 0.5
     tol: float = 1e-8
     max_iter: int = 500
+    retry_damping: float | None = 0.95
     dedup_tol: float = 1e-2
 
     @classmethod
@@ -94,7 +95,7 @@ class ScoreSettings:
             "tap_inits": section.get("tap_inits", cls.tap_inits),
         }
         tap_spec = (model_spec or {}).get("tap", {})
-        for key in ("damping", "tol", "max_iter", "dedup_tol"):
+        for key in ("damping", "tol", "max_iter", "retry_damping", "dedup_tol"):
             if key in tap_spec:
                 values[key] = tap_spec[key]
         return cls(**values)
@@ -141,8 +142,13 @@ def tap_log_partition(
     "mean_iterations"}``, with <F> the mean TAP free energy (eq. 36) over the unique solutions
     (``tap.unique`` at ``dedup_tol``), the estimate eq. 39 uses.
     """
-    states = tap.solve(
-        machine, x_init, damping=settings.damping, tol=settings.tol, max_iter=settings.max_iter
+    states = tap.solve_with_retry(
+        machine,
+        x_init,
+        damping=settings.damping,
+        tol=settings.tol,
+        max_iter=settings.max_iter,
+        retry_damping=settings.retry_damping,
     )
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     if reps.numel() == 0:
@@ -165,6 +171,8 @@ TAP_INFO_KEYS = ("log_z_tap", "n_unique", "n_converged", "mean_iterations")
 
 #: Checkpoint ``settings`` keys (``training.TrainSettings``) that must equal the score settings'.
 _SAME_TAP = ("damping", "tol", "max_iter", "dedup_tol")
+#: Checkpoint settings written before the key existed did the run without its value here.
+_ABSENT_MEANS = {"retry_damping": None}
 
 
 def evaluation_differs(trained: dict, settings: ScoreSettings) -> str:
@@ -179,6 +187,10 @@ def evaluation_differs(trained: dict, settings: ScoreSettings) -> str:
     for key in _SAME_TAP:
         if key not in trained or trained[key] != getattr(settings, key):
             return f"training's {key} {trained.get(key)} != scoring's {getattr(settings, key)}"
+    for key, absent in _ABSENT_MEANS.items():
+        if trained.get(key, absent) != getattr(settings, key):
+            ours = getattr(settings, key)
+            return f"training's {key} {trained.get(key, absent)} != scoring's {ours}"
     return ""
 
 
@@ -193,7 +205,8 @@ def recorded_tap_partition(
     history. Scoring solves from the first ``tap_inits`` of the same rows (``_data_for``: the
     model's ``n_train`` rows of its dataset), so the record is reused only when the evaluation
     was the same computation: ``eval_samples == tap_inits``, equal ``damping``, ``tol``,
-    ``max_iter`` and ``dedup_tol``, and the checkpoint's parameters stored in ``dtype``.
+    ``max_iter``, ``retry_damping`` and ``dedup_tol``, and the checkpoint's parameters stored in
+    ``dtype``.
     Returns ``(info, "training")`` or ``(None, why not)``; checkpoints written before training
     recorded ``log_z_tap`` (or without evaluation) give None.
     """

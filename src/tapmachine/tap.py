@@ -38,6 +38,7 @@ from tapmachine.machine import BoltzmannMachine
 __all__ = [
     "TAPState",
     "solve",
+    "solve_with_retry",
     "clamped_state",
     "free_energy",
     "log_likelihood",
@@ -345,6 +346,50 @@ def solve(
                     pending = torch.ones(n_left, dtype=torch.bool, device=device)
 
     return TAPState(*out, iterations, converged, clamped=clamped)
+
+
+def solve_with_retry(
+    machine: BoltzmannMachine,
+    a_visible: Tensor,
+    damping: float = 0.5,
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    retry_damping: float | None = None,
+    clamp: Tensor | bool | None = None,
+) -> TAPState:
+    """``solve``, then the rows that did not converge solved again from their last iterate.
+
+    The second pass restarts each unconverged row from its own a, c of every layer (so it is
+    damped from its first update) with damping ``retry_damping`` and up to ``max_iter`` more
+    iterations; its ``iterations`` then count both passes (a row converged in the second pass
+    has ``iterations > max_iter``). Damping moves no fixed point of the TAP equations, only
+    whether the iteration reaches one: on trained binary-MNIST RBMs with few hidden units the
+    iteration at damping 0.5 settles into a cycle (bmnist_h25 at epoch 69: none of 300 rows
+    converged within 2,000 iterations, in float32 or float64) while at 0.95 every row converged.
+    ``retry_damping=None`` is plain ``solve``.
+    """
+    states = solve(machine, a_visible, damping=damping, tol=tol, max_iter=max_iter, clamp=clamp)
+    if retry_damping is None or bool(states.converged.all()):
+        return states
+    rows = torch.nonzero(~states.converged, as_tuple=True)[0]
+    stuck = states.select(rows)
+    again = solve(
+        machine,
+        stuck.a[0],
+        c_visible=stuck.c[0],
+        a_hidden=stuck.a[1:],
+        c_hidden=stuck.c[1:],
+        damping=retry_damping,
+        tol=tol,
+        max_iter=max_iter,
+        clamp=True if states.clamped else None,
+    )
+    for part in ("a", "c", "A", "B"):
+        for merged, new in zip(getattr(states, part), getattr(again, part), strict=True):
+            merged[rows] = new
+    states.iterations[rows] = max_iter + again.iterations
+    states.converged[rows] = again.converged
+    return states
 
 
 def _store(out, work, active, rows):

@@ -77,6 +77,9 @@ class TrainSettings:
     rho_step: str = "logit"
     tol: float = 1e-12
     max_iter: int = 500
+    #: Damping of the evaluation's second pass over rows not converged within ``max_iter``
+    #: (``tap.solve_with_retry``; None: no second pass). It changes no training numerics.
+    retry_damping: float | None = 0.95
     dedup_tol: float = 1e-2
     eval_samples: int = 1000
     #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
@@ -104,6 +107,8 @@ class TrainSettings:
             )
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
+        if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
+            raise TrainingError(f"tap.retry_damping must be in [0, 1), not {self.retry_damping}")
 
 
 def seeded_generator(seed: int, *labels: str, device="cpu") -> torch.Generator:
@@ -409,16 +414,23 @@ def evaluate_tap_log_likelihood(
 ) -> dict:
     """Normalised TAP log-likelihood (eq. 39 / (Nv + Nh)) of the rows of ``x``, as in Fig. 3.
 
-    TAP is run to convergence (``tol``, ``max_iter``) from every row (eqs. 37-38); the free
+    TAP is run to convergence (``tol``, ``max_iter``) from every row (eqs. 37-38), and rows not
+    converged then get a second pass at ``retry_damping`` (``tap.solve_with_retry``); the free
     energy is averaged over the unique converged solutions (``dedup_tol``, max-abs distance of the
     magnetisations; distinct solutions differ by O(1) in some units). The default ``tol`` 1e-12
     is tighter than the paper's 1e-8: on trained models rows near marginal stability stop at 1e-8
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
     the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
-    solutions) and the solution statistics.
+    solutions) and the solution statistics (``n_converged_retry``: rows converged only in the
+    second pass).
     """
-    states = tap.solve(
-        machine, x, damping=settings.damping, tol=settings.tol, max_iter=settings.max_iter
+    states = tap.solve_with_retry(
+        machine,
+        x,
+        damping=settings.damping,
+        tol=settings.tol,
+        max_iter=settings.max_iter,
+        retry_damping=settings.retry_damping,
     )
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     if reps.numel() == 0:
@@ -433,8 +445,60 @@ def evaluate_tap_log_likelihood(
         "tap_ll_stderr": float(ll.std() / math.sqrt(len(ll))) if len(ll) > 1 else 0.0,
         "n_unique": int(reps.numel()),
         "n_converged": int(states.converged.sum()),
+        "n_converged_retry": int(
+            (states.converged & (states.iterations > settings.max_iter)).sum()
+        ),
         "mean_iterations": float(states.iterations.float().mean()),
     }
+
+
+def _evaluated_alike(checkpoint_settings: dict, settings: TrainSettings) -> bool:
+    """Whether a checkpoint's evaluation is the one ``settings`` would do. Every other
+    evaluation setting is in the fingerprint, so only ``retry_damping`` can differ (absent in
+    checkpoints written before it existed, which made no second pass)."""
+    return checkpoint_settings.get("retry_damping") == settings.retry_damping
+
+
+def reevaluate_history(
+    ckpt_dir: Path,
+    history: list[dict],
+    machine: BoltzmannMachine,
+    x_eval: Tensor,
+    settings: TrainSettings,
+    progress: bool = False,
+) -> list[dict]:
+    """The history of a resumed run with every epoch evaluated as ``settings`` evaluate.
+
+    A run may resume with another ``retry_damping`` (it is not in the fingerprint). Each earlier
+    epoch whose checkpoint was evaluated otherwise is evaluated again from that checkpoint's
+    parameters (in ``machine``'s dtype and device), and the checkpoint is rewritten with the new
+    row and settings, one epoch at a time, so an interrupted pass resumes where it stopped and
+    Fig. 12's reuse of an epoch's record (``likelihood.recorded_tap_partition``) sees the new
+    one. The timing columns stay those of the original epoch. Epochs without a checkpoint keep
+    their rows.
+    """
+    from tqdm import tqdm
+
+    history = [dict(row) for row in history]
+    stale = []
+    for i, row in enumerate(history):
+        path = ckpt_dir / f"epoch_{row['epoch']}.pt"
+        if not path.exists():
+            continue
+        ckpt = Checkpoint.load(path)
+        if _evaluated_alike(ckpt.settings, settings):
+            history[i] = dict(ckpt.history[-1])  # possibly evaluated again by an earlier pass
+        else:
+            stale.append((i, path, ckpt))
+    if stale:
+        print(f"evaluating {len(stale)} epochs again: retry_damping changed", file=sys.stderr)
+    for i, path, ckpt in tqdm(stale, desc="re-evaluating", file=sys.stderr, disable=not progress):
+        earlier = ckpt.machine(machine.device, machine.dtype)
+        history[i].update(evaluate_tap_log_likelihood(earlier, x_eval, settings))
+        ckpt.history = history[: i + 1]
+        ckpt.settings = dataclasses.asdict(settings)
+        ckpt.save(path)
+    return history
 
 
 def _weight_stats(machine: BoltzmannMachine) -> dict:
@@ -495,6 +559,9 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
         fields.pop("rho_step", None)
     if fields["inference"] == "tap":  # the default: fingerprints from before the setting existed
         fields.pop("inference")
+    # The evaluation's second pass feeds nothing back into training; each history row records
+    # what it did (n_converged_retry), so a resumed run may change it.
+    fields.pop("retry_damping", None)
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())
@@ -579,6 +646,8 @@ def train(
             history = ckpt.history
             start = ckpt.epoch + 1
             print(f"resuming from {last} (epoch {ckpt.epoch})", file=sys.stderr)
+            if settings.evaluate:
+                history = reevaluate_history(ckpt_dir, history, machine, x_eval, settings, progress)
             for row in history:
                 if on_epoch is not None:
                     on_epoch(row["epoch"], row, machine)

@@ -107,7 +107,8 @@ def harvest_settings_args(wildcards):
     n_init = f"--n-init {entry['n_init']}" if entry["n_init"] is not None else ""
     return (
         f"{n_init} --dedup-tol {entry['dedup_tol']} --tol {entry['tol']} "
-        f"--max-iter {entry['max_iter']} --damping {entry['damping']} --dtype {entry['dtype']}"
+        f"--max-iter {entry['max_iter']} --damping {entry['damping']} "
+        f"--retry-damping {entry['retry_damping']} --dtype {entry['dtype']}"
     )
 
 

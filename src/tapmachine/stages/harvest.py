@@ -49,6 +49,7 @@ def run(args) -> None:
         tol=args.tol,
         max_iter=args.max_iter,
         damping=args.damping,
+        retry_damping=args.retry_damping,
     )
     harvest_epoch(
         args.model_file,
@@ -73,6 +74,12 @@ def register(subparsers) -> None:
     s.add_argument("--tol", type=float, default=1e-12)
     s.add_argument("--max-iter", type=int, default=2000)
     s.add_argument("--damping", type=float, default=0.5)
+    s.add_argument(
+        "--retry-damping",
+        type=lambda v: None if v.lower() in ("none", "null") else float(v),
+        default=0.95,
+        help="damping of a second pass over rows not converged (none: no second pass)",
+    )
     s.add_argument("--out-npz", required=True)
     s.add_argument("--out-csv", required=True)
     s.add_argument("--device", default="cpu")

@@ -523,29 +523,17 @@ def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rb
     state = tap.solve_with_retry(m, x, damping=0.5, tol=1e-24, max_iter=2000, retry_damping=0.95)
     assert state.converged.all()
     assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
+
+    def continued(s, **kw):
+        return tap.solve(
+            m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], tol=1e-24, **kw
+        )
+
     # The second pass is solve at 0.95 from the first pass's last a, c of every layer.
-    again = tap.solve(
-        m,
-        first.a[0],
-        c_visible=first.c[0],
-        a_hidden=first.a[1:],
-        c_hidden=first.c[1:],
-        damping=0.95,
-        tol=1e-24,
-        max_iter=2000,
-    )
+    again = continued(first, damping=0.95, max_iter=2000)
     torch.testing.assert_close(state.a[1], again.a[1], rtol=0, atol=0)
     torch.testing.assert_close(state.iterations, again.iterations + 2000)
     # Each solution is a fixed point: one undamped update leaves its means where they are.
-    fixed = tap.solve(
-        m,
-        state.a[0],
-        c_visible=state.c[0],
-        a_hidden=state.a[1:],
-        c_hidden=state.c[1:],
-        damping=0.0,
-        tol=0.0,
-        max_iter=1,
-    )
+    fixed = continued(state, damping=0.0, max_iter=1)
     for before, after in zip(state.a, fixed.a, strict=True):
         assert float((before - after).abs().max()) < 1e-9

@@ -361,7 +361,7 @@ def test_live_runs_of_a_model_whose_training_run_never_started_get_its_replayed_
     assert "0 runs replayed, 13 already in the store (" in out and "retagged" not in out
 
 
-def _toy_model(path, visible, n_visible=16, name="m", dataset="toy"):
+def _toy_model(path, visible, n_visible=16, name="m", dataset="toy", substitute=None):
     """A small RBM saved as model.pt (no training run id), with the given visible prior."""
     import torch
 
@@ -372,7 +372,9 @@ def _toy_model(path, visible, n_visible=16, name="m", dataset="toy"):
     g = torch.Generator().manual_seed(0)
     weights = 0.2 * torch.randn(n_visible, 5, generator=g)
     machine = RBM(weights, visible, Bernoulli(torch.zeros(5)))
-    ModelFile.from_machine(machine, name, spec={"train_noise": None}, dataset=dataset).save(path)
+    ModelFile.from_machine(
+        machine, name, spec={"train_noise": None}, dataset=dataset, substitute=substitute
+    ).save(path)
     return path
 
 
@@ -411,7 +413,7 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     the same params, key for key and value for value (the settings such as tol and damping are
     in no CSV: the params.json beside each output keeps them), and every figure run the same
     tags, each naming the replayed run of the one the live tag names (``train_run.<model>``,
-    ``harvest_runs.<model>``, ``denoise_run.<label>``)."""
+    ``harvest_runs.<model>``, ``denoise_run.<label>``) and ``substitute.<model>``."""
     import tiny_harvest
     import torch
 
@@ -437,7 +439,9 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     (res / "models" / "r").mkdir()
     m_pt = _toy_model(res / "models" / "m" / "model.pt", Bernoulli(torch.full((16,), -0.8)))
     tgb = TruncatedGaussBernoulli(torch.full((16,), 0.5), torch.zeros(16), torch.full((16,), 4.0))
-    r_pt = _toy_model(res / "models" / "r" / "model.pt", tgb, name="r", dataset="toyr")
+    r_pt = _toy_model(
+        res / "models" / "r" / "model.pt", tgb, name="r", dataset="toyr", substitute="other faces"
+    )
 
     live = tmp_path / "live"
     manifest = live / "experiments.json"
@@ -519,6 +523,7 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     assert links["fig8"]["denoise_run.m"] == ("denoise", "m-bsc")
     assert links["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
     assert links["fig_denoise_real"]["denoise_run.r"] == ("denoise", "r-gaussian")
+    assert links["fig_denoise_real"]["substitute.r"] == "other faces"
     # into the live store: every run is there and every live link kept (none corrected)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     capsys.readouterr()

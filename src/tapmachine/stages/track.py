@@ -33,19 +33,19 @@ Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are t
 ``model_run_id`` with the id of that model's training run *in this store*, found or replayed
 first, and figure runs ``train_run.<model>`` per model drawn, ``harvest_runs.<model>`` (Figs.
 5-7, JSON epoch -> harvest run) and ``denoise_run.<label>`` (Figs. 8-9, fig_denoise_real) as the
-live runs (``_figure_links``). Of several FINISHED runs of a name, the one its file records
-(``model.pt``, a harvest's ``harvest_run_id``, a denoise npz's ``mlflow_run_id``) is taken if
-the store has it, else the newest. A training job whose tracking failed to start records no run
-id in ``model.pt``, and the replayed training run is then the one its downstream runs point to.
-Present derived runs lacking the tag get it ("retagged"); those whose tag names no training run
-of that model and config run in this store (an id of another store, a run deleted and replayed
-anew, a run of another experiment) get it replaced ("corrected", also a figure's
-``denoise_run.<label>``); a tag naming another FINISHED training run of the same model is kept.
-A present figure run's ``harvest_runs.<model>`` is left as it is, and a missing
-``train_run.<model>`` or ``denoise_run.<label>`` is left missing (the live run had no id to
-give, e.g. the UCD tables); replayed figure runs carry one per model. Only those tags of derived
-runs are written: a finished training run is only read, and ``model.pt`` is never rewritten (the
-store, not the file, holds the link).
+live runs (``_figure_links``), and ``substitute.<model>`` (``_substitute``). Of several FINISHED
+runs of a name, the one its file records (``model.pt``, a harvest's ``harvest_run_id``, a
+denoise npz's ``mlflow_run_id``) is taken if the store has it, else the newest. A training job
+whose tracking failed to start records no run id in ``model.pt``, and the replayed training run
+is then the one its downstream runs point to. Present derived runs lacking the tag get it
+("retagged"); those whose tag names no training run of that model and config run in this store
+(an id of another store, a run deleted and replayed anew, a run of another experiment) get it
+replaced ("corrected", also a figure's ``denoise_run.<label>``); a tag naming another FINISHED
+training run of the same model is kept. A present figure run's ``harvest_runs.<model>`` is left
+as it is, and a missing ``train_run.<model>`` or ``denoise_run.<label>`` is left missing (the
+live run had no id to give, e.g. the UCD tables); replayed figure runs carry one per model. Only
+those tags of derived runs are written: a finished training run is only read, and ``model.pt``
+is never rewritten (the store, not the file, holds the link).
 """
 
 from __future__ import annotations
@@ -434,7 +434,35 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
             models = json.loads(params["models"])
             tags["models"] = ",".join(models)
             item.links, item.link_groups = _figure_links(csv.stem, models, params)
+            for m in models:
+                substitute = _substitute(results, csv.stem, m, params)
+                if substitute:
+                    tags[f"substitute.{m}"] = substitute
         yield item
+
+
+def _substitute(results: Path, figure: str, model: str, params: dict) -> str:
+    """The substitute data of a figure's model as its live run tags it (``substitute.<model>``):
+    from the harvest of its first epoch (Figs. 5-7, ``figures.fig5.load_epochs``), else from its
+    ``model.pt`` (``models/<model>/``, a DBM of the second paper ``ucd/dbm/<dataset>/<name>/``);
+    none for the UCD tables (drawn from scores alone) or where the file is gone."""
+    from tapmachine.modelfile import ModelFile
+
+    if figure in ("ucd_table1", "ucd_table2"):
+        return ""
+    if figure in ("fig5", "fig6", "fig7"):
+        epochs = json.loads(params.get("epochs", "[]"))
+        npz = results / "solutions" / model / f"epoch_{min(epochs, default=0)}.npz"
+        if not npz.exists():
+            return ""
+        with np.load(npz, allow_pickle=False) as z:
+            return str(z["substitute"]) if "substitute" in z.files else ""
+    dataset, _, name = model.rpartition("/")
+    if dataset:
+        pt = results / "ucd" / "dbm" / dataset / name / "model.pt"
+    else:
+        pt = results / "models" / model / "model.pt"
+    return str(ModelFile.load(pt).substitute or "") if pt.exists() else ""
 
 
 def _figure_links(figure: str, models: list[str], params: dict) -> tuple[dict, dict]:

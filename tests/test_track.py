@@ -361,7 +361,7 @@ def test_live_runs_of_a_model_whose_training_run_never_started_get_its_replayed_
     assert "0 runs replayed, 13 already in the store (" in out and "retagged" not in out
 
 
-def _toy_model(path, visible, n_visible=16, name="m", dataset="toy"):
+def _toy_model(path, visible, n_visible=16, name="m", dataset="toy", substitute=None):
     """A small RBM saved as model.pt (no training run id), with the given visible prior."""
     import torch
 
@@ -372,7 +372,9 @@ def _toy_model(path, visible, n_visible=16, name="m", dataset="toy"):
     g = torch.Generator().manual_seed(0)
     weights = 0.2 * torch.randn(n_visible, 5, generator=g)
     machine = RBM(weights, visible, Bernoulli(torch.zeros(5)))
-    ModelFile.from_machine(machine, name, spec={"train_noise": None}, dataset=dataset).save(path)
+    ModelFile.from_machine(
+        machine, name, spec={"train_noise": None}, dataset=dataset, substitute=substitute
+    ).save(path)
     return path
 
 
@@ -380,16 +382,46 @@ def _params(client, exp_id, filt=tracking.STAGE_RUNS):
     return {r.info.run_name: r.data.params for r in client.search_runs([exp_id], filt)}
 
 
+def _run_names(client, exps) -> dict[str, tuple[str, str]]:
+    """Run id -> (experiment, run name) of every run of a store."""
+    return {
+        r.info.run_id: (exp, r.info.run_name)
+        for exp, i in exps.items()
+        for r in client.search_runs([i])
+    }
+
+
+def _named_tags(run, names) -> dict:
+    """A run's own tags (no ``mlflow.*``, no ``tapmachine.replayed``), every run id in them (a
+    tag's value, or a value of a ``harvest_runs.<model>`` JSON) replaced by the (experiment,
+    run name) it has in its store: the same for a live run and its replay in another store."""
+    tags = {}
+    for key, value in run.data.tags.items():
+        if key.startswith("mlflow.") or key == "tapmachine.replayed":
+            continue
+        if key.startswith("harvest_runs."):
+            tags[key] = {e: names.get(i, i) for e, i in json.loads(value).items()}
+        else:
+            tags[key] = names.get(value, value)
+    return tags
+
+
 def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeypatch, capsys):
-    """The denoise runs (TAP on both channels, baselines) and the figure runs drawn from them,
-    logged live into one store, then replayed from their files alone into a fresh one: every
-    run has the same params, key for key and value for value (the settings such as tol and
-    damping are in no CSV: the npz and the figure's params.json keep them)."""
+    """The denoise runs (TAP on both channels, baselines), a trained model's training and
+    harvest runs, and the figure runs drawn from them (Figs. 5, 8, fig_denoise_real), logged
+    live into one store, then replayed from their files alone into a fresh one: every run has
+    the same params, key for key and value for value (the settings such as tol and damping are
+    in no CSV: the params.json beside each output keeps them), and every figure run the same
+    tags, each naming the replayed run of the one the live tag names (``train_run.<model>``,
+    ``harvest_runs.<model>``, ``denoise_run.<label>``) and ``substitute.<model>``."""
+    import tiny_harvest
     import torch
 
-    from tapmachine import data
+    from tapmachine import data, harvest
     from tapmachine.priors import Bernoulli, TruncatedGaussBernoulli
     from tapmachine.stages import denoise as stage
+    from tapmachine.stages.harvest import harvest_epoch
+    from tapmachine.stages.train import train_model
 
     res = tmp_path / "results" / "tiny"
     g = np.random.default_rng(0)
@@ -407,7 +439,9 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     (res / "models" / "r").mkdir()
     m_pt = _toy_model(res / "models" / "m" / "model.pt", Bernoulli(torch.full((16,), -0.8)))
     tgb = TruncatedGaussBernoulli(torch.full((16,), 0.5), torch.zeros(16), torch.full((16,), 4.0))
-    r_pt = _toy_model(res / "models" / "r" / "model.pt", tgb, name="r", dataset="toyr")
+    r_pt = _toy_model(
+        res / "models" / "r" / "model.pt", tgb, name="r", dataset="toyr", substitute="other faces"
+    )
 
     live = tmp_path / "live"
     manifest = live / "experiments.json"
@@ -437,15 +471,29 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     draw("fig8", "--tap", den / "m" / "denoise_bsc.npz", "--model-files", m_pt,
          "--baselines", den / "baselines" / "bsc.npz", "--labels", "tap_m")  # fmt: skip
     draw("fig_denoise_real", "--results", den / "r" / "denoise_real.npz", "--model-file", r_pt)
+    # a model trained and harvested at two epochs, Fig. 5 drawn from its harvests
+    synth = tiny_harvest.synthetic_dataset(tmp_path / "results" / "data" / "synth.npz", n=60)
+    tiny = res / "models" / "tiny"
+    spec = {**tiny_harvest.SPEC, "epochs": 2, "eval": {"n_samples": 10}}
+    train_model("tiny", spec, synth, tiny, dtype="float64", manifest=manifest)
+    solutions = [res / "solutions" / "tiny" / f"epoch_{e}.npz" for e in (1, 2)]
+    for e, npz in enumerate(solutions, 1):
+        harvest_epoch(
+            tiny / "model.pt", tiny / "checkpoints" / f"epoch_{e}.pt", e, synth,
+            harvest.HarvestSettings(n_init=20), npz, npz.with_suffix(".csv"),
+            manifest=manifest, dtype="float64", progress=False,
+        )  # fmt: skip
+    draw("fig5", "--solutions", *solutions)
     capsys.readouterr()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set by logging the live machine
 
     rebuilt = tmp_path / "rebuilt"
     args = ["track", "--results", str(res), "--store", str(rebuilt), "--data", ""]
     assert cli.main(args) == 0
-    assert "5 runs replayed, 0 already" in capsys.readouterr().out
+    assert "9 runs replayed, 0 already" in capsys.readouterr().out
     live_client, live_exps = _store(live)
     client, exps = _store(rebuilt)
-    for exp in ("denoise", "figures"):
+    for exp in ("denoise", "figures", "train", "harvest"):
         want = _params(live_client, live_exps[exp])
         got = _params(client, exps[exp])
         assert (
@@ -453,14 +501,34 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
             == set(want)
             == {
                 "denoise": {"m-bsc", "baselines-bsc", "r-gaussian"},
-                "figures": {"fig8", "fig_denoise_real"},
+                "figures": {"fig8", "fig_denoise_real", "fig5"},
+                "train": {"tiny"},
+                "harvest": {"tiny/epoch_1", "tiny/epoch_2"},
             }[exp]
         )
         for name in want:
             assert set(got[name].items()) == set(want[name].items()), (exp, name)
     live_figs = _by_name(live_client, live_exps["figures"])
-    for name, run in _by_name(client, exps["figures"]).items():
-        assert run.data.tags["models"] == live_figs[name].data.tags["models"]
+    live_names, names = _run_names(live_client, live_exps), _run_names(client, exps)
+    replayed_figs = _by_name(client, exps["figures"])
+    for name, run in replayed_figs.items():
+        assert _named_tags(run, names) == _named_tags(live_figs[name], live_names), name
+    # the links are there, each to the replayed run of the file the figure was drawn from
+    links = {name: _named_tags(run, names) for name, run in replayed_figs.items()}
+    assert links["fig5"]["harvest_runs.tiny"] == {
+        "1": ("harvest", "tiny/epoch_1"),
+        "2": ("harvest", "tiny/epoch_2"),
+    }
+    assert links["fig5"]["train_run.tiny"] == ("train", "tiny")
+    assert links["fig8"]["denoise_run.m"] == ("denoise", "m-bsc")
+    assert links["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
+    assert links["fig_denoise_real"]["denoise_run.r"] == ("denoise", "r-gaussian")
+    assert links["fig_denoise_real"]["substitute.r"] == "other faces"
+    # into the live store: every run is there and every live link kept (none corrected)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    capsys.readouterr()
+    assert cli.main(["track", "--results", str(res), "--store", str(live), "--data", ""]) == 0
+    assert "0 runs replayed, 9 already in the store (" in capsys.readouterr().out
     # the same tags too: a live denoise run names its training run by model_run_id alone
 
     def user_tags(run):
@@ -474,17 +542,30 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     assert _params(client, exps["denoise"])["r-gaussian"]["damping"] == "0.3"
     assert _params(client, exps["figures"])["fig8"]["ps"] == "[0.0, 0.1, 0.3]"
 
-    # An npz written before it kept its params: only what the CSV holds, each value as live.
+    # Outputs written before their params.json: an npz of the time that kept the params inside
+    # (``tracked_params``, JSON of the flat params as logged) replays those; an older npz only
+    # what the CSV holds, each value as live.
     npz = den / "baselines" / "bsc.npz"
+    params_json = npz.with_suffix(".params.json")
     with np.load(npz, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files if k != "tracked_params"}
-    np.savez(npz, **arrays)
-    older = tmp_path / "older"
-    assert cli.main(["track", "--results", str(res), "--store", str(older), "--data", ""]) == 0
-    client, exps = _store(older)
-    got = _params(client, exps["denoise"])["baselines-bsc"]
+        arrays = {k: z[k] for k in z.files}
+    assert "tracked_params" not in arrays  # the params are in params.json only
+    kept = json.dumps(json.loads(params_json.read_text()), sort_keys=True)
+    params_json.unlink()
+    np.savez(npz, **arrays, tracked_params=np.asarray(kept))
     want = _params(live_client, live_exps["denoise"])["baselines-bsc"]
-    assert set(got) == {"ps", "n_images"} and set(got.items()) <= set(want.items())
+    for store, tracked in (("kept", True), ("older", False)):
+        if not tracked:
+            np.savez(npz, **arrays)
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set by the last replay
+        argv = ["track", "--results", str(res), "--store", str(tmp_path / store), "--data", ""]
+        assert cli.main(argv) == 0
+        client, exps = _store(tmp_path / store)
+        got = _params(client, exps["denoise"])["baselines-bsc"]
+        if tracked:
+            assert got == want
+        else:
+            assert set(got) == {"ps", "n_images"} and set(got.items()) <= set(want.items())
 
 
 def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
@@ -631,3 +712,56 @@ def test_dataset_params_are_the_same_before_saving_and_read_back(tmp_path):
     assert live == back
     assert live["provenance.transforms"] == '[{"level": 0.5, "name": "threshold"}]'
     assert live["train_label_counts"] == "[3, 2]" and live["train_shape"] == "[5, 4]"
+
+
+def test_replayed_dataset_runs_have_the_live_params_and_metrics(tmp_path, monkeypatch, capsys):
+    """A dataset written by the data stage and the binary CIFAR-10 of ``ucd cifar10``, logged
+    live, then replayed from the data folder alone: the same runs (``data/<name>``,
+    ``ucd/data_binary_cifar10``, no ``data`` run of it) with the same params, metrics (the
+    dataset's ``mean`` over its first 10,000 training images included) and tags."""
+    from tapmachine import data
+    from tapmachine.stages import ucd_dbm
+    from tapmachine.stages.data import save_and_track
+    from tapmachine.ucd import cifar
+
+    folder = tmp_path / "results" / "data"
+    g = np.random.default_rng(0)
+    x = (g.random((10_040, 4)) < 0.3).astype(np.uint8)
+    x[10_000:] = 1  # images past the first 10,000 count in no mean
+    y = np.arange(10_040) % 3
+    toy = data.Dataset(x[:10_030], y[:10_030], x[10_030:], y[10_030:], (2, 2), {}, "toy")
+    live = tmp_path / "live"
+    manifest = live / "experiments.json"
+    tracking.init_store(live, manifest)
+    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
+    save_and_track(toy, folder / "toy.npz", manifest)
+    # The stage reads an md5-verified official archive, which a test cannot have (it rejects a
+    # fabricated one unopened): its loader gives six images of random channel values here.
+    images = (g.integers(0, 256, (6, 3072)).astype(np.uint8), np.arange(6) % 10)
+    monkeypatch.setattr(cifar, "load_cifar10", lambda archive: (*images, *images))
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    ucd_dbm.cifar10(archive, folder / "binary_cifar10.npz", manifest)
+    (tmp_path / "results" / "tiny").mkdir()
+    capsys.readouterr()
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rebuilt = tmp_path / "rebuilt"
+    args = ["track", "--results", str(tmp_path / "results" / "tiny"), "--store", str(rebuilt)]
+    assert cli.main([*args, "--data", str(folder)]) == 0
+    assert "2 runs replayed, 0 already" in capsys.readouterr().out
+    live_client, live_exps = _store(live)
+    client, exps = _store(rebuilt)
+    for exp, names in (("data", {"toy"}), ("ucd", {"data_binary_cifar10"})):
+        want = _by_name(live_client, live_exps[exp])
+        got = _by_name(client, exps[exp])
+        assert set(got) == set(want) == names, exp
+        for name in names:
+            g_run, w_run = got[name].data, want[name].data
+            assert g_run.params == w_run.params, name
+            assert g_run.metrics == w_run.metrics, name
+            assert _named_tags(got[name], {}) == _named_tags(want[name], {}), name
+    replayed = _by_name(client, exps["data"])["toy"].data.metrics
+    assert replayed == {"n_train": 10_030.0, "n_test": 10.0, "mean": float(x[:10_000].mean())}
+    assert replayed["mean"] != float(x[:10_030].mean())
+    cifar_run = _by_name(client, exps["ucd"])["data_binary_cifar10"].data
+    assert cifar_run.params == {"archive": str(archive)} and cifar_run.metrics == {}

@@ -1,6 +1,7 @@
 """The real Snakemake engine on a tiny config: data -> training -> harvest, likelihoods ->
 every figure, tracked in MLflow."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -380,6 +381,33 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
             for r in client.search_runs([e.experiment_id], STAGE_RUNS)
         }
 
+    def metrics(store, experiment):
+        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
+        exp = client.get_experiment_by_name(experiment).experiment_id
+        return {r.info.run_name: r.data.metrics for r in client.search_runs([exp], STAGE_RUNS)}
+
+    def figure_tags(store):
+        """Figure run name -> its own tags (no mlflow.*, no tapmachine.replayed), every run id
+        in them (a value, or one of a harvest_runs.<model> JSON) as (experiment, run name)."""
+        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
+        runs = {
+            r.info.run_id: (e.name, r.info.run_name)
+            for e in client.search_experiments()
+            for r in client.search_runs([e.experiment_id])
+        }
+        fig = client.get_experiment_by_name("figures").experiment_id
+        out = {}
+        for r in client.search_runs([fig], STAGE_RUNS):
+            tags = {}
+            for key, value in r.data.tags.items():
+                if key.startswith("mlflow.") or key == "tapmachine.replayed":
+                    continue
+                if key.startswith("harvest_runs."):
+                    value = {e: runs.get(i, i) for e, i in json.loads(value).items()}
+                tags[key] = runs.get(value, value) if isinstance(value, str) else value
+            out[r.info.run_name] = tags
+        return out
+
     expected = names(live)
     assert expected["denoise"] and expected["ucd"] and expected["harvest"]
     fresh = tmp_path / "fresh"
@@ -399,6 +427,28 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
         f"{run}: live only {live_only}, replayed only {replayed_only}"
         for run, (live_only, replayed_only) in sorted(differ.items())
     )
+    # Every figure run carries the live run's tags, each run id in them naming the replayed run
+    # of the one the live tag names (train_run.<model>, harvest_runs.<model> of Figs. 5-7,
+    # denoise_run.<label> of Figs. 8-9 and fig_denoise_real), substitute.<model> too. A live
+    # run has no train_run.<model> where it had no id to give (the UCD tables); its replay has
+    # one. config_digest, the workflow's digest of its config, is in no file: live runs only.
+    live_tags, replayed_tags = figure_tags(live), figure_tags(fresh)
+    assert live_tags.keys() == replayed_tags.keys()
+    for name, got in replayed_tags.items():
+        want = {k: v for k, v in live_tags[name].items() if k != "config_digest"}
+        extra = {k: v for k, v in got.items() if k not in want}
+        assert all(k.startswith("train_run.") for k in extra), (name, extra)
+        assert {k: v for k, v in got.items() if k not in extra} == want, name
+    assert replayed_tags["fig_denoise_real"]["substitute.tiny_real"]
+    links = replayed_tags["fig5"]["harvest_runs.tiny"]
+    assert links == {"1": ("harvest", "tiny/epoch_1"), "2": ("harvest", "tiny/epoch_2")}
+    assert replayed_tags["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
+    assert replayed_tags["fig_denoise_real"]["denoise_run.tiny_real"] == (
+        "denoise",
+        "tiny_real-gaussian",
+    )
+    # dataset runs: the live metrics (n_train, n_test, mean), value for value
+    assert metrics(fresh, "data") == metrics(live, "data")
     client = mlflow.MlflowClient(f"sqlite:///{fresh}/mlflow.db")
     exps = {e.name: e.experiment_id for e in client.search_experiments()}
     trained = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["train"]])}

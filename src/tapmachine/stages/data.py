@@ -51,6 +51,14 @@ def dataset_params(ds) -> dict:
     }
 
 
+def dataset_metrics(ds) -> dict:
+    """The metrics of a dataset's run: the numbers of training and test images and the mean
+    value of the first 10,000 training images (``tapmachine track`` replays them from the
+    dataset read back)."""
+    mean_value = float(ds.x_train[:10000].astype("float64").mean())
+    return {"n_train": len(ds.x_train), "n_test": len(ds.x_test), "mean": mean_value}
+
+
 def save_and_track(ds, out, manifest) -> None:
     """Write ``ds`` to ``out``; log its summary and a montage of 50 images to MLflow."""
     from tapmachine import data, tracking
@@ -64,8 +72,7 @@ def save_and_track(ds, out, manifest) -> None:
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
     with tracking.start_run(manifest, "data", ds.name, params=summary, tags=tags) as run:
-        mean_value = float(ds.x_train[:10000].astype("float64").mean())
-        run.log_metrics({"n_train": len(ds.x_train), "n_test": len(ds.x_test), "mean": mean_value})
+        run.log_metrics(dataset_metrics(ds))
         picture = out.with_suffix(".montage.png")
         title = ds.name
         if ds.provenance.get("substitute"):

@@ -13,7 +13,7 @@ and the figures ``tapmachine figure fig8 | fig9 | fig_denoise_real``. The noisy 
 generator seeded by (config seed, "denoise", channel), so every job sees the same realisation.
 MLflow: one run per denoised model (and one for the baselines) in experiment ``denoise``, the MCC
 (or MSE) per noise level as a metric series (step = index of the level), the levels and settings
-as params (also kept in the npz, ``tracked_params``, for ``tapmachine track``).
+as params (also kept beside the outputs, ``<stem>.params.json``, for ``tapmachine track``).
 """
 
 from __future__ import annotations
@@ -281,22 +281,23 @@ def run_bsc(
 
 
 def _publish(rows, arrays, out_csv, out_npz, manifest, run_name, params, tags, series) -> None:
-    """Write the CSV summary and the npz (neither is left behind if the npz fails), track one
-    run (``_track``: ``series`` by level index, the CSV as artifact), and record its id in the
-    npz (figures attach their files to it).
+    """Write the CSV summary, the npz and the run's params (none is left behind if the npz or
+    the params fail), track one run (``_track``: ``series`` by level index, the CSV as
+    artifact), and record its id in the npz (figures attach their files to it).
 
-    The npz keeps the run's params as logged (``tracked_params``: JSON of
-    ``tracking.flat_params``), so ``tapmachine track`` replays them from the files alone: the
-    settings (tol, damping, ...) are not in the CSV."""
-    from tapmachine import tracking
+    The params are kept beside the outputs as logged (``<stem>.params.json``,
+    ``stages.common.write_params``), so ``tapmachine track`` replays them from the files alone:
+    the settings (tol, damping, ...) are not in the CSV."""
     from tapmachine.files import write_csv
+    from tapmachine.stages.common import write_params
 
-    arrays["tracked_params"] = np.asarray(json.dumps(tracking.flat_params(params), sort_keys=True))
     write_csv(rows, out_csv)
     try:
         _write_npz(out_npz, arrays)
+        write_params(out_npz, params)
     except BaseException:
         Path(out_csv).unlink(missing_ok=True)
+        Path(out_npz).unlink(missing_ok=True)
         raise
     run_id = _track(manifest, run_name, params, tags, series, [out_csv])
     if run_id:

@@ -4,7 +4,8 @@ Tracking during a run is best effort (``tapmachine.tracking``): a store that is 
 killed before it logged, leaves the result files complete and the store short. This command
 rebuilds the missing runs from the files alone, under the names the live jobs give them:
 
-- datasets (``results/data/*.npz``, experiment ``data``);
+- datasets (``results/data/*.npz``, experiment ``data``; the binary CIFAR-10 of ``tapmachine ucd
+  cifar10`` as ``ucd/data_binary_cifar10``);
 - training (``models/*/metrics.csv``, with the machine as an MLflow model when ``model.pt`` and
   its dataset are there; ``train``);
 - harvests (``solutions/*/epoch_*.npz``/``.csv``; ``harvest``), likelihood scores
@@ -18,28 +19,33 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
 second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Params are the
-live run's, from the files: a dataset's from the dataset (``stages.data.dataset_params``), a
-training run's from ``model.pt`` (``training.run_params`` / ``stages.ucd_dbm.train_params`` of
-its spec, sizes and ``extras["run"]``), denoise runs' from their npz (``tracked_params``), a UCD
-score's from ``score.json``, every other run's from the ``<stem>.params.json`` its stage writes
-beside its output (``stages.common.write_params``: harvests, likelihood scores, deep curves, the
-Fig. 10 timing, UCD Fig. 1, the classifier, figures). An output written before these existed
-replays what its files hold, never a guessed setting. UCD Fig. 1's per-d ``seconds``, a timing
-metric, stays live-only.
+live run's, from the files: a dataset's from the dataset (``stages.data.dataset_params``; its
+metrics ``stages.data.dataset_metrics``), a training run's from ``model.pt``
+(``training.run_params`` / ``stages.ucd_dbm.train_params`` of its spec, sizes and
+``extras["run"]``), a UCD score's from ``score.json``, every other run's from the
+``<stem>.params.json`` its stage writes beside its output (``stages.common.write_params``:
+harvests, likelihood scores, deep curves, the Fig. 10 timing, denoising, UCD Fig. 1, the
+classifier, figures). An output written before these existed replays what its files hold, never
+a guessed setting (a denoise npz of the time it kept its params inside, ``tracked_params``:
+those). UCD Fig. 1's per-d ``seconds``, a timing metric, stays live-only.
 
 Runs derived from a model (harvest, scores, curves, denoising, UCD scores) are tagged
 ``model_run_id`` with the id of that model's training run *in this store*, found or replayed
-first, and figure runs ``train_run.<model>`` per model drawn. Of several FINISHED training runs
-of a model, the one its ``model.pt`` records is taken if the store has it, else the newest. A
-training job whose tracking failed to start records no run id in ``model.pt``, and the replayed
-training run is then the one its downstream runs point to. Present derived runs lacking the tag
-get it ("retagged"); those whose tag names no training run of that model and config run in this
-store (an id of another store, a run deleted and replayed anew, a run of another experiment) get
-it replaced ("corrected"); a tag naming another FINISHED training run of the same model is
-kept. A present figure run's missing ``train_run.<model>`` is left missing (the live run had
-no id to give, e.g. the UCD tables); replayed figure runs carry one per model. Only those tags
-of derived runs are written: a finished training run is only read, and ``model.pt`` is never
-rewritten (the store, not the file, holds the link).
+first, and figure runs ``train_run.<model>`` per model drawn, ``harvest_runs.<model>`` (Figs.
+5-7, JSON epoch -> harvest run) and ``denoise_run.<label>`` (Figs. 8-9, fig_denoise_real) as the
+live runs (``_figure_links``), and ``substitute.<model>`` (``_substitute``). Of several FINISHED
+runs of a name, the one its file records (``model.pt``, a harvest's ``harvest_run_id``, a
+denoise npz's ``mlflow_run_id``) is taken if the store has it, else the newest. A training job
+whose tracking failed to start records no run id in ``model.pt``, and the replayed training run
+is then the one its downstream runs point to. Present derived runs lacking the tag get it
+("retagged"); those whose tag names no training run of that model and config run in this store
+(an id of another store, a run deleted and replayed anew, a run of another experiment) get it
+replaced ("corrected", also a figure's ``denoise_run.<label>``); a tag naming another FINISHED
+training run of the same model is kept. A present figure run's ``harvest_runs.<model>`` is left
+as it is, and a missing ``train_run.<model>`` or ``denoise_run.<label>`` is left missing (the
+live run had no id to give, e.g. the UCD tables); replayed figure runs carry one per model. Only
+those tags of derived runs are written: a finished training run is only read, and ``model.pt``
+is never rewritten (the store, not the file, holds the link).
 """
 
 from __future__ import annotations
@@ -80,8 +86,11 @@ class Item:
     (a path, or (path, artifact folder)), tags; ``model``: the (experiment, run name) of the
     training run it derives from; ``machine``: (model.pt, dataset .npz) to log as an MLflow
     model; ``recorded_id``: the run id a training run's model.pt records (the live run that
-    wrote the file), preferred as the link of derived runs where this store has that run;
-    ``links``: further tags naming training runs (tag -> (experiment, run name))."""
+    wrote the file; a harvest's or denoise run's npz the same), preferred as the link of the
+    runs that name it where this store has that run; ``links``: further tags naming runs (tag
+    -> (experiment, run name): a figure's training and denoise runs); ``link_groups``: tags
+    naming several runs as JSON key -> run id (a figure's ``harvest_runs.<model>``, epoch ->
+    (experiment, run name))."""
 
     experiment: str
     name: str
@@ -93,10 +102,11 @@ class Item:
     machine: tuple[Path, Path] | None = None
     recorded_id: str | None = None
     links: dict[str, tuple[str, str]] = field(default_factory=dict)
+    link_groups: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
 
     def model_links(self) -> dict[str, tuple[str, str]]:
-        """Tag -> (experiment, run name) of a training run: ``model_run_id`` for ``model``, and
-        ``links`` (a figure's ``train_run.<model>`` per model drawn)."""
+        """Tag -> (experiment, run name) of a run: ``model_run_id`` for ``model``, and ``links``
+        (a figure's ``train_run.<model>`` per model drawn, ``denoise_run.<label>``)."""
         return {**({MODEL_TAG: self.model} if self.model else {}), **self.links}
 
 
@@ -202,7 +212,9 @@ def _harvest_items(results: Path) -> Iterator[Item]:
         name = f"{model}/epoch_{epoch}"
         arts = _existing(npz, csv)
         params = _harvest_params(npz, model, epoch)
-        yield Item("harvest", name, params, {epoch: metrics}, arts, tags, ("train", model))
+        item = Item("harvest", name, params, {epoch: metrics}, arts, tags, ("train", model))
+        item.recorded_id = _npz_run_id(npz, "harvest_run_id")
+        yield item
 
 
 def _harvest_params(npz: Path, model: str, epoch: int) -> dict:
@@ -291,23 +303,33 @@ def _level_series(csv: Path, metrics) -> dict[int | None, dict[str, float]]:
 
 
 def _denoise_params(csv: Path, level: str, model: str | None) -> dict:
-    """The params of a denoise run: as the live run logged them (``tracked_params`` of the npz
-    beside ``csv``); for an npz written before it kept them, only what the CSV holds (model,
-    levels, number of images), never a guessed setting."""
+    """The params of a denoise run as the live run logged them (``<stem>.params.json`` beside
+    ``csv``, ``_read_params``); for outputs written before that file, the npz's
+    ``tracked_params`` where it kept them (what the live run logged), else only what the CSV
+    holds (model, levels, number of images), never a guessed setting."""
     import pandas as pd
 
     npz = csv.with_suffix(".npz")
     if npz.exists():
         with np.load(npz, allow_pickle=False) as z:
-            if "tracked_params" in z.files:
-                return json.loads(str(z["tracked_params"]))
+            if "tracked_params" in z.files:  # JSON of tracking.flat_params, as logged
+                return _read_params(csv, json.loads(str(z["tracked_params"])))
     table = pd.read_csv(csv)
     first = table[table["method"] == table["method"].iloc[0]]
-    params: dict = {} if model is None else {"model": model}
-    params[f"{level}s"] = [float(v) for v in first[level]]
+    older: dict = {} if model is None else {"model": model}
+    older[f"{level}s"] = [float(v) for v in first[level]]
     if "n_images" in table and len(table):
-        params["n_images"] = int(table["n_images"].iloc[0])
-    return params
+        older["n_images"] = int(table["n_images"].iloc[0])
+    return _read_params(csv, older)
+
+
+def _npz_run_id(npz: Path, key: str) -> str | None:
+    """The run id an npz records under ``key`` (the live run that wrote it), or None."""
+    if not npz.exists():
+        return None
+    with np.load(npz, allow_pickle=False) as z:
+        run_id = str(z[key]) if key in z.files else ""
+    return run_id or None
 
 
 def _denoise_items(results: Path) -> Iterator[Item]:
@@ -316,18 +338,24 @@ def _denoise_items(results: Path) -> Iterator[Item]:
         steps = _level_series(csv, lambda m, r: {"mcc": r["value"], "mcc_se": r["se"]})
         tags = {"model": model, "channel": "bsc"}
         params = _denoise_params(csv, "p", model)
-        yield Item("denoise", f"{model}-bsc", params, steps, [csv], tags, ("train", model))
+        item = Item("denoise", f"{model}-bsc", params, steps, [csv], tags, ("train", model))
+        item.recorded_id = _npz_run_id(csv.with_suffix(".npz"), "mlflow_run_id")
+        yield item
     for csv in sorted(results.glob("denoise/*/denoise_real.csv")):
         model = csv.parent.name
         steps = _level_series(csv, lambda m, r: {f"mse.{m}": r["value"], f"psnr.{m}": r["psnr"]})
         tags = {"model": model, "channel": "gauss"}
         params = _denoise_params(csv, "sigma", model)
-        yield Item("denoise", f"{model}-gaussian", params, steps, [csv], tags, ("train", model))
+        item = Item("denoise", f"{model}-gaussian", params, steps, [csv], tags, ("train", model))
+        item.recorded_id = _npz_run_id(csv.with_suffix(".npz"), "mlflow_run_id")
+        yield item
     baselines = results / "denoise" / "baselines" / "bsc.csv"
     if baselines.exists():
         steps = _level_series(baselines, lambda m, r: {f"mcc.{m}": r["value"]})
         params = _denoise_params(baselines, "p", None)
-        yield Item("denoise", "baselines-bsc", params, steps, [baselines], {"channel": "bsc"})
+        item = Item("denoise", "baselines-bsc", params, steps, [baselines], {"channel": "bsc"})
+        item.recorded_id = _npz_run_id(baselines.with_suffix(".npz"), "mlflow_run_id")
+        yield item
 
 
 def _fig1_params(csv: Path, table) -> dict:
@@ -401,24 +429,75 @@ def items(results: Path, data: Path | None) -> Iterator[Item]:
         arts = [p for p in (csv.with_suffix(".png"), csv.with_suffix(".pdf"), csv) if p.exists()]
         params = _read_params(csv, {})  # a figure drawn before its params file: none
         tags = {"figure": csv.stem}
-        links = {}
-        if "models" in params:  # as the live run: the models drawn, each tagged with its run
+        item = Item("figures", csv.stem, params, _claims(csv), arts, tags)
+        if "models" in params:  # as the live run: the models drawn, each tagged with its runs
             models = json.loads(params["models"])
             tags["models"] = ",".join(models)
-            links = {f"train_run.{m}": _training_run_of(m) for m in models}
-        item = Item("figures", csv.stem, params, _claims(csv), arts, tags)
-        item.links = links
+            item.links, item.link_groups = _figure_links(csv.stem, models, params)
+            for m in models:
+                substitute = _substitute(results, csv.stem, m, params)
+                if substitute:
+                    tags[f"substitute.{m}"] = substitute
         yield item
 
 
+def _substitute(results: Path, figure: str, model: str, params: dict) -> str:
+    """The substitute data of a figure's model as its live run tags it (``substitute.<model>``):
+    from the harvest of its first epoch (Figs. 5-7, ``figures.fig5.load_epochs``), else from its
+    ``model.pt`` (``models/<model>/``, a DBM of the second paper ``ucd/dbm/<dataset>/<name>/``);
+    none for the UCD tables (drawn from scores alone) or where the file is gone."""
+    from tapmachine.modelfile import ModelFile
+
+    if figure in ("ucd_table1", "ucd_table2"):
+        return ""
+    if figure in ("fig5", "fig6", "fig7"):
+        epochs = json.loads(params.get("epochs", "[]"))
+        npz = results / "solutions" / model / f"epoch_{min(epochs, default=0)}.npz"
+        if not npz.exists():
+            return ""
+        with np.load(npz, allow_pickle=False) as z:
+            return str(z["substitute"]) if "substitute" in z.files else ""
+    dataset, _, name = model.rpartition("/")
+    if dataset:
+        pt = results / "ucd" / "dbm" / dataset / name / "model.pt"
+    else:
+        pt = results / "models" / model / "model.pt"
+    return str(ModelFile.load(pt).substitute or "") if pt.exists() else ""
+
+
+def _figure_links(figure: str, models: list[str], params: dict) -> tuple[dict, dict]:
+    """The runs a figure's live run names, as (experiment, run name): ``train_run.<model>`` per
+    model drawn; the runs of the files the workflow draws it from (``figures.smk``,
+    ``denoise.smk``): ``denoise_run.<label>`` (Figs. 8-9: ``denoise/<model>/denoise_bsc.npz``
+    and ``denoise/baselines/bsc.npz``; fig_denoise_real: ``denoise/<model>/denoise_real.npz``)
+    and ``harvest_runs.<model>`` (Figs. 5-7: epoch -> the harvest of
+    ``solutions/<model>/epoch_<e>.npz``, every epoch of its params)."""
+    links = {f"train_run.{m}": _training_run_of(m) for m in models}
+    groups = {}
+    if figure in ("fig5", "fig6", "fig7"):
+        epochs = json.loads(params.get("epochs", "[]"))
+        groups = {
+            f"harvest_runs.{m}": {str(e): ("harvest", f"{m}/epoch_{e}") for e in epochs}
+            for m in models
+        }
+    elif figure in ("fig8", "fig9"):
+        links.update({f"denoise_run.{m}": ("denoise", f"{m}-bsc") for m in models})
+        links["denoise_run.baselines"] = ("denoise", "baselines-bsc")
+    elif figure == "fig_denoise_real":
+        links.update({f"denoise_run.{m}": ("denoise", f"{m}-gaussian") for m in models})
+    return links, groups
+
+
 def _data_item(npz: Path) -> Item:
-    """A dataset's run: its sizes as metrics; its params and tags as the live run's
-    (``stages.data.dataset_params`` of the dataset read back). An npz that is not a dataset
-    of ``data.save_dataset`` gets none (said on stderr); the replay goes on."""
+    """A dataset's run: its params, metrics and tags as the live run's
+    (``stages.data.dataset_params`` and ``dataset_metrics`` of the dataset read back); the
+    binary CIFAR-10 of ``tapmachine ucd cifar10`` as its run ``ucd/data_binary_cifar10`` (the
+    archive it was read from, kept in the provenance, as param). An npz that is not a dataset
+    of ``data.save_dataset`` gets its sizes only (said on stderr); the replay goes on."""
     import sys
 
     from tapmachine.data import DataError, load_dataset
-    from tapmachine.stages.data import dataset_params
+    from tapmachine.stages.data import dataset_metrics, dataset_params
 
     with np.load(npz, allow_pickle=False) as z:
         sizes = {k: int(z[k].shape[0]) for k in ("x_train", "x_test") if k in z.files}
@@ -428,10 +507,12 @@ def _data_item(npz: Path) -> Item:
     except DataError as err:
         print(f"dataset {npz}: params not replayed: {err}", file=sys.stderr)
         return Item("data", npz.stem, {}, {None: metrics}, [], {})
+    if ds.name == "binary_cifar10" and "source" in ds.provenance:  # stages.ucd_dbm.cifar10
+        return Item("ucd", "data_binary_cifar10", {"archive": ds.provenance["source"]})
     tags = {"dataset": ds.name}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
-    return Item("data", npz.stem, dataset_params(ds), {None: metrics}, [], tags)
+    return Item("data", npz.stem, dataset_params(ds), {None: dataset_metrics(ds)}, [], tags)
 
 
 def _training_run_of(model: str) -> tuple[str, str]:
@@ -493,12 +574,12 @@ def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str)
 
 
 def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> str | None:
-    """Point a present derived run's ``tag`` (``model_run_id``, a figure's ``train_run.<model>``)
-    at its training run ``run_id``: replaced where it names no training run of that model and
-    config run in this store ("corrected": a store rebuilt, a training run replayed anew);
+    """Point a present derived run's ``tag`` (``model_run_id``, a figure's ``train_run.<model>``
+    or ``denoise_run.<label>``) at its run ``run_id``: replaced where it names no run of that
+    name and config run in this store ("corrected": a store rebuilt, a run replayed anew);
     ``model_run_id`` also filled where it is missing ("retagged"; a figure's live run has no
     ``train_run.<model>`` where it had no id to give, e.g. the UCD tables, and is left so).
-    Only this tag of the derived run is written; the training run is only read."""
+    Only this tag of the derived run is written; the run it names is only read."""
     current = found.data.tags.get(tag)
     if current in (None, "", "None"):
         if tag != MODEL_TAG:
@@ -509,7 +590,7 @@ def _link(client, found, label: str, tag: str, run_id: str, is_training_run) -> 
     else:
         kind = "corrected"
     client.set_tag(found.info.run_id, tag, run_id)
-    was = "" if kind == "retagged" else f" (was {current}, no training run of it here)"
+    was = "" if kind == "retagged" else f" (was {current}, no such run here)"
     print(f"{kind:<8} {label}: {tag} = {run_id}{was}")
     return kind
 
@@ -567,6 +648,9 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
             continue
         tags = {**item.tags, "tapmachine.run_name": run_name, "tapmachine.replayed": "true"}
         tags.update({tag: run_id for tag, (run_id, _) in links.items()})
+        for tag, group in item.link_groups.items():  # as live: "" for a run the store lacks
+            ids = {key: run_ids.get(m, "") for key, m in group.items()}
+            tags[tag] = json.dumps(ids, sort_keys=True)
         with tracking.start_run(manifest, item.experiment, item.name, item.params, tags) as run:
             for step, values in sorted(item.steps.items(), key=lambda kv: kv[0] or 0):
                 run.log_metrics(values, step=step)

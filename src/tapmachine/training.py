@@ -646,7 +646,8 @@ def train(
             history = ckpt.history
             start = ckpt.epoch + 1
             print(f"resuming from {last} (epoch {ckpt.epoch})", file=sys.stderr)
-            if settings.evaluate:
+            if settings.evaluate and not _evaluated_alike(ckpt.settings, settings):
+                # A pass rewrites the latest checkpoint last: if it is alike, all are.
                 history = reevaluate_history(ckpt_dir, history, machine, x_eval, settings, progress)
             for row in history:
                 if on_epoch is not None:

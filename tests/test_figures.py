@@ -48,6 +48,26 @@ def test_fig3(run, tmp_path):
     assert rule["value"].iloc[0] == tiny_harvest.EPOCHS // 2
     assert "midpoint" in rule["detail"].iloc[0]
     assert result.models[0].train_run_id == ""  # trained without tracking
+    assert claims(table, "epochs_without_solution").empty
+
+
+def test_fig3_leaves_epochs_without_a_tap_solution_out(run, tmp_path):
+    """An epoch whose evaluation found no TAP solution (tap_ll NaN) is a gap: counted in the
+    title and the table, left out of the slopes."""
+    df = pd.read_csv(run["metrics"])
+    df.loc[df["epoch"] == 3, ["tap_ll", "tap_ll_stderr"]] = math.nan
+    metrics = tmp_path / "metrics.csv"
+    df.to_csv(metrics, index=False)
+    result = fig3.make([metrics], [run["model"]])
+    table = _save(result, tmp_path, "fig3")
+    assert list(claims(table, "epochs_without_solution")["value"]) == [1.0]
+    assert "1 epoch(s) without a converged TAP solution" in result.figure.get_suptitle()
+    found = df[df["epoch"] != 3]
+    b = tiny_harvest.EPOCHS // 2
+    early = found[found["epoch"] <= b]
+    slope, _ = fig3.segment_fit(early["epoch"].to_numpy(float), early["tap_ll"].to_numpy(float))
+    assert claims(table, "slope_before_breakpoint")["value"].iloc[0] == pytest.approx(slope)
+    assert np.isfinite(claims(table, "slope_ratio_early_over_late")["value"].iloc[0])
 
 
 def test_fig3_slopes():

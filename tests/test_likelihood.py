@@ -360,3 +360,28 @@ def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identica
         trained / "model.pt", tiny_dataset, tmp_path / "o.csv", dataclasses.replace(same, tol=1e-9)
     )
     assert other["log_z_tap_source"] == "solved" and "tol" in other["log_z_tap_note"]
+
+
+def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cycling_rbm):
+    """TAP converges from none of the rows at damping 0.5 without the second pass: TAP's ln Z and
+    log-likelihood are NaN, the other estimates are still computed; with the second pass TAP's
+    ln Z is the one training's evaluation records."""
+    from tapmachine import training
+
+    m, x = cycling_rbm
+    off = dataclasses.replace(
+        TINY, tap_inits=len(x), max_iter=2000, tol=1e-12, retry_damping=None, n_betas=200
+    )
+    unique, info = likelihood.tap_log_partition(m, x, off)
+    assert unique.iterations.numel() == 0 and info["n_unique"] == info["n_converged"] == 0
+    assert math.isnan(info["log_z_tap"])
+    row = likelihood.score_machine(m, {"test": x}, x, x, off)
+    assert math.isnan(row["tap_ll_test"]) and math.isfinite(row["ais_ll_test"])
+    assert math.isfinite(row["exact_ll_test"]) and math.isfinite(row["pl_test"])
+    on = dataclasses.replace(off, retry_damping=0.95)
+    _, info = likelihood.tap_log_partition(m, x, on)
+    trained = training.evaluate_tap_log_likelihood(
+        m, x, training.TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
+    )
+    assert info["n_unique"] == trained["n_unique"] > 0
+    assert info["log_z_tap"] == pytest.approx(trained["log_z_tap"], abs=1e-12)

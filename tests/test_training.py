@@ -393,12 +393,14 @@ def test_dbm_numerics_version_moves_only_dbm_fingerprints(monkeypatch):
 
 def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
     """An RBM whose TAP iteration cycles at damping 0.5 from every row: without the second pass
-    the evaluation has no solution; with it every row converges, and the result is the TAP
+    the evaluation has no solution (NaN); with it every row converges, and the result is the TAP
     log-likelihood of those solutions."""
     m, x = cycling_rbm
     without = settings(max_iter=2000, tol=1e-12, retry_damping=None)
-    with pytest.raises(TrainingError, match="no TAP solution converged"):
-        training.evaluate_tap_log_likelihood(m, x, without)
+    none = training.evaluate_tap_log_likelihood(m, x, without)
+    assert none["n_unique"] == none["n_converged"] == none["n_converged_retry"] == 0
+    assert math.isnan(none["tap_ll"]) and math.isnan(none["log_z_tap"])
+    assert none["mean_iterations"] == 2000
     result = training.evaluate_tap_log_likelihood(
         m, x, dataclasses.replace(without, retry_damping=0.95)
     )
@@ -458,3 +460,35 @@ def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_
         ckpt = Checkpoint.load(tmp_path / "b" / f"epoch_{epoch}.pt")
         assert ckpt.settings["retry_damping"] == 0.0
         assert ckpt.history[-1]["tap_ll"] == throughout[epoch - 1]["tap_ll"]
+
+
+def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
+    """When TAP converges from no evaluated row (here: one iteration allowed, no second pass),
+    the epoch's TAP numbers are NaN, training finishes, the harvest accepts its checkpoints and
+    Fig. 3 draws the gaps."""
+    import pandas as pd
+    import tiny_harvest
+
+    from tapmachine import harvest
+    from tapmachine.figures import fig3
+
+    data_file = tiny_harvest.synthetic_dataset(tmp_path / "synth.npz")
+    spec = dict(tiny_harvest.SPEC, epochs=2)
+    spec["tap"] = {"max_iter": 1, "tol": 1e-14, "retry_damping": None}
+    model_dir = tmp_path / "models" / "tiny"
+    machine = training.train_from_spec("tiny", spec, str(data_file), str(model_dir))
+    assert torch.isfinite(machine.W).all() and machine.W.std() > 0.0
+    metrics = model_dir / "metrics.csv"
+    df = pd.read_csv(metrics)
+    assert list(df["epoch"]) == [1, 2]
+    assert df[["tap_ll", "tap_ll_stderr", "log_z_tap"]].isna().all().all()
+    assert (df["n_unique"] == 0).all() and (df["n_converged"] == 0).all()
+    model, ckpt = harvest._load_checkpoint(
+        model_dir / "model.pt", model_dir / "checkpoints" / "epoch_1.pt", 1
+    )
+    assert ckpt.epoch == 1 and math.isnan(model.history[0]["tap_ll"])
+    result = fig3.make([metrics], [model_dir / "model.pt"])
+    table = result.table
+    gaps = table[(table["kind"] == "claim") & (table["claim"] == "epochs_without_solution")]
+    assert list(gaps["value"]) == [2.0]
+    assert "2 epoch(s) without a converged TAP solution" in result.figure.get_suptitle()

@@ -340,7 +340,11 @@ def _load_checkpoint(model_file: Path, checkpoint: Path, epoch: int):
     # The checkpoint's history must be the start of the final model's: same training run.
     final = model.history
     mine = ckpt.history
-    if final and [h.get("tap_ll") for h in mine] != [h.get("tap_ll") for h in final[:epoch]]:
+    # NaN (an epoch whose evaluation found no TAP solution) equals NaN here; None is NaN
+    mine_ll, final_ll = ([h.get("tap_ll") for h in rows] for rows in (mine, final[:epoch]))
+    if final and not np.array_equal(
+        np.array(mine_ll, dtype=float), np.array(final_ll, dtype=float), equal_nan=True
+    ):
         raise HarvestError(
             f"{checkpoint} comes from another training run than {model_file} "
             "(stale checkpoints): retrain the model"

@@ -422,7 +422,9 @@ def evaluate_tap_log_likelihood(
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
     the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
     solutions) and the solution statistics (``n_converged_retry``: rows converged only in the
-    second pass).
+    second pass). When no row converges even then, the epoch has no TAP log-likelihood: the
+    three numbers are NaN (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather
+    than losing a long run to one epoch at which TAP has no fixed point within reach.
     """
     states = tap.solve_with_retry(
         machine,
@@ -433,8 +435,16 @@ def evaluate_tap_log_likelihood(
         retry_damping=settings.retry_damping,
     )
     reps, _, _ = tap.unique(states, settings.dedup_tol)
+    counts = {
+        "n_unique": int(reps.numel()),
+        "n_converged": int(states.converged.sum()),
+        "n_converged_retry": int(
+            (states.converged & (states.iterations > settings.max_iter)).sum()
+        ),
+        "mean_iterations": float(states.iterations.float().mean()),
+    }
     if reps.numel() == 0:
-        raise TrainingError("no TAP solution converged during evaluation")
+        return {"tap_ll": math.nan, "log_z_tap": math.nan, "tap_ll_stderr": math.nan, **counts}
     unique = states.select(reps)
     ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
@@ -443,12 +453,7 @@ def evaluate_tap_log_likelihood(
         # reuses it instead of solving again (likelihood.score_checkpoints).
         "log_z_tap": float(-tap.free_energy(machine, unique).double().mean()),
         "tap_ll_stderr": float(ll.std() / math.sqrt(len(ll))) if len(ll) > 1 else 0.0,
-        "n_unique": int(reps.numel()),
-        "n_converged": int(states.converged.sum()),
-        "n_converged_retry": int(
-            (states.converged & (states.iterations > settings.max_iter)).sum()
-        ),
-        "mean_iterations": float(states.iterations.float().mean()),
+        **counts,
     }
 
 
@@ -690,7 +695,13 @@ def train(
         # CPU time as well: on a shared machine the wall time says more about the load than the job
         metrics["epoch_cpu_seconds"] = time.process_time() - cpu0
         history.append(metrics)
-        if settings.evaluate:
+        if settings.evaluate and metrics["n_unique"] == 0:
+            print(
+                f"epoch {epoch}: no TAP solution converged from any of {x_eval.shape[0]} rows "
+                "(also not in the second pass): tap_ll is NaN for this epoch",
+                file=sys.stderr,
+            )
+        elif settings.evaluate:
             print(
                 f"epoch {epoch}: tap_ll {metrics['tap_ll']:.5f} +- {metrics['tap_ll_stderr']:.5f}, "
                 f"{metrics['n_unique']} unique solutions, {metrics['epoch_seconds']:.1f} s",

@@ -5,7 +5,9 @@ over the evaluated training images). Claim (reproduction.md): the log-likelihood
 grows at a near-constant slope after about epoch 20. The table gives, per model, least-squares
 slopes before and after a breakpoint -- epoch 20 when the run has at least 40 epochs, else the
 midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of a straight line
-over the late segment (near 1: constant slope).
+over the late segment (near 1: constant slope). An epoch whose evaluation found no TAP solution
+(``tap_ll`` NaN) is a gap in the curve, counted in the title and the table, and left out of the
+fits.
 """
 
 from __future__ import annotations
@@ -49,9 +51,13 @@ def segment_fit(epochs: np.ndarray, values: np.ndarray) -> tuple[float, float]:
 
 
 def _title_note(curves) -> str:
-    """Second title line when the shortest run is below the paper's 100 epochs."""
-    note = size_note(min(int(df["epoch"].max()) for df in curves))
-    return f"\n{note}" if note else ""
+    """Further title lines: the shortest run below the paper's 100 epochs, and epochs without a
+    TAP solution."""
+    notes = [size_note(min(int(df["epoch"].max()) for df in curves))]
+    gaps = sum(int(df["tap_ll"].isna().sum()) for df in curves)
+    if gaps:
+        notes.append(f"{gaps} epoch(s) without a converged TAP solution: gaps in the curves")
+    return "".join(f"\n{n}" for n in notes if n)
 
 
 def make(metrics_files: list, model_files: list) -> FigureResult:
@@ -120,6 +126,22 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
 
 
 def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
+    """The claims over the epochs that have a TAP log-likelihood (NaN: no solution converged),
+    with a row counting the others when there are any."""
+    found = np.isfinite(ll)
+    gaps = []
+    if not found.all():
+        gaps.append(
+            claim(
+                "epochs_without_solution",
+                float((~found).sum()),
+                model,
+                "epochs at which TAP converged from no evaluated row (gaps in the curve)",
+            )
+        )
+    epochs, ll = epochs[found], ll[found]
+    if len(epochs) == 0:
+        return gaps
     last = int(epochs.max())
     b, rule = breakpoint_epoch(last)
     early = epochs <= b
@@ -151,4 +173,5 @@ def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
             f"R^2 of a line over epochs >= {b}: near 1 = constant slope",
         ),
         claim("breakpoint_epoch", b, model, rule),
+        *gaps,
     ]

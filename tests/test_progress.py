@@ -78,6 +78,31 @@ def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
     assert math.isclose(float(out[-1].split()[-1]), total, abs_tol=0.005)
 
 
+def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
+    """A pass that has rewritten epoch 1's checkpoint with another retry_damping has the later
+    epochs still to evaluate: counted, priced at their evaluation's pace, shown in the state."""
+    from tapmachine.modelfile import Checkpoint
+
+    run = tmp_path / "results" / "paper"
+    model_dir = run / "models" / "m"
+    with pytest.raises(Stop):
+        _train(model_dir, epochs=6, stop_after=3)
+    before = progress.model_progress(model_dir)
+    assert before["reevaluating"] == 0
+    first = model_dir / "checkpoints" / "epoch_1.pt"
+    ckpt = Checkpoint.load(first)
+    ckpt.settings["retry_damping"] = None  # what a pass with retry_damping: null writes
+    ckpt.save(first)
+    row = progress.model_progress(model_dir)
+    assert row["reevaluating"] == 2
+    history = Checkpoint.load(model_dir / "checkpoints" / "epoch_3.pt").history
+    evaluation = [h["epoch_seconds"] - h["train_seconds"] for h in history[1:]]
+    extra = sum(evaluation) / 3600
+    assert row["remaining_hours"] == pytest.approx(before["remaining_hours"] + extra)
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    assert "evaluating 2 earlier epochs again first" in capsys.readouterr().out
+
+
 def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["progress", "--results", str(tmp_path / "nowhere")]) == 2
     assert "is not a run's results folder" in capsys.readouterr().err

@@ -7,6 +7,12 @@ and the DBMs under ``results/<run>/ucd/dbm/*/*``) this reads ``model.pt`` once t
 finished, else its latest checkpoint, and reports the epochs done of the total, the mean wall
 time of its latest epochs and what the remaining epochs take at that pace. Models with no
 checkpoint yet are not listed (the dry run lists their jobs).
+
+A job resumed with another ``retry_damping`` first evaluates its earlier epochs again
+(``training.reevaluate_history``), rewriting their checkpoints from epoch 1 on; while that pass
+runs, the epochs whose checkpoint still holds the old value are counted and priced at the
+original evaluation's pace (epoch minus training seconds: a lower bound, the second pass makes
+an evaluation longer). A pass that has not begun (its job not yet started) is not seen.
 """
 
 from __future__ import annotations
@@ -21,18 +27,53 @@ from tapmachine.stages.common import UsageError
 PACE_EPOCHS = 5
 
 
+def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
+    """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
+    whose checkpoint's ``retry_damping`` is not the one the pass has written into epoch 1's."""
+    from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+
+    def value(ckpt):
+        return ckpt.settings.get("retry_damping")  # absent: written before the key, None
+
+    epochs = checkpoint_epochs(ckpt_dir)
+    if len(epochs) < 2:
+        return []
+    first = Checkpoint.load(ckpt_dir / f"epoch_{epochs[0]}.pt")
+    if value(first) == value(latest):
+        return []  # no pass under way (one rewrites the latest checkpoint last)
+    rows = {row["epoch"]: row for row in latest.history}
+    pending = []
+    for epoch in epochs[1:-1]:
+        if value(Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")) != value(first):
+            pending.append(rows.get(epoch, {}))
+    return pending + [rows.get(latest.epoch, {})]
+
+
+def _evaluation_seconds(rows: list[dict]) -> float:
+    """Mean seconds of the rows' evaluations (epoch minus training time); NaN without times."""
+    times = [
+        r["epoch_seconds"] - r["train_seconds"]
+        for r in rows
+        if "epoch_seconds" in r and "train_seconds" in r
+    ]
+    return sum(times) / len(times) if times else math.nan
+
+
 def model_progress(model_dir: str | Path) -> dict | None:
-    """``{model, epochs_done, epochs_total, finished, epoch_seconds, remaining_hours}`` of the
-    model trained in ``model_dir``; None where training has not written a checkpoint yet.
+    """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
+    remaining_hours}`` of the model trained in ``model_dir``; None where training has not
+    written a checkpoint yet.
 
     ``epoch_seconds`` is the mean ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
-    the history has no times), ``remaining_hours`` the epochs left at that pace (0 once
-    finished).
+    the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
+    still to evaluate, ``remaining_hours`` the epochs left at that pace plus those evaluations
+    at their original pace (0 once finished).
     """
     from tapmachine.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
 
     model_dir = Path(model_dir)
     final = model_dir / "model.pt"
+    pending: list[dict] = []
     if final.exists():
         record = ModelFile.load(final)
         history, total, finished = record.history, record.n_epochs, True
@@ -42,17 +83,22 @@ def model_progress(model_dir: str | Path) -> dict | None:
             return None
         ckpt = Checkpoint.load(latest)
         history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
+        pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
     pace = sum(times) / len(times) if times else math.nan
     left = 0 if finished else max(total - done, 0)
+    seconds = left * pace if left else 0.0
+    if pending:
+        seconds += len(pending) * _evaluation_seconds(pending)
     return {
         "model": model_dir.name,
         "epochs_done": done,
         "epochs_total": max(total, done),
         "finished": finished,
         "epoch_seconds": pace,
-        "remaining_hours": left * pace / 3600.0 if left else 0.0,
+        "reevaluating": len(pending),
+        "remaining_hours": seconds / 3600.0,
     }
 
 
@@ -83,6 +129,8 @@ def format_progress(rows: list[dict]) -> str:
     lines = [header]
     for r in rows:
         state = "finished" if r["finished"] else "in progress"
+        if r.get("reevaluating"):
+            state += f" (evaluating {r['reevaluating']} earlier epochs again first)"
         pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
         lines.append(

@@ -2,13 +2,11 @@
 
 `python benchmarks/train_modes.py --n-train 60000 --epochs 10` trains the same RBM (784 x 100,
 binary MNIST, Table 1's optimiser) once per mode from the same initial weights and minibatch
-order (`--modes`: an iteration count, `converge`, or `converge-retry`: converge with a second
-pass at `--train-retry-damping` over the rows the cap stopped), and prints one JSON line per
-mode: the per-epoch TAP log-likelihood (Fig. 3's curve, on the first --n-eval training images,
-unique converged solutions), unique solutions and seconds per epoch, and the final AIS test
-log-likelihood (App. F; Salakhutdinov schedule thinned to --n-betas, --ais-runs chains, on the
-first --n-test test images). The README's "Training: fixed iterations or convergence" paragraph
-quotes its output.
+order, and prints one JSON line per mode: the per-epoch TAP log-likelihood (Fig. 3's curve, on
+the first --n-eval training images, unique converged solutions), unique solutions and seconds per
+epoch, and the final AIS test log-likelihood (App. F; Salakhutdinov schedule thinned to
+--n-betas, --ais-runs chains, on the first --n-test test images). The README's "Training: fixed
+iterations or convergence" paragraph quotes its output.
 """
 
 from __future__ import annotations
@@ -32,9 +30,6 @@ SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "un
 
 
 def run_mode(mode, x, x_test, args) -> dict:
-    retry = None
-    if mode == "converge-retry":
-        mode, retry = "converge", args.train_retry_damping
     settings = training.TrainSettings(
         epochs=args.epochs,
         batch_size=100,
@@ -45,7 +40,6 @@ def run_mode(mode, x, x_test, args) -> dict:
         train_iterations=mode,
         train_tol=args.train_tol,
         train_max_iter=args.train_max_iter,
-        train_retry_damping=retry,
         eval_samples=args.n_eval,
     )
     g = training.seeded_generator(args.seed, "bmnist_h100", "train")
@@ -69,7 +63,6 @@ def run_mode(mode, x, x_test, args) -> dict:
         "train_mean_iterations",
         "train_converged_fraction",
         "train_mean_solutions",
-        "train_converged_retry_fraction",
     )
     return {
         "mode": mode,
@@ -97,8 +90,7 @@ def main() -> None:
     p.add_argument("--ais-runs", type=int, default=100)
     p.add_argument("--train-tol", type=float, default=1e-8)
     p.add_argument("--train-max-iter", type=int, default=100)
-    p.add_argument("--train-retry-damping", type=float, default=0.95)
-    p.add_argument("--modes", default="3,converge,converge-retry")
+    p.add_argument("--modes", default="3,converge")
     p.add_argument("--seed", type=int, default=2026)
     args = p.parse_args()
     ds = load_dataset(ROOT / "results" / "data" / "binary_mnist.npz")

@@ -118,11 +118,6 @@ def mutate(config, path, value):
             "models.bmnist_h25.tap.train_iterations: 'forever'",
         ),
         (
-            ["models", "bmnist_h25", "tap"],
-            {"train_iterations": "converge", "train_retry_damping": 1.0},
-            "models.bmnist_h25.tap.train_retry_damping: 1.0 is greater than or equal to the",
-        ),
-        (
             ["models", "rmnist_h100", "rho_step"],
             "fisher",
             "models.rmnist_h100.rho_step: 'fisher' is not one of",

@@ -190,28 +190,16 @@ def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
     assert training._fingerprint(m, x, tighter) != training._fingerprint(m, x, conv)
     # The evaluation's second pass touches no training numbers: a run may resume with it changed.
     assert training._fingerprint(m, x, dataclasses.replace(base, retry_damping=None)) == fp
-    # Training's second pass counts in the converged mode only.
-    conv_fp = training._fingerprint(m, x, conv)
-    retry = dataclasses.replace(conv, train_retry_damping=0.95)
-    assert training._fingerprint(m, x, retry) != conv_fp
-    assert training._fingerprint(m, x, dataclasses.replace(base, train_retry_damping=0.95)) == fp
-
-    def before(new):
-        class Before:
-            @staticmethod
-            def asdict(obj):
-                return {k: v for k, v in dataclasses.asdict(obj).items() if k not in new}
-
-        monkeypatch.setattr(training, "dataclasses", Before)
-
-    # A converged run without training's second pass is the one from before that key existed.
-    before({"train_retry_damping"})
-    assert training._fingerprint(m, x, conv) == conv_fp
     # The default run's identity is the one of settings without the new fields at all.
-    before(
-        {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique", "retry_damping"}
-        | {"train_retry_damping"}
-    )
+    new = {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique"}
+    new.add("retry_damping")
+
+    class Before:
+        @staticmethod
+        def asdict(obj):
+            return {k: v for k, v in dataclasses.asdict(obj).items() if k not in new}
+
+    monkeypatch.setattr(training, "dataclasses", Before)
     assert training._fingerprint(m, x, base) == fp
 
 
@@ -401,32 +389,6 @@ def test_dbm_numerics_version_moves_only_dbm_fingerprints(monkeypatch):
     monkeypatch.setattr(dbm, "NUMERICS_VERSION", dbm.NUMERICS_VERSION + 1)
     assert training._fingerprint(m, x, rbm) == before[0]
     assert training._fingerprint(m, x, deep) != before[1]
-
-
-def test_converged_training_step_retries_rows_that_cycle(cycling_rbm):
-    """Alg. 2's step on an RBM whose iteration cycles at damping 0.5 from every row: without a
-    second pass no row converges (all are used as they stand, the step is counted); with
-    train_retry_damping every row converges and the gradient is eq. 40 at the unique solutions
-    of ``tap.solve_with_retry``."""
-    m, x = cycling_rbm
-    kw = {"damping": 0.5, "tol": 1e-12, "max_iter": 2000, "unique_tol": 1e-2}
-    stats = {}
-    training.converged_tap_gradients(m, x, x, stats=stats, **kw)
-    assert stats["converged"] == 0.0 and stats["unconverged_steps"] == 1
-    stats = {}
-    grads = training.converged_tap_gradients(m, x, x, stats=stats, retry_damping=0.95, **kw)
-    assert stats["converged"] == stats["converged_retry"] == 1.0
-    assert stats["unconverged_steps"] == 0
-    states = tap.solve_with_retry(m, x, 0.5, 1e-12, 2000, retry_damping=0.95)
-    reps, _, _ = tap.unique(states, 1e-2)
-    assert stats["solutions"] == reps.numel()
-    expected = tap.tap_gradients(m, x, states.select(reps))
-    for key in expected:
-        torch.testing.assert_close(grads[key], expected[key], rtol=0, atol=0)
-    with pytest.raises(TrainingError, match="inference: tap"):
-        settings(train_iterations="converge", train_retry_damping=0.95, inference="adatap")
-    with pytest.raises(TrainingError, match="train_retry_damping must be in"):
-        settings(train_retry_damping=1.0)
 
 
 def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):

@@ -74,10 +74,6 @@ class TrainSettings:
     train_tol: float = 1e-8
     train_max_iter: int = 100
     train_unique: bool = True
-    #: Converged mode: damping of a second pass over the rows not converged within
-    #: ``train_max_iter`` (``tap.solve_with_retry``, up to ``train_max_iter`` more iterations);
-    #: None: none, the rows stopped by the cap are left out of the step.
-    train_retry_damping: float | None = None
     rho_step: str = "logit"
     tol: float = 1e-12
     max_iter: int = 500
@@ -111,15 +107,8 @@ class TrainSettings:
             )
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
-        for key in ("retry_damping", "train_retry_damping"):
-            value = getattr(self, key)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise TrainingError(f"tap.{key} must be in [0, 1), not {value}")
-        if self.train_retry_damping is not None and self.inference != "tap":
-            raise TrainingError(
-                "tap.train_retry_damping needs inference: tap (the second pass continues Alg. "
-                f"1's iterates), not {self.inference!r}"
-            )
+        if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
+            raise TrainingError(f"tap.retry_damping must be in [0, 1), not {self.retry_damping}")
 
 
 def seeded_generator(seed: int, *labels: str, device="cpu") -> torch.Generator:
@@ -244,7 +233,6 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
                 unique_tol=settings.dedup_tol if settings.train_unique else None,
                 stats=stats,
                 solver=solver,
-                retry_damping=settings.train_retry_damping,
             )
         states = solver(
             machine,
@@ -276,7 +264,6 @@ def converged_tap_gradients(
     unique_tol: float | None = None,
     stats: dict | None = None,
     solver=tap.solve,
-    retry_damping: float | None = None,
 ) -> dict:
     """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
 
@@ -290,22 +277,10 @@ def converged_tap_gradients(
     how many data points fall into them). If no row converged, all rows are used and the step
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
-    ``solutions`` (sum of solutions used), ``unconverged_steps`` and ``converged_retry`` (sum of
-    the fractions converged only in the second pass). ``solver`` is ``tap.solve`` (Alg. 1) or
-    ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D). With ``retry_damping`` (Alg. 1
-    only) the rows not converged within ``max_iter`` go on from where they stopped at that
-    damping for up to ``max_iter`` more iterations (``tap.solve_with_retry``): late in training
-    at damping 0.5 most rows cycle instead of converging (README, "Training: fixed iterations
-    or convergence").
+    ``solutions`` (sum of solutions used) and ``unconverged_steps``. ``solver`` is
+    ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
     """
-    if retry_damping is None:
-        states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
-    elif solver is tap.solve:
-        states = tap.solve_with_retry(
-            machine, init, damping=damping, tol=tol, max_iter=max_iter, retry_damping=retry_damping
-        )
-    else:
-        raise TrainingError("a second pass (retry_damping) continues Alg. 1 only, not adaTAP")
+    states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
     converged = states.converged
     if bool(converged.any()):
         if unique_tol is not None:
@@ -323,8 +298,6 @@ def converged_tap_gradients(
         stats["unconverged_steps"] = stats.get("unconverged_steps", 0) + int(
             not bool(converged.any())
         )
-        retried = converged & (states.iterations > max_iter)
-        stats["converged_retry"] = stats.get("converged_retry", 0.0) + float(retried.float().mean())
     return tap.tap_gradients(machine, x, used)
 
 
@@ -584,11 +557,8 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
         fields.pop("train_noise", None)
     if settings.train_iterations != "converge":
         # The converged mode's tolerance, cap and weighting do not touch fixed-iteration numbers.
-        for key in ("train_tol", "train_max_iter", "train_unique", "train_retry_damping"):
+        for key in ("train_tol", "train_max_iter", "train_unique"):
             fields.pop(key, None)
-    if fields.get("train_retry_damping") is None:
-        # Without a second pass the run is the one before the key existed: its checkpoints resume.
-        fields.pop("train_retry_damping", None)
     if settings.rho_step == "logit":
         # The logit step is the rho update from before rho_step existed: its checkpoints resume.
         fields.pop("rho_step", None)
@@ -718,8 +688,6 @@ def train(
             metrics["train_converged_fraction"] = step_stats["converged"] / n_steps
             metrics["train_mean_solutions"] = step_stats["solutions"] / n_steps
             metrics["train_unconverged_steps"] = step_stats["unconverged_steps"]
-            if settings.train_retry_damping is not None:
-                metrics["train_converged_retry_fraction"] = step_stats["converged_retry"] / n_steps
         if settings.evaluate:
             metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
         metrics.update(_weight_stats(machine))

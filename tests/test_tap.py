@@ -524,16 +524,58 @@ def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rb
     assert state.converged.all()
     assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
 
-    def continued(s, **kw):
+    def continued(s, tol=1e-24, **kw):
         return tap.solve(
-            m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], tol=1e-24, **kw
+            m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], tol=tol, **kw
         )
 
-    # The second pass is solve at 0.95 from the first pass's last a, c of every layer.
-    again = continued(first, damping=0.95, max_iter=2000)
+    # The second pass is solve at 0.95 from the first pass's last a, c of every layer, with the
+    # tolerance that bounds the residual as the first pass's does.
+    assert tap.retry_tolerance(1e-24, 0.5, 0.95) == pytest.approx(1e-26)
+    again = continued(first, tol=1e-26, damping=0.95, max_iter=2000)
     torch.testing.assert_close(state.a[1], again.a[1], rtol=0, atol=0)
     torch.testing.assert_close(state.iterations, again.iterations + 2000)
     # Each solution is a fixed point: one undamped update leaves its means where they are.
     fixed = continued(state, damping=0.0, max_iter=1)
     for before, after in zip(state.a, fixed.a, strict=True):
         assert float((before - after).abs().max()) < 1e-9
+
+
+def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
+    """A damped step is (1 - d) times the undamped residual f(a) - a, so the second pass at 0.95
+    must stop at tol (0.05 / 0.5)^2 to ask of its rows the residual the first pass asks at 0.5
+    (mean square about tol / 0.25; the layers' alternating updates leave a factor of a few);
+    stopping at tol leaves rows two orders of magnitude above it."""
+    m, x = cycling_rbm
+    tol = 1e-8
+
+    def residual(s):
+        one = tap.solve(
+            m,
+            s.a[0],
+            c_visible=s.c[0],
+            a_hidden=s.a[1:],
+            c_hidden=s.c[1:],
+            damping=0.0,
+            tol=0.0,
+            max_iter=1,
+        )
+        n = sum(a.shape[1] for a in s.a)
+        return sum(((b - a) ** 2).sum(1) for a, b in zip(s.a, one.a, strict=True)) / n
+
+    bound = tol / (1 - 0.5) ** 2
+    state = tap.solve_with_retry(m, x, damping=0.5, tol=tol, max_iter=2000, retry_damping=0.95)
+    assert state.converged.all() and bool((state.iterations > 2000).all())
+    assert float(residual(state).max()) < 5 * bound
+    first = tap.solve(m, x, damping=0.5, tol=tol, max_iter=2000)
+    loose = tap.solve(
+        m,
+        first.a[0],
+        c_visible=first.c[0],
+        a_hidden=first.a[1:],
+        c_hidden=first.c[1:],
+        damping=0.95,
+        tol=tol,
+        max_iter=2000,
+    )
+    assert loose.converged.all() and float(residual(loose).max()) > 100 * bound

@@ -492,3 +492,35 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     gaps = table[(table["kind"] == "claim") & (table["claim"] == "epochs_without_solution")]
     assert list(gaps["value"]) == [2.0]
     assert "2 epoch(s) without a converged TAP solution" in result.figure.get_suptitle()
+
+
+def test_resuming_a_run_evaluated_with_the_loose_second_pass_evaluates_again(tmp_path, monkeypatch):
+    """Checkpoints whose rows do not record the second pass's tolerance made that pass at the
+    first pass's tol (before tap.retry_tolerance): a resumed run evaluates them again."""
+    from tapmachine.modelfile import Checkpoint
+
+    x = bars_and_stripes().repeat(3, 1)
+    s = settings(epochs=2, max_iter=12, tol=1e-14, retry_damping=0.3)
+
+    def run(epochs):
+        g = training.seeded_generator(3, "loose")
+        m = training.build_machine(SPEC, x, 0.01, g)
+        s_run = dataclasses.replace(s, epochs=epochs)
+        return training.train(m, x, s_run, g, checkpoint_dir=tmp_path, progress=False)[1]
+
+    first = run(2)
+    assert [h["retry_tol"] for h in first] == [tap.retry_tolerance(1e-14, 0.5, 0.3)] * 2
+    for path in tmp_path.glob("epoch_*.pt"):
+        ckpt = Checkpoint.load(path)
+        for row in ckpt.history:
+            del row["retry_tol"]
+        ckpt.save(path)
+    counted = []
+    real = training.evaluate_tap_log_likelihood
+    monkeypatch.setattr(
+        training, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
+    )
+    resumed = run(3)
+    assert len(counted) == 3  # epochs 1 and 2 again, then epoch 3
+    assert [h["retry_tol"] for h in resumed] == [tap.retry_tolerance(1e-14, 0.5, 0.3)] * 3
+    assert [h["tap_ll"] for h in resumed[:2]] == [h["tap_ll"] for h in first]

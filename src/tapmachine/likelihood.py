@@ -204,8 +204,8 @@ def recorded_tap_partition(
     history. Scoring solves from the first ``tap_inits`` of the same rows (``_data_for``: the
     model's ``n_train`` rows of its dataset), so the record is reused only when the evaluation
     was the same computation: ``eval_samples == tap_inits``, equal ``damping``, ``tol``,
-    ``max_iter``, ``retry_damping`` and ``dedup_tol``, and the checkpoint's parameters stored in
-    ``dtype``.
+    ``max_iter``, ``retry_damping``, second-pass tolerance (``tap.retry_tolerance``, recorded in
+    the row) and ``dedup_tol``, and the checkpoint's parameters stored in ``dtype``.
     Returns ``(info, "training")`` or ``(None, why not)``; checkpoints written before training
     recorded ``log_z_tap`` (or without evaluation) give None.
     """
@@ -227,12 +227,17 @@ def recorded_final_tap_partition(
 
 
 def _recorded(trained, history, epoch, machine_state, settings, dtype):
+    from tapmachine.training import evaluation_signature, expected_signature
+
     why = evaluation_differs(trained, settings)
     if why:
         return None, why
     row = next((r for r in history if r.get("epoch") == epoch), None)
     if row is None or any(k not in row for k in TAP_INFO_KEYS):
         return None, f"epoch {epoch} has no recorded log_z_tap"
+    (_, recorded), (_, ours) = evaluation_signature(trained, row), expected_signature(settings)
+    if recorded != ours:
+        return None, f"training's second pass used tol {recorded}, scoring's uses {ours}"
     stored = machine_state["weights"][0].dtype
     if stored != dtype:
         return None, f"stored dtype {stored} != scoring dtype {dtype}"

@@ -436,6 +436,8 @@ def evaluate_tap_log_likelihood(
     )
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     counts = {
+        # Recorded, so that a record made with another second pass is recognised (resume, Fig. 12)
+        "retry_tol": tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping),
         "n_unique": int(reps.numel()),
         "n_converged": int(states.converged.sum()),
         "n_converged_retry": int(
@@ -457,11 +459,35 @@ def evaluate_tap_log_likelihood(
     }
 
 
-def _evaluated_alike(checkpoint_settings: dict, settings: TrainSettings) -> bool:
-    """Whether a checkpoint's evaluation is the one ``settings`` would do. Every other
-    evaluation setting is in the fingerprint, so only ``retry_damping`` can differ (absent in
-    checkpoints written before it existed, which made no second pass)."""
-    return checkpoint_settings.get("retry_damping") == settings.retry_damping
+def recorded_retry_tol(row: dict, trained: dict) -> float | None:
+    """The second-pass tolerance of the evaluation recorded in ``row`` (a history row) under the
+    training settings ``trained`` (``TrainSettings`` as a dict). Rows from before it was recorded
+    made their second pass, if any, at the first pass's ``tol``; None: no second pass."""
+    if "retry_tol" in row:
+        value = row["retry_tol"]
+        return None if value is None or math.isnan(value) else float(value)
+    return trained.get("tol") if trained.get("retry_damping") is not None else None
+
+
+def evaluation_signature(trained: dict, row: dict) -> tuple:
+    """(retry_damping, second-pass tolerance) of the evaluation recorded in ``row``: the part of
+    an evaluation outside the resume fingerprint. ``retry_damping`` is absent in checkpoints
+    written before it existed, which made no second pass."""
+    return trained.get("retry_damping"), recorded_retry_tol(row, trained)
+
+
+def expected_signature(settings) -> tuple:
+    """``evaluation_signature`` of an evaluation made now with ``settings`` (``TrainSettings`` or
+    ``likelihood.ScoreSettings``)."""
+    retry_tol = tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping)
+    return settings.retry_damping, retry_tol
+
+
+def _evaluated_alike(ckpt: Checkpoint, settings: TrainSettings) -> bool:
+    """Whether a checkpoint's latest evaluation is the one ``settings`` would make now. Every
+    other evaluation setting is in the fingerprint."""
+    row = ckpt.history[-1] if ckpt.history else {}
+    return evaluation_signature(ckpt.settings, row) == expected_signature(settings)
 
 
 def reevaluate_history(
@@ -474,8 +500,9 @@ def reevaluate_history(
 ) -> list[dict]:
     """The history of a resumed run with every epoch evaluated as ``settings`` evaluate.
 
-    A run may resume with another ``retry_damping`` (it is not in the fingerprint). Each earlier
-    epoch whose checkpoint was evaluated otherwise is evaluated again from that checkpoint's
+    A run may resume with another ``retry_damping`` or second-pass tolerance (not in the
+    fingerprint; ``evaluation_signature``). Each earlier epoch whose checkpoint was evaluated
+    otherwise is evaluated again from that checkpoint's
     parameters (in ``machine``'s dtype and device), and the checkpoint is rewritten with the new
     row and settings, one epoch at a time, so an interrupted pass resumes where it stopped and
     Fig. 12's reuse of an epoch's record (``likelihood.recorded_tap_partition``) sees the new
@@ -491,12 +518,16 @@ def reevaluate_history(
         if not path.exists():
             continue
         ckpt = Checkpoint.load(path)
-        if _evaluated_alike(ckpt.settings, settings):
+        if _evaluated_alike(ckpt, settings):
             history[i] = dict(ckpt.history[-1])  # possibly evaluated again by an earlier pass
         else:
             stale.append((i, path, ckpt))
     if stale:
-        print(f"evaluating {len(stale)} epochs again: retry_damping changed", file=sys.stderr)
+        print(
+            f"evaluating {len(stale)} epochs again: the evaluation's second pass changed "
+            "(retry_damping or its tolerance)",
+            file=sys.stderr,
+        )
     for i, path, ckpt in tqdm(stale, desc="re-evaluating", file=sys.stderr, disable=not progress):
         earlier = ckpt.machine(machine.device, machine.dtype)
         history[i].update(evaluate_tap_log_likelihood(earlier, x_eval, settings))
@@ -651,7 +682,7 @@ def train(
             history = ckpt.history
             start = ckpt.epoch + 1
             print(f"resuming from {last} (epoch {ckpt.epoch})", file=sys.stderr)
-            if settings.evaluate and not _evaluated_alike(ckpt.settings, settings):
+            if settings.evaluate and not _evaluated_alike(ckpt, settings):
                 # A pass rewrites the latest checkpoint last: if it is alike, all are.
                 history = reevaluate_history(ckpt_dir, history, machine, x_eval, settings, progress)
             for row in history:

@@ -8,11 +8,12 @@ finished, else its latest checkpoint, and reports the epochs done of the total, 
 time of its latest epochs and what the remaining epochs take at that pace. Models with no
 checkpoint yet are not listed (the dry run lists their jobs).
 
-A job resumed with another ``retry_damping`` first evaluates its earlier epochs again
-(``training.reevaluate_history``), rewriting their checkpoints from epoch 1 on; while that pass
-runs, the epochs whose checkpoint still holds the old value are counted and priced at the
-original evaluation's pace (epoch minus training seconds: a lower bound, the second pass makes
-an evaluation longer). A pass that has not begun (its job not yet started) is not seen.
+A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
+earlier epochs again (``training.reevaluate_history``), rewriting their checkpoints from epoch 1
+on; while that pass runs, the epochs whose checkpoint still holds the old evaluation are
+counted and priced at the original evaluation's pace (epoch minus training seconds: a lower
+bound, the second pass makes an evaluation longer). A pass that has not begun (its job not yet
+started) is not seen.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ PACE_EPOCHS = 5
 
 def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
-    whose checkpoint's ``retry_damping`` is not the one the pass has written into epoch 1's."""
+    whose checkpoint's evaluation (``training.evaluation_signature``: retry_damping and its
+    tolerance) is not the one the pass has written into epoch 1's."""
     from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.training import evaluation_signature
 
     def value(ckpt):
-        return ckpt.settings.get("retry_damping")  # absent: written before the key, None
+        return evaluation_signature(ckpt.settings, ckpt.history[-1] if ckpt.history else {})
 
     epochs = checkpoint_epochs(ckpt_dir)
     if len(epochs) < 2:

@@ -153,6 +153,38 @@ def test_timing_rows_and_curves():
     assert rows[0]["tap_ll_train"] < 0 and rows[0]["tap_ll_test"] < 0 and rows[0]["n_unique"] >= 1
 
 
+def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_solutions(cycling_rbm):
+    """Fig. 11's per-epoch TAP log-likelihood is training's evaluation: NaN where no row
+    converges, and with the second pass the value training's evaluation records."""
+    import math
+
+    from tapmachine import training
+
+    m, x = cycling_rbm
+    kw = {"tol": 1e-12, "max_iter": 2000}
+    (none,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), **kw)
+    assert none["n_unique"] == 0 and math.isnan(none["tap_ll_train"])
+    assert math.isnan(none["tap_ll_test"])
+    (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), retry_damping=0.95, **kw)
+    evaluated = training.evaluate_tap_log_likelihood(
+        m, x, training.TrainSettings(retry_damping=0.95, **kw)
+    )
+    assert row["n_unique"] == evaluated["n_unique"] > 0
+    assert row["tap_ll_train"] == pytest.approx(evaluated["tap_ll"], abs=1e-12)
+    assert row["tap_ll_test"] == row["tap_ll_train"]
+
+
+def test_rises_leaves_epochs_without_a_tap_solution_out():
+    import math
+
+    import numpy as np
+
+    e = np.arange(1.0, 6.0)
+    ok, gain, rho = fig11.rises(e, np.array([-0.3, math.nan, -0.28, -0.27, math.nan]))
+    assert ok and gain == pytest.approx(0.03) and rho == pytest.approx(1.0)
+    assert fig11.rises(e, np.array([-0.3, math.nan, math.nan, math.nan, math.nan]))[0] is False
+
+
 def test_outlier_rule():
     finals = {"TAP 3 it.": -100.0, "TAP 10 it.": -101.0, "adaTAP 3 it.": -110.0}
     assert fig10.outlier(finals, "adaTAP 3 it.")[0]

@@ -32,9 +32,12 @@ __all__ = ["make", "rises"]
 
 
 def rises(epochs: np.ndarray, y: np.ndarray) -> tuple[bool, float, float]:
-    """(rises, last - first, Spearman rho with the epoch)."""
+    """(rises, last - first, Spearman rho with the epoch) over the epochs with a value (NaN: TAP
+    converged from no row at that epoch)."""
     from scipy.stats import spearmanr
 
+    found = np.isfinite(y)
+    epochs, y = epochs[found], y[found]
     if len(y) < 2:
         return False, math.nan, math.nan
     gain = float(y[-1] - y[0])
@@ -72,7 +75,7 @@ def make(curve_csvs, model_files) -> FigureResult:
                     ok,
                     info.name,
                     f"{'held' if ok else 'not held'}: last - first {gain:+.4f} nats/unit, "
-                    f"Spearman rho {rho:.2f} over {len(y)} epochs",
+                    f"Spearman rho {rho:.2f} over {int(np.isfinite(y).sum())} epochs",
                 )
             )
         gap = float(df["tap_ll_train"].iloc[-1] - df["tap_ll_test"].iloc[-1])

@@ -85,6 +85,7 @@ def _cmd_curve(args) -> None:
             tol=tap_spec.get("tol", 1e-12),
             max_iter=tap_spec.get("max_iter", 500),
             dedup_tol=tap_spec.get("dedup_tol", 1e-2),
+            retry_damping=tap_spec.get("retry_damping"),
         )
     info = {
         "model": name,

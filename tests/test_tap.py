@@ -512,6 +512,11 @@ def test_truncated_gradients_match_autograd(visible_kind, hidden_kind):
             torch.testing.assert_close(a[k], b[k], rtol=1e-8, atol=1e-10)
 
 
+def _continued(m, s, **kw):
+    """``tap.solve`` from the state ``s``: its a, c of every layer."""
+    return tap.solve(m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], **kw)
+
+
 def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rbm):
     """solve_with_retry: rows that cycle at damping 0.5 are continued from their last iterate
     at 0.95; they converge to stationary points of eq. (36), with both passes counted."""
@@ -525,9 +530,7 @@ def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rb
     assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
 
     def continued(s, tol=1e-24, **kw):
-        return tap.solve(
-            m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], tol=tol, **kw
-        )
+        return _continued(m, s, tol=tol, **kw)
 
     # The second pass is solve at 0.95 from the first pass's last a, c of every layer, with the
     # tolerance that bounds the residual as the first pass's does.
@@ -550,16 +553,7 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
     tol = 1e-8
 
     def residual(s):
-        one = tap.solve(
-            m,
-            s.a[0],
-            c_visible=s.c[0],
-            a_hidden=s.a[1:],
-            c_hidden=s.c[1:],
-            damping=0.0,
-            tol=0.0,
-            max_iter=1,
-        )
+        one = _continued(m, s, damping=0.0, tol=0.0, max_iter=1)
         n = sum(a.shape[1] for a in s.a)
         return sum(((b - a) ** 2).sum(1) for a, b in zip(s.a, one.a, strict=True)) / n
 
@@ -568,14 +562,5 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
     assert state.converged.all() and bool((state.iterations > 2000).all())
     assert float(residual(state).max()) < 5 * bound
     first = tap.solve(m, x, damping=0.5, tol=tol, max_iter=2000)
-    loose = tap.solve(
-        m,
-        first.a[0],
-        c_visible=first.c[0],
-        a_hidden=first.a[1:],
-        c_hidden=first.c[1:],
-        damping=0.95,
-        tol=tol,
-        max_iter=2000,
-    )
+    loose = _continued(m, first, damping=0.95, tol=tol, max_iter=2000)
     assert loose.converged.all() and float(residual(loose).max()) > 100 * bound

@@ -502,12 +502,11 @@ def reevaluate_history(
 
     A run may resume with another ``retry_damping`` or second-pass tolerance (not in the
     fingerprint; ``evaluation_signature``). Each earlier epoch whose checkpoint was evaluated
-    otherwise is evaluated again from that checkpoint's
-    parameters (in ``machine``'s dtype and device), and the checkpoint is rewritten with the new
-    row and settings, one epoch at a time, so an interrupted pass resumes where it stopped and
-    Fig. 12's reuse of an epoch's record (``likelihood.recorded_tap_partition``) sees the new
-    one. The timing columns stay those of the original epoch. Epochs without a checkpoint keep
-    their rows.
+    otherwise is evaluated again from that checkpoint's parameters (in ``machine``'s dtype and
+    device), and the checkpoint is rewritten with the new row and settings, one epoch at a time,
+    so an interrupted pass resumes where it stopped and Fig. 12's reuse of an epoch's record
+    (``likelihood.recorded_tap_partition``) sees the new one. The timing columns stay those of
+    the original epoch. Epochs without a checkpoint keep their rows.
     """
     from tqdm import tqdm
 

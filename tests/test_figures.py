@@ -131,6 +131,14 @@ def test_fig5(run, tmp_path):
     assert len(fractions) == 3 and (fractions["value"] <= 1).all()
     with pytest.raises(common.FigureError, match="not harvested"):
         fig5.make(run["solutions"], slices=[2])
+    # The tiny harvest (tol 1e-12) has no near copies, so the title does not call it inflated.
+    near = claims(table, "near_copy_fraction")
+    assert len(near) == 3 and (near["value"].dropna() == 0).all()
+    assert "inflated" not in result.figure._suptitle.get_text()
+    note = fig5._inflation_note([0.1, 0.8, np.nan], 1e-8, 0.1)
+    assert "up to 80% of an epoch's unique solutions" in note and "tol 1e-08" in note
+    assert fig5._inflation_note([0.1, 0.4], 1e-8, 0.1) == ""
+    assert fig5._inflation_note([np.nan, np.nan], 1e-8, 0.1) == ""
 
 
 def test_band_counting_and_kde():

@@ -39,6 +39,7 @@ def test_file_holds_every_documented_key(run):
         assert sol[key].shape == (K,), key
     G = sol["representatives"].shape[0]
     assert sol["multiplicity"].shape == sol["unique_free_energy"].shape == (G,)
+    assert sol["nearest_separation"].shape == (G,)
     assert sol["dedup_tol"] == 0.01 and sol["tol"] == 1e-12 and sol["max_iter"] == 2000
     assert sol["epoch"] == tiny_harvest.EPOCHS and sol["model"] == "tiny"
     assert sol["dataset"] == "synth" and sol["image_shape"] == (6, 6)
@@ -128,6 +129,43 @@ def test_deduplication_does_not_depend_on_the_order_of_initialisations(prototype
     order_a = np.argsort(a["unique_free_energy"])
     order_b = np.argsort(b["unique_free_energy"])
     np.testing.assert_array_equal(a["multiplicity"][order_a], b["multiplicity"][order_b])
+
+
+def test_nearest_separation_matches_all_pairs():
+    """Each row's max-abs distance to its nearest other row, by blocks, equals the brute force
+    over all pairs; a lone row has none (inf)."""
+    X = torch.rand(23, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    X[7] = X[3] + 0.004  # a near copy
+    D = (X[:, None, :] - X[None, :, :]).abs().amax(-1) + torch.diag(torch.full((23,), np.inf))
+    np.testing.assert_allclose(harvest.nearest_separation(X, chunk=4), D.min(1).values)
+    assert harvest.nearest_separation(X, chunk=4)[7] == pytest.approx(0.004)
+    assert harvest.nearest_separation(X[:1]).tolist() == [np.inf]
+    assert harvest.nearest_separation(X[:0]).shape == (0,)
+
+
+def test_separation_stats_by_hand():
+    near = np.array([0.02, 0.02, 0.9, 0.95])
+    stats = harvest.separation_stats({"nearest_separation": near})
+    assert stats["min_separation"] == 0.02
+    assert stats["median_nearest_separation"] == pytest.approx((0.02 + 0.9) / 2)
+    assert stats["near_copy_fraction"] == 0.5
+    # Files written before the distances were stored, and fewer than two solutions: NaN.
+    for arrays in ({}, {"nearest_separation": np.array([np.inf])}):
+        assert all(np.isnan(v) for v in harvest.separation_stats(arrays).values())
+
+
+def test_loose_tolerance_splits_fixed_points_into_near_copies(prototypes):
+    """The prototype machine has 4 fixed points reached from its 300 images. Stopped at MSE
+    1e-6, rows short of them land more than dedup_tol apart and count as 7 "unique" solutions,
+    most of them near copies of another; at 1e-12 the 4 lie O(1) apart, with no near copy."""
+    machine, x = prototypes
+    loose = harvest.harvest(machine, x, HarvestSettings(n_init=None, tol=1e-6, max_iter=5000))
+    tight = harvest.harvest(machine, x, HarvestSettings(n_init=None, tol=1e-12, max_iter=5000))
+    s_loose, s_tight = harvest.summarise(loose), harvest.summarise(tight)
+    assert s_tight["n_unique"] == 4 and s_loose["n_unique"] > 4
+    assert s_tight["near_copy_fraction"] == 0 and s_tight["min_separation"] > 0.5
+    assert s_loose["near_copy_fraction"] > 0.5
+    assert s_loose["median_nearest_separation"] < harvest.NEAR_COPY_DISTANCE
 
 
 def test_non_converged_rows_are_counted_and_excluded(prototypes):

@@ -10,6 +10,12 @@ the initialisations (Nh = 100); two free-energy bands on binary-MNIST. Bands are
 gap criterion on the sorted unique free energies: a new band starts at every gap wider than
 ``BAND_GAP`` (10%) of the range of free energies at that epoch, and bands holding fewer than
 ``BAND_MIN_SHARE`` (5%) of the unique solutions are not counted.
+
+The count depends on the stopping tolerance as well as on the model: rows stopped short of a
+fixed point can land more than ``dedup_tol`` from one another and count twice. Each epoch's
+``near_copy_fraction`` row (``harvest.separation_stats``) gives the share of unique solutions
+within ``harvest.NEAR_COPY_DISTANCE`` of another, and the title says so when it passes
+``INFLATED_SHARE`` at some epoch.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ __all__ = ["make", "count_bands", "gaussian_kde", "load_epochs", "default_slices
 
 BAND_GAP = 0.10
 BAND_MIN_SHARE = 0.05
+#: Share of near copies (``harvest.separation_stats``) above which the title says so.
+INFLATED_SHARE = 0.5
 
 
 def count_bands(values, gap: float = BAND_GAP, min_share: float = BAND_MIN_SHARE):
@@ -95,6 +103,26 @@ def _note(last_epoch: int, initialisations: int) -> str:
     return f"\n{note}" if note else ""
 
 
+def _copies_note(fractions: list[float], near_copies: list[float]) -> str:
+    """The near-copy share at the epoch of the largest unique fraction, for its claim row."""
+    share = near_copies[int(np.argmax(fractions))]
+    if not np.isfinite(share):
+        return ""
+    return f"; {share:.0%} of that epoch's unique solutions are near copies (near_copy_fraction)"
+
+
+def _inflation_note(near_copies: list[float], tol, distance: float) -> str:
+    """Title line when most unique solutions of some epoch are near copies of another: the
+    count then measures the stopping tolerance as much as the model."""
+    worst = np.nanmax(near_copies) if np.isfinite(near_copies).any() else math.nan
+    if not worst > INFLATED_SHARE:
+        return ""
+    return (
+        f"\ncounts inflated by the stopping tolerance (tol {tol:g}): up to {worst:.0%} of an "
+        f"epoch's unique solutions lie within {distance:g} of another (README, tol)"
+    )
+
+
 def default_slices(epochs: list[int], n: int = 4) -> list[int]:
     """Up to ``n`` epochs spread over the harvested ones, first and last included."""
     if len(epochs) <= n:
@@ -105,6 +133,8 @@ def default_slices(epochs: list[int], n: int = 4) -> list[int]:
 
 def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     """Fig. 5 from the solutions files of one model (any order)."""
+    from tapmachine.harvest import NEAR_COPY_DISTANCE, separation_stats
+
     sols, info = load_epochs(solution_files)
     epochs = [s["epoch"] for s in sols]
     slices = default_slices(epochs) if not slices else sorted(slices)
@@ -113,7 +143,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         raise FigureError(f"fig5 slices {unknown} were not harvested (harvested: {epochs})")
 
     drawn, claims = [], []
-    helm, counts, fractions, bands = [], [], [], []
+    helm, counts, fractions, bands, near_copies = [], [], [], [], []
     for s in sols:
         Fu = np.asarray(s["unique_free_energy"], dtype=np.float64)
         mult = np.asarray(s["multiplicity"])
@@ -135,6 +165,8 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             )
         e = s["epoch"]
         n_nc = int(K - s["converged"].sum())
+        sep = separation_stats(s)
+        near_copies.append(sep["near_copy_fraction"])
         claims += [
             claim("n_unique", Fu.size, info.name, f"of {K} initialisations", e),
             claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
@@ -151,9 +183,19 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             claim("n_not_converged", n_nc, info.name, "excluded", e),
             claim(
                 "min_separation",
-                s.get("min_separation", math.nan),
+                sep["min_separation"],
                 info.name,
                 f"closest pair of unique solutions (max-abs); dedup_tol {s.get('dedup_tol')}",
+                e,
+            ),
+            claim(
+                "near_copy_fraction",
+                sep["near_copy_fraction"],
+                info.name,
+                f"unique solutions within {NEAR_COPY_DISTANCE:g} (max-abs) of another; median "
+                f"distance to the nearest {sep['median_nearest_separation']:.3g}: copies of one "
+                f"fixed point split by the stopping tolerance (tol {s.get('tol')}); distinct "
+                "fixed points lie O(1) apart",
                 e,
             ),
         ]
@@ -185,7 +227,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             "max_unique_fraction",
             max(fractions),
             info.name,
-            "paper: < 0.1 at every epoch (Nh = 100)",
+            "paper: < 0.1 at every epoch (Nh = 100)" + _copies_note(fractions, near_copies),
             held=max(fractions) < 0.1,
         ),
         claim(
@@ -244,7 +286,8 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     fig.suptitle(
         f"Fig. 5: TAP free energies of unique solutions over training, {describe(info)} "
         f"({int(sols[0]['converged'].shape[0])} data initialisations)"
-        + _note(epochs[-1], int(sols[0]["converged"].shape[0])),
+        + _note(epochs[-1], int(sols[0]["converged"].shape[0]))
+        + _inflation_note(near_copies, sols[0].get("tol"), NEAR_COPY_DISTANCE),
         fontsize=9,
     )
     return FigureResult(

@@ -103,6 +103,10 @@ def _note(last_epoch: int, initialisations: int) -> str:
     return f"\n{note}" if note else ""
 
 
+def _or_na(value: float) -> str:
+    return f"{value:.3g}" if np.isfinite(value) else "n/a (fewer than two solutions)"
+
+
 def _copies_note(fractions: list[float], near_copies: list[float]) -> str:
     """The near-copy share at the epoch of the largest unique fraction, for its claim row."""
     share = near_copies[int(np.argmax(fractions))]
@@ -193,9 +197,9 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
                 sep["near_copy_fraction"],
                 info.name,
                 f"unique solutions within {NEAR_COPY_DISTANCE:g} (max-abs) of another; median "
-                f"distance to the nearest {sep['median_nearest_separation']:.3g}: copies of one "
-                f"fixed point split by the stopping tolerance (tol {s.get('tol')}); distinct "
-                "fixed points lie O(1) apart",
+                f"distance to the nearest {_or_na(sep['median_nearest_separation'])}: copies of "
+                f"one fixed point split by the stopping tolerance (tol {s.get('tol')}); "
+                "distinct fixed points lie O(1) apart",
                 e,
             ),
         ]

@@ -1,14 +1,19 @@
 """``tapmachine progress``: epochs done and time left of a run's training jobs, from checkpoints."""
 
+import copy
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from tapmachine import cli, training
 from tapmachine.modelfile import ModelFile
 from tapmachine.stages import progress
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 4}]}
 
 
@@ -101,6 +106,39 @@ def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
     assert row["remaining_hours"] == pytest.approx(before["remaining_hours"] + extra)
     assert cli.main(["progress", "--results", str(run)]) == 0
     assert "evaluating 2 earlier epochs again first" in capsys.readouterr().out
+
+
+def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, monkeypatch):
+    """A job that will evaluate its epochs again when it starts (its config's second pass differs
+    from its checkpoints') shows nothing pending from the checkpoints alone; with the run's config
+    every such epoch counts, and none where the config matches."""
+    run = tmp_path / "results" / "paper"
+    model_dir = run / "models" / "m"
+    with pytest.raises(Stop):
+        _train(model_dir, epochs=6, stop_after=3)
+    assert progress.model_progress(model_dir)["reevaluating"] == 0
+    trained = training.TrainSettings(epochs=6, batch_size=10, eval_samples=20)
+    same = training.expected_signature(trained)
+    assert progress.model_progress(model_dir, same)["reevaluating"] == 0
+    other = training.expected_signature(dataclasses.replace(trained, retry_damping=None))
+    row = progress.model_progress(model_dir, other)
+    assert row["reevaluating"] == 3 and row["remaining_hours"] > 0
+
+    # Through the CLI, with the shipped default config plus this model without a second pass.
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["models"]["m"] = copy.deepcopy(config["models"]["bmnist_h25"])
+    config["models"]["m"]["tap"] = {"retry_damping": None}
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["progress", "--results", str(run), "--configfile", str(config_file)]) == 0
+    assert "evaluating 3 earlier epochs again first" in capsys.readouterr().out
+    assert cli.main(["progress", "--results", str(run), "--configfile", "nowhere.yaml"]) == 2
+    assert "config file nowhere.yaml does not exist" in capsys.readouterr().err
+    config["models"]["m"]["epochs"] = -1
+    config_file.write_text(yaml.safe_dump(config))
+    assert cli.main(["progress", "--results", str(run), "--configfile", str(config_file)]) == 2
+    assert "models.m.epochs" in capsys.readouterr().err
 
 
 def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):

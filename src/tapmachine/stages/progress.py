@@ -13,7 +13,9 @@ earlier epochs again (``training.reevaluate_history``), rewriting their checkpoi
 on; while that pass runs, the epochs whose checkpoint still holds the old evaluation are
 counted and priced at the original evaluation's pace (epoch minus training seconds: a lower
 bound, the second pass makes an evaluation longer). A pass that has not begun (its job not yet
-started) is not seen.
+started) is seen only with the run's config (``--configfile``, the files given to snakemake):
+every epoch whose checkpoint was evaluated otherwise than the config's settings evaluate
+(``training.expected_signature``) is then counted, started or not.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import math
 from pathlib import Path
 
 from tapmachine.stages.common import UsageError
+
+#: The config schema, relative to the workflow's directory (where snakemake runs).
+SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
 
 #: Epochs whose mean time sets the pace of what remains (the latest ones: TAP iterations, and so
 #: an epoch's cost, grow as the machine trains).
@@ -52,6 +57,48 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     return pending + [rows.get(latest.epoch, {})]
 
 
+def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
+    """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
+    ``training.expected_signature`` of the run's config): those its job evaluates again."""
+    from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.training import evaluation_signature
+
+    rows = {row["epoch"]: row for row in latest.history}
+    stale = []
+    for epoch in checkpoint_epochs(ckpt_dir):
+        ckpt = latest if epoch == latest.epoch else Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
+        row = ckpt.history[-1] if ckpt.history else {}
+        if evaluation_signature(ckpt.settings, row) != expected:
+            stale.append(rows.get(epoch, {}))
+    return stale
+
+
+def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dict[str, tuple]:
+    """Each model's ``training.expected_signature`` under the run's config: ``config_files`` as
+    given to ``snakemake --configfile`` (merged in order), validated against ``schema``."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from tapmachine.configuration import ConfigError, validate
+    from tapmachine.training import TrainSettings, expected_signature
+
+    config: dict = {}
+    for path in config_files:
+        if not Path(path).is_file():
+            raise UsageError(f"config file {path} does not exist")
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    if not Path(schema).is_file():
+        raise UsageError(f"{schema} not found: run from the workflow's directory")
+    try:
+        validate(config, schema)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    return {
+        name: expected_signature(TrainSettings.from_spec(spec))
+        for name, spec in config["models"].items()
+    }
+
+
 def _evaluation_seconds(rows: list[dict]) -> float:
     """Mean seconds of the rows' evaluations (epoch minus training time); NaN without times."""
     times = [
@@ -62,15 +109,16 @@ def _evaluation_seconds(rows: list[dict]) -> float:
     return sum(times) / len(times) if times else math.nan
 
 
-def model_progress(model_dir: str | Path) -> dict | None:
+def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
     remaining_hours}`` of the model trained in ``model_dir``; None where training has not
     written a checkpoint yet.
 
     ``epoch_seconds`` is the mean ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
-    still to evaluate, ``remaining_hours`` the epochs left at that pace plus those evaluations
-    at their original pace (0 once finished).
+    still to evaluate (with ``expected``, the signature the run's config gives the model: every
+    epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
+    pace plus those evaluations at their original pace (0 once finished).
     """
     from tapmachine.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
 
@@ -86,7 +134,10 @@ def model_progress(model_dir: str | Path) -> dict | None:
             return None
         ckpt = Checkpoint.load(latest)
         history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
-        pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+        if expected is None:
+            pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+        else:
+            pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
     pace = sum(times) / len(times) if times else math.nan
@@ -105,15 +156,16 @@ def model_progress(model_dir: str | Path) -> dict | None:
     }
 
 
-def run_progress(results: str | Path) -> list[dict]:
+def run_progress(results: str | Path, expected: dict[str, tuple] | None = None) -> list[dict]:
     """``model_progress`` of every model of the run in ``results`` that has begun training;
-    DBMs are named ``{dataset}/{model}``."""
+    DBMs are named ``{dataset}/{model}``. ``expected``: ``expected_evaluations`` of the run's
+    config, by model name."""
     results = Path(results)
     if not results.is_dir():
         raise UsageError(f"{results} is not a run's results folder (results/<run>)")
     rows = []
     for model_dir in sorted(p for p in (results / "models").glob("*") if p.is_dir()):
-        row = model_progress(model_dir)
+        row = model_progress(model_dir, (expected or {}).get(model_dir.name))
         if row is not None:
             rows.append(row)
     for model_dir in sorted(p for p in (results / "ucd" / "dbm").glob("*/*") if p.is_dir()):
@@ -145,7 +197,8 @@ def format_progress(rows: list[dict]) -> str:
 
 
 def progress(args) -> None:
-    print(format_progress(run_progress(args.results)), end="")
+    expected = expected_evaluations(args.configfile) if args.configfile else None
+    print(format_progress(run_progress(args.results, expected)), end="")
 
 
 def register(subparsers) -> None:
@@ -153,4 +206,11 @@ def register(subparsers) -> None:
         "progress", help="epochs done and hours left of a run's training jobs (checkpoints)"
     )
     p.add_argument("--results", required=True, help="a run's results folder (results/<run>)")
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        default=None,
+        help="the run's config files, as given to snakemake: also count the earlier epochs a "
+        "job not yet started will evaluate again (run from the workflow's directory)",
+    )
     p.set_defaults(func=progress)

@@ -185,7 +185,8 @@ def format_progress(rows: list[dict]) -> str:
     for r in rows:
         state = "finished" if r["finished"] else "in progress"
         if r.get("reevaluating"):
-            state += f" (evaluating {r['reevaluating']} earlier epochs again first)"
+            n = r["reevaluating"]
+            state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
         pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
         lines.append(

@@ -49,12 +49,7 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     first = Checkpoint.load(ckpt_dir / f"epoch_{epochs[0]}.pt")
     if value(first) == value(latest):
         return []  # no pass under way (one rewrites the latest checkpoint last)
-    rows = {row["epoch"]: row for row in latest.history}
-    pending = []
-    for epoch in epochs[1:-1]:
-        if value(Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")) != value(first):
-            pending.append(rows.get(epoch, {}))
-    return pending + [rows.get(latest.epoch, {})]
+    return _stale_epochs(ckpt_dir, latest, value(first))
 
 
 def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:

@@ -57,7 +57,7 @@ def test_tap_training_raises_exact_and_tap_log_likelihood():
     assert [h["epoch"] for h in history] == list(range(1, 41))
 
 
-def test_resume_gives_identical_results(tmp_path):
+def test_resume_gives_identical_results(tmp_path, capsys):
     x = bars_and_stripes().repeat(3, 1)
     s = settings(epochs=4)
 
@@ -70,7 +70,10 @@ def test_resume_gives_identical_results(tmp_path):
 
     straight, hist_a = run(tmp_path / "a", 4)
     _, hist_first = run(tmp_path / "b", 2)  # "interrupted" after epoch 2
+    assert training.resumed_epoch(capsys.readouterr().err) == 0
     resumed, hist_b = run(tmp_path / "b", 4)
+    # the log of a start names the epoch it resumed from (the wall-time report reads it)
+    assert training.resumed_epoch(capsys.readouterr().err) == 2
     torch.testing.assert_close(straight.W, resumed.W, rtol=0, atol=0)
     torch.testing.assert_close(straight.visible.U, resumed.visible.U, rtol=0, atol=0)
     assert [h["tap_ll"] for h in hist_a] == [h["tap_ll"] for h in hist_b]

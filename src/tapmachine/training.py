@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,8 @@ __all__ = [
     "RHO_STEPS",
     "train",
     "train_from_spec",
+    "resume_message",
+    "resumed_epoch",
     "run_params",
     "seeded_generator",
 ]
@@ -490,6 +493,25 @@ def _evaluated_alike(ckpt: Checkpoint, settings: TrainSettings) -> bool:
     return evaluation_signature(ckpt.settings, row) == expected_signature(settings)
 
 
+def resume_message(checkpoint: Path, epoch: int) -> str:
+    """The line a resumed run writes first to its log (stderr), read back by ``resumed_epoch``."""
+    return f"resuming from {checkpoint} (epoch {epoch})"
+
+
+_RESUME_LINE = re.compile(r"resuming from .+ \(epoch (\d+)\)")
+
+
+def resumed_epoch(log_text: str) -> int:
+    """The epoch a training job's log says its start resumed from; 0 for a fresh start.
+
+    Snakemake writes a job's log anew at each start, so the log of a finished job is its last
+    start's, the one its benchmark file times (``figures.claims.wall_times``).
+    """
+    first = log_text.split("\n", 1)[0]
+    match = _RESUME_LINE.fullmatch(first.strip())
+    return int(match.group(1)) if match else 0
+
+
 def reevaluate_history(
     ckpt_dir: Path,
     history: list[dict],
@@ -680,7 +702,7 @@ def train(
                 chains = contrastive.PersistentChains(ckpt.chains.to(machine.device))
             history = ckpt.history
             start = ckpt.epoch + 1
-            print(f"resuming from {last} (epoch {ckpt.epoch})", file=sys.stderr)
+            print(resume_message(last, ckpt.epoch), file=sys.stderr)
             if settings.evaluate and not _evaluated_alike(ckpt, settings):
                 # A pass rewrites the latest checkpoint last: if it is alike, all are.
                 history = reevaluate_history(ckpt_dir, history, machine, x_eval, settings, progress)

@@ -155,19 +155,31 @@ def to_markdown(claims, title: str | None = None, level: int = 2) -> str:
     return "\n".join(out) + "\n"
 
 
-def wall_times(benchmarks_dir: str | os.PathLike, models_dir: str | os.PathLike | None = None):
-    """Wall and CPU time of every Snakemake job of a run: one row per ``benchmark:`` file.
+def wall_times(
+    benchmarks_dir: str | os.PathLike,
+    models_dir: str | os.PathLike | None = None,
+    logs_dir: str | os.PathLike | None = None,
+):
+    """Wall and CPU time of each job of a run, from its Snakemake benchmark files.
 
     ``benchmarks_dir``: the run's ``benchmarks/`` folder (``<stage>/<job>.tsv``, Snakemake's
     columns ``s``, ``max_rss``, ``cpu_time``, ...); rows ``stage``, ``job``, ``seconds``,
-    ``cpu_seconds``, ``max_rss_mb`` (the first repeat of each file), ``resumed``, sorted by
-    stage and job.
+    ``cpu_seconds``, ``max_rss_mb`` (the first repeat of each file), ``resumed``, ``exact``,
+    sorted by stage and job.
 
     A training job that was stopped and started again resumes from its last checkpoint, and its
-    benchmark file times only the last start. With ``models_dir`` (the run's ``models/``), a
-    ``train/<model>`` job whose ``metrics.csv`` sums to more ``epoch_seconds`` than the benchmark
-    counts the epochs' sums instead and is marked ``resumed``; its CPU time is the sum of
-    ``epoch_cpu_seconds`` when every epoch recorded one (older checkpoints did not), else NaN.
+    benchmark file times only the last start. With ``models_dir`` (the run's ``models/``) such a
+    job counts its earlier starts too, from its ``metrics.csv``:
+
+    - with ``logs_dir`` (the run's ``logs/``, ``<stage>/<job>.log``), whose log names the epoch
+      its last start resumed from (``training.resumed_epoch``): the ``epoch_seconds`` of the
+      epochs up to it plus the benchmark. This is exact, up to the unfinished epoch each
+      interrupted start lost, and includes a last start's evaluation of earlier epochs again.
+    - otherwise, where its epochs sum to more ``epoch_seconds`` than the benchmark: that sum,
+      marked not ``exact`` (it misses the time a start spent evaluating earlier epochs again).
+
+    Its CPU time adds ``epoch_cpu_seconds`` in the same way when every epoch counted recorded
+    one (older checkpoints did not), else it is NaN.
     """
     import pandas as pd
 
@@ -187,29 +199,43 @@ def wall_times(benchmarks_dir: str | os.PathLike, models_dir: str | os.PathLike 
             "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else math.nan,
             "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else math.nan,
             "resumed": False,
+            "exact": True,
         }
         if models_dir is not None and row["stage"] == "train" and len(rel.parts) == 2:
-            row.update(_resumed_training(Path(models_dir) / rel.stem / "metrics.csv", row))
+            log = None if logs_dir is None else Path(logs_dir) / rel.with_suffix(".log")
+            row.update(_resumed_training(Path(models_dir) / rel.stem / "metrics.csv", row, log))
         rows.append(row)
-    columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed"]
+    columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed", "exact"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def _resumed_training(metrics_csv: Path, row: dict) -> dict:
-    """The epochs' summed times of a training job, where they exceed its benchmark's."""
+def _resumed_training(metrics_csv: Path, row: dict, log: Path | None) -> dict:
+    """A training job's times over all its starts (``wall_times``)."""
     import pandas as pd
 
     if not metrics_csv.is_file():
         return {}
     epochs = pd.read_csv(metrics_csv)
-    if "epoch_seconds" not in epochs or float(epochs["epoch_seconds"].sum()) <= row["seconds"]:
+    if "epoch_seconds" not in epochs:
         return {}
-    cpu = epochs.get("epoch_cpu_seconds")
+    if log is not None and log.is_file():
+        from tapmachine.training import resumed_epoch
+
+        earlier = epochs[epochs["epoch"] <= resumed_epoch(log.read_text(errors="replace"))]
+        if earlier.empty:
+            return {}
+        wall, cpu_time, exact = row["seconds"], row["cpu_seconds"], True
+    elif float(epochs["epoch_seconds"].sum()) > row["seconds"]:
+        earlier, wall, cpu_time, exact = epochs, 0.0, 0.0, False
+    else:
+        return {}
+    cpu = earlier.get("epoch_cpu_seconds")
     complete = cpu is not None and not cpu.isna().any()
     return {
-        "seconds": float(epochs["epoch_seconds"].sum()),
-        "cpu_seconds": float(cpu.sum()) if complete else math.nan,
+        "seconds": float(earlier["epoch_seconds"].sum()) + wall,
+        "cpu_seconds": float(cpu.sum()) + cpu_time if complete else math.nan,
         "resumed": True,
+        "exact": exact,
     }
 
 
@@ -231,7 +257,9 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
     out += ["", "Longest jobs:", "", "| Job | Wall time (s) | CPU time (s) | Max RSS (MB) |"]
     out.append("|---|---|---|---|")
     for _, r in times.sort_values("seconds", ascending=False).head(10).iterrows():
-        job = f"{r['job']} (resumed)" if r["resumed"] else r["job"]
+        job = r["job"]
+        if r["resumed"]:
+            job += " (resumed)" if r["exact"] else " (resumed, at least)"
         cpu = "n/a" if _blank(r["cpu_seconds"]) else r["cpu_seconds"]
         out.append(
             f"| {_cell(job)} | {_cell(r['seconds'])} | {_cell(cpu)} | {_cell(r['max_rss_mb'])} |"
@@ -240,10 +268,17 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
         out += [
             "",
             "A training job marked resumed ran over several starts (it resumes from its last "
-            "epoch checkpoint); its times are the sums of its epochs' times from `metrics.csv`, "
-            "since its benchmark file times only the last start; its CPU time is n/a where "
-            "epochs from before `epoch_cpu_seconds` was recorded are among them. Its maximum "
-            "RSS is the last start's.",
+            "epoch checkpoint), and its benchmark file times only the last start. Its times add "
+            "the `epoch_seconds` (and `epoch_cpu_seconds`) from `metrics.csv` of the epochs "
+            "its earlier starts trained, read from its log; its CPU time is n/a where epochs "
+            "from before `epoch_cpu_seconds` was recorded are among them. Its maximum RSS is the "
+            "last start's.",
+        ]
+    if (times["resumed"] & ~times["exact"]).any():
+        out += [
+            "",
+            "Marked 'at least': without its log, the sum of all its epochs' times, which misses "
+            "the time a start spent evaluating earlier epochs again.",
         ]
     return "\n".join(out) + "\n"
 
@@ -267,17 +302,19 @@ def write_report(
     benchmarks_dir: str | os.PathLike | None = None,
     section: str | None = None,
     models_dir: str | os.PathLike | None = None,
+    logs_dir: str | os.PathLike | None = None,
 ) -> Path:
     """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
     ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``; with
-    ``models_dir``, resumed training jobs count all their epochs). With
+    ``models_dir``, resumed training jobs count their earlier starts, exactly with
+    ``logs_dir``: ``wall_times``). With
     ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
     (``replace_section``), so docs/results.md keeps its prose around each run's tables."""
     from tapmachine.files import atomic_write
 
     text = to_markdown(collect(figures_dir), title, level)
     if benchmarks_dir is not None:
-        times = wall_times(benchmarks_dir, models_dir)
+        times = wall_times(benchmarks_dir, models_dir, logs_dir)
         text += "\n" + wall_times_markdown(
             times, "Job wall times (Snakemake benchmark files)", level + 1
         )

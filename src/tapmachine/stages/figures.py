@@ -208,6 +208,7 @@ def claims_report(args) -> None:
         args.benchmarks,
         args.section,
         models if models.is_dir() else None,
+        args.logs,
     )
     print(f"wrote {out} (claim rows of {folder})")
 
@@ -224,6 +225,12 @@ def register(subparsers) -> None:
     c.add_argument("--level", type=int, default=2, help="heading level of the title")
     c.add_argument(
         "--benchmarks", default=None, help="the run's benchmarks/ folder: add job wall times"
+    )
+    c.add_argument(
+        "--logs",
+        default=None,
+        help="the run's logs/ folder: a resumed training job's log names the epoch its last "
+        "start resumed from, so its wall time counts its earlier starts exactly",
     )
     c.add_argument(
         "--section",

@@ -404,3 +404,46 @@ def test_claims_report_collects_every_figure(tmp_path):
     with pytest.raises(common.FigureError, match="no figure CSV"):
         claims_report.collect(empty)
     assert cli.main(["claims", "--results", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+
+
+def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
+    import json
+
+    from tapmachine.figures import ucd_dbm
+
+    def scores(sizes, fids):
+        paths = []
+        for (model, method), fid in zip(
+            [("ucd_lmi", "ucd_lmi"), ("pcd", "dbm_pcd"), ("centered", "centered_pcd")],
+            fids,
+            strict=True,
+        ):
+            row = {"dataset": "binary_mnist", "model": model, "method": method, "spec": "{}"}
+            row.update(classifier_fid=fid, classifier_accuracy=0.9, tap_ll=-0.2, ais_ll=-fid)
+            if sizes is not None:
+                row["sizes"] = sizes
+            paths.append(tmp_path / f"{model}_{fid}_{sizes}.json")
+            paths[-1].write_text(json.dumps(row))
+        return paths
+
+    def verdicts(result, name):
+        t = result.table
+        return dict(t.loc[t["claim"] == name, ["model", "held"]].itertuples(index=False))
+
+    reduced = scores("784-200-200", [300.0, 400.0, 250.0])
+    t1, t2 = ucd_dbm.table1(reduced), ucd_dbm.table2(reduced)
+    assert verdicts(t1, "ucd_lmi_best_fid") == {"binary_mnist": "not held"}  # centered wins
+    assert verdicts(t2, "removal_worsens_fid") == {"pcd": "held", "centered": "not held"}
+    for result in (t1, t2):
+        title = result.figure.axes[0].get_title()
+        assert "REDUCED size (784-200-200; paper: 6272-6272-6272" in title
+    paper = scores("6272-6272-6272", [200.0, 400.0, 250.0])
+    t1, t2 = ucd_dbm.table1(paper), ucd_dbm.table2(paper)
+    assert verdicts(t1, "ucd_lmi_best_fid") == {"binary_mnist": "held"}
+    assert set(verdicts(t2, "removal_worsens_fid").values()) == {"held"}
+    assert "REDUCED" not in t1.figure.axes[0].get_title()
+    # score files from before sizes were recorded: their size is not known to be the paper's
+    assert (
+        "REDUCED size (unknown"
+        in ucd_dbm.table2(scores(None, [1.0, 2.0, 3.0])).figure.axes[0].get_title()
+    )

@@ -46,6 +46,8 @@ def rises(epochs: np.ndarray, y: np.ndarray) -> tuple[bool, float, float]:
 
 
 def make(curve_csvs, model_files) -> FigureResult:
+    from matplotlib.ticker import MaxNLocator
+
     if len(curve_csvs) != len(model_files):
         raise FigureError("fig11 needs one model.pt per curve CSV")
     infos = [model_info(f) for f in model_files]
@@ -91,6 +93,7 @@ def make(curve_csvs, model_files) -> FigureResult:
         n_hidden = len(info.sizes) - 1
         ax.set_title(f"{n_hidden} hidden layers {info.sizes}", fontsize=10)
         ax.set_xlabel("joint training epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("TAP log-likelihood per unit (eq. 121)")
         ax.legend(fontsize=8)
     small = all(max(i.sizes[1:]) < 500 for i in infos)

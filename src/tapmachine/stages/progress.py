@@ -21,6 +21,7 @@ every epoch whose checkpoint was evaluated otherwise than the config's settings 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from tapmachine.stages.common import UsageError
@@ -28,8 +29,9 @@ from tapmachine.stages.common import UsageError
 #: The config schema, relative to the workflow's directory (where snakemake runs).
 SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
 
-#: Epochs whose mean time sets the pace of what remains (the latest ones: TAP iterations, and so
-#: an epoch's cost, grow as the machine trains).
+#: Epochs whose median time sets the pace of what remains (the latest ones: TAP iterations, and
+#: so an epoch's cost, grow as the machine trains; the median, since an epoch during which the
+#: run was paused, e.g. SIGSTOP beside other work, counts the pause in its wall time).
 PACE_EPOCHS = 5
 
 
@@ -109,7 +111,7 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
     remaining_hours}`` of the model trained in ``model_dir``; None where training has not
     written a checkpoint yet.
 
-    ``epoch_seconds`` is the mean ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
+    ``epoch_seconds`` is the median ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
     still to evaluate (with ``expected``, the signature the run's config gives the model: every
     epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
@@ -135,7 +137,7 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
             pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
-    pace = sum(times) / len(times) if times else math.nan
+    pace = statistics.median(times) if times else math.nan
     left = 0 if finished else max(total - done, 0)
     seconds = left * pace if left else 0.0
     if pending:

@@ -447,3 +447,23 @@ def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
         "REDUCED size (unknown"
         in ucd_dbm.table2(scores(None, [1.0, 2.0, 3.0])).figure.axes[0].get_title()
     )
+
+
+def test_save_wraps_a_title_wider_than_its_figure(tmp_path):
+    """A one-panel figure's long title is refilled to fit the figure, not cut at its edge."""
+    fig = common.new_figure(4.6, 3.8)
+    fig.subplots().plot([0, 1], [0, 1])
+    words = "normalised TAP log-likelihood over training images, REDUCED size (paper: 100 epochs)"
+    fig.suptitle(f"Fig. 3: {words}\nmodels a, b, c, d on binary_mnist", fontsize=9)
+    short = common.new_figure(4.6, 3.8)
+    short.suptitle("Fig. 3\nshort", fontsize=9)
+    result = common.FigureResult(fig, common.table([{"x": 1}], []), [])
+    common.save(result, tmp_path / "a.png", tmp_path / "a.pdf", tmp_path / "a.csv")
+    common.wrap_suptitle(short)
+    renderer = fig.canvas.get_renderer()
+    assert fig._suptitle.get_window_extent(renderer).width <= 0.97 * fig.bbox.width
+    text = fig.get_suptitle()
+    assert text.count("\n") >= 2 and " ".join(text.split()) == " ".join(
+        f"Fig. 3: {words} models a, b, c, d on binary_mnist".split()
+    )
+    assert short.get_suptitle() == "Fig. 3\nshort"

@@ -27,6 +27,7 @@ __all__ = [
     "describe",
     "dataset_label",
     "save",
+    "wrap_suptitle",
 ]
 
 
@@ -159,9 +160,36 @@ def table(drawn, claims: Iterable[dict]):
     return out[front + [c for c in out.columns if c not in front]]
 
 
+def wrap_suptitle(fig, margin: float = 0.97) -> None:
+    """Re-wrap the figure's title so that each line fits ``margin`` of the figure's width.
+
+    Titles carry run notes ("REDUCED size ...", substitutes, gaps) and grow past a one-panel
+    figure's edge, where the saved image would cut them off. Each of the title's lines is
+    refilled at one character count, narrowed (from the rendered width) until all fit.
+    """
+    import textwrap
+
+    title = fig._suptitle
+    if title is None or not title.get_text():
+        return
+    renderer = fig.canvas.get_renderer()
+    limit = margin * fig.bbox.width
+    lines = title.get_text().split("\n")
+    chars = max(len(line) for line in lines)
+    for _ in range(5):  # character widths vary: narrow the fill until the rendered lines fit
+        width = title.get_window_extent(renderer).width
+        if width <= limit or chars <= 20:
+            return
+        chars = max(20, min(chars - 1, int(chars * limit / width)))
+        title.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
+
+
 def save(result: FigureResult, png, pdf, csv) -> list[Path]:
-    """Write the figure as PNG and PDF and its table as CSV (each atomically); the paths."""
+    """Write the figure as PNG and PDF and its table as CSV (each atomically); the paths.
+
+    The title is first wrapped to the figure's width (``wrap_suptitle``)."""
     paths = [Path(png), Path(pdf), Path(csv)]
+    wrap_suptitle(result.figure)
     written = []
     try:
         atomic_write(paths[0], lambda fh: result.figure.savefig(fh, format="png", dpi=110))

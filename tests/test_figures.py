@@ -129,6 +129,16 @@ def test_fig5(run, tmp_path):
     assert claims(table, "n_unique_first_epoch")["value"].iloc[0] == 1
     fractions = claims(table, "unique_fraction")
     assert len(fractions) == 3 and (fractions["value"] <= 1).all()
+    # Modes are counted where an epoch has >= MODES_MIN_SOLUTIONS unique solutions, and the
+    # verdict asks two at every such epoch.
+    n_modes = claims(table, "n_modes")
+    counted = n_modes["value"].dropna()
+    assert len(n_modes) == 3
+    unique = claims(table, "n_unique")["value"].to_numpy()
+    assert len(counted) == int((unique >= fig5.MODES_MIN_SOLUTIONS).sum())
+    summary = claims(table, "epochs_with_two_or_more_modes")
+    assert summary["value"].iloc[0] == int((counted >= 2).sum())
+    assert bool(summary["held"].iloc[0] == "held") == (len(counted) > 0 and (counted >= 2).all())
     with pytest.raises(common.FigureError, match="not harvested"):
         fig5.make(run["solutions"], slices=[2])
     # The tiny harvest (tol 1e-12) has no near copies, so the title does not call it inflated.
@@ -151,6 +161,26 @@ def test_band_counting_and_kde():
     kde = fig5.gaussian_kde(np.random.default_rng(0).normal(size=200), grid)
     assert kde.sum() * (grid[1] - grid[0]) == pytest.approx(1.0, abs=1e-3)
     assert fig5.gaussian_kde([2.0, 2.0, 2.0], grid) is None
+
+
+def test_mode_counting_finds_the_modes_of_a_mixture():
+    rng = np.random.default_rng(0)
+    one = rng.normal(0.0, 1.0, 2000)
+    two = np.concatenate([rng.normal(-3.0, 1.0, 1000), rng.normal(3.0, 1.0, 1000)])
+    assert len(fig5.count_modes(one)) == 1
+    found = fig5.count_modes(two)
+    assert len(found) == 2 and found[0] == pytest.approx(-3.0, abs=0.4)
+    assert found[1] == pytest.approx(3.0, abs=0.4)
+    # Components closer than about two widths fuse into one peak: one mode.
+    assert (
+        len(fig5.count_modes(np.concatenate([rng.normal(-0.8, 1, 1000), rng.normal(0.8, 1, 1000)])))
+        == 1
+    )
+    # A side peak under a fifth of the main one is not a significant mode; at a third it is.
+    small = np.concatenate([rng.normal(0.0, 1.0, 1900), rng.normal(8.0, 1.0, 100)])
+    third = np.concatenate([rng.normal(0.0, 1.0, 1500), rng.normal(8.0, 1.0, 500)])
+    assert len(fig5.count_modes(small)) == 1 and len(fig5.count_modes(third)) == 2
+    assert fig5.count_modes([2.0, 2.0, 2.0]) == [] and fig5.count_modes([1.0]) == []
 
 
 def test_fig6_isomap_with_single_solution_epochs(run, tmp_path):

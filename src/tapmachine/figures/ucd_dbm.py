@@ -31,12 +31,19 @@ FID_LABEL = "classifier FID (small MLP features; not Inception FID)"
 PAPER_SIZES = (6272, 6272, 6272)
 
 
+def _layer_sizes(blob) -> tuple[int, ...]:
+    """The layer sizes of a loaded DBM (``_load``), visible first."""
+    W = blob["machine"]["weights"]
+    return (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
+
+
 def _size_note(blob) -> str:
     """'784-200-200, 200 steps\n(reduced; paper size: paper.yaml)' for titles (two lines, so that
     neighbouring panels' titles do not overlap)."""
-    W = blob["machine"]["weights"]
-    sizes = (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
-    text = "-".join(str(n) for n in sizes)
+    from tapmachine.ucd.dbm import size_label
+
+    sizes = _layer_sizes(blob)
+    text = size_label(sizes)
     if blob.get("steps"):
         text += f", {blob['steps']} steps"
     if sizes != PAPER_SIZES:
@@ -64,8 +71,7 @@ def _title(fig, title: str, collapsed: bool) -> None:
 
 
 def _reduced(blob) -> bool:
-    W = blob["machine"]["weights"]
-    return (int(W[0].shape[0]), *(int(w.shape[1]) for w in W)) != PAPER_SIZES
+    return _layer_sizes(blob) != PAPER_SIZES
 
 
 #: The title line of a table whose DBMs are below the paper's size.
@@ -78,7 +84,9 @@ TABLE_SIZE_NOTE = (
 def _table_size_note(df: pd.DataFrame) -> str:
     """``TABLE_SIZE_NOTE`` for the score rows' sizes below the paper's ("" at paper size);
     score files written before ``sizes`` was recorded count as of unknown size."""
-    paper = "-".join(str(n) for n in PAPER_SIZES)
+    from tapmachine.ucd.dbm import size_label
+
+    paper = size_label(PAPER_SIZES)
     sizes = df["sizes"].fillna("unknown") if "sizes" in df else pd.Series(["unknown"] * len(df))
     reduced = sorted(set(sizes) - {paper})
     return "\n" + TABLE_SIZE_NOTE.format(sizes=", ".join(reduced)) if reduced else ""

@@ -345,7 +345,7 @@ def score(
         "model": blob["name"],
         "method": blob["method"],
         "spec": json.dumps(blob["spec"].get("ucd") or {}, sort_keys=True),
-        "sizes": "-".join(str(n) for n in model.sizes),
+        "sizes": dbm.size_label(model.sizes),
         "classifier_fid": distance,
         "classifier_accuracy": acc,
         "fid_samples": int(n_samples),

@@ -55,6 +55,7 @@ __all__ = [
     "gradients",
     "mean_field",
     "gradient_norm",
+    "size_label",
 ]
 
 DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
@@ -137,6 +138,11 @@ def build_dbm(
         for n in sizes
     ]
     return BoltzmannMachine(priors=tuple(priors), weights=tuple(weights))
+
+
+def size_label(sizes) -> str:
+    """Layer sizes as score files and titles write them: (784, 200, 200) -> '784-200-200'."""
+    return "-".join(str(int(n)) for n in sizes)
 
 
 def data_for(machine: BoltzmannMachine, x01: Tensor) -> Tensor:

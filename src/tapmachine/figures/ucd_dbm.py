@@ -31,18 +31,12 @@ FID_LABEL = "classifier FID (small MLP features; not Inception FID)"
 PAPER_SIZES = (6272, 6272, 6272)
 
 
-def _layer_sizes(blob) -> tuple[int, ...]:
-    """The layer sizes of a loaded DBM (``_load``), visible first."""
-    W = blob["machine"]["weights"]
-    return (int(W[0].shape[0]), *(int(w.shape[1]) for w in W))
-
-
 def _size_note(blob) -> str:
     """'784-200-200, 200 steps\n(reduced; paper size: paper.yaml)' for titles (two lines, so that
     neighbouring panels' titles do not overlap)."""
     from tapmachine.ucd.dbm import size_label
 
-    sizes = _layer_sizes(blob)
+    sizes = blob["sizes"]
     text = size_label(sizes)
     if blob.get("steps"):
         text += f", {blob['steps']} steps"
@@ -62,16 +56,13 @@ COLLAPSE_NOTE = (
 
 
 def _title(fig, title: str, collapsed: bool) -> None:
-    """The figure's title, with ``COLLAPSE_NOTE`` wrapped to the figure's width when collapsed."""
-    import textwrap
-
-    width = max(40, int(fig.get_figwidth() * 13))
-    note = "\n" + textwrap.fill(COLLAPSE_NOTE, width) if collapsed else ""
-    fig.suptitle(title + note, fontsize=9)
+    """The figure's title, with ``COLLAPSE_NOTE`` when collapsed (``common.save`` wraps it to the
+    figure's width)."""
+    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
 
 
 def _reduced(blob) -> bool:
-    return _layer_sizes(blob) != PAPER_SIZES
+    return blob["sizes"] != PAPER_SIZES
 
 
 #: The title line of a table whose DBMs are below the paper's size.
@@ -107,6 +98,7 @@ def _load(path):
         "substitute": model.substitute,
         "mlflow_run_id": model.mlflow_run_id,
         "machine": model.machine_state,
+        "sizes": model.sizes,
         **model.extras,
     }
     return blob, model.machine()

@@ -36,3 +36,22 @@ def test_write_csv_takes_every_key_in_first_seen_order(tmp_path):
     assert path.read_text().splitlines() == ["a,b,c", "1,2,", ",3,4"]
     write_csv([], tmp_path / "empty.csv", fields=["x", "y"])
     assert (tmp_path / "empty.csv").read_bytes() == b"x,y\r\n"
+
+
+def test_damage_finds_cut_off_archives_and_csvs(tmp_path):
+    import numpy as np
+
+    from tapmachine.files import damage, set_aside_damaged
+
+    npz = tmp_path / "a.npz"
+    np.savez(npz, x=np.arange(1000))
+    csv_path = write_csv([{"a": 1, "b": "x,y"}, {"a": 2, "b": "z"}], tmp_path / "t.csv")
+    assert damage(npz) is None and damage(csv_path) is None
+    whole = npz.read_bytes()
+    npz.write_bytes(whole[: len(whole) // 2])
+    csv_path.write_bytes(csv_path.read_bytes()[:-4])
+    assert "zip" in damage(npz)
+    assert "cut off" in damage(csv_path)
+    found = set_aside_damaged([npz, csv_path])
+    assert [p.name for p, _ in found] == ["a.npz", "t.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz.corrupt", "t.csv.corrupt"]

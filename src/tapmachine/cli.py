@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.data import DataError
     from tapmachine.denoise import DenoiseError
     from tapmachine.figures.common import FigureError
+    from tapmachine.files import is_disk_full
     from tapmachine.harvest import HarvestError
     from tapmachine.modelfile import ModelFileError
     from tapmachine.stages.common import UsageError
@@ -75,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         FileNotFoundError,
     ) as err:
         print(f"tapmachine: error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        print(
+            f"tapmachine: error: no space left on device ({err}); files written before are whole "
+            "(atomic writes): free some space and run again",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

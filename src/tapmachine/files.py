@@ -1,15 +1,26 @@
-"""Atomic writes: a reader, or the next run after an interrupted job, never sees half a file."""
+"""Atomic writes: a reader, or the next run after an interrupted job, never sees half a file; and
+the checks that find a file damaged after it was written (truncated, overwritten, half-copied)."""
 
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write", "write_csv"]
+__all__ = [
+    "atomic_write",
+    "write_csv",
+    "is_disk_full",
+    "remove_temporaries",
+    "damage",
+    "set_aside_damaged",
+]
 
 
 def _umask() -> int:
@@ -57,3 +68,80 @@ def write_csv(rows: list[dict], path: str | os.PathLike, fields: list[str] | Non
         writer.writerows(rows)
 
     return atomic_write(path, write, text=True)
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) is a full disk or an exceeded quota.
+    ``torch.save`` reports one as a RuntimeError raised from the OSError."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files ``atomic_write`` left in ``folder`` when its process was killed
+    mid-write (SIGKILL, power loss). Call only where no other process writes to ``folder``."""
+    stale = sorted(Path(folder).glob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def _zip_damage(path: Path) -> str | None:
+    # The central directory (at the end) and each member's extent: a cut-off or overwritten
+    # archive fails; reading every byte for the CRCs would cost a pass over all results.
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.header_offset + info.compress_size > size:
+                    return f"member {info.filename} runs past the end"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        return f"not a whole zip archive: {err}"
+    return None
+
+
+def _csv_damage(path: Path) -> str | None:
+    text = path.read_text(errors="replace")
+    if not text.endswith("\n"):
+        return "its last line is cut off"
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    widths = {len(row) for row in rows}
+    if len(widths) > 1:
+        return f"rows of {min(widths)} to {max(widths)} fields"
+    return None
+
+
+def damage(path: str | os.PathLike) -> str | None:
+    """Why the file at ``path`` is damaged, or None if it looks whole; a cheap check, no loading:
+    ``.npz`` and torch ``.pt`` files are zip archives (a whole central directory, every member
+    inside the file), a ``.csv`` ends its last line and has as many fields in every row. Other
+    suffixes are not checked."""
+    path = Path(path)
+    if path.stat().st_size == 0:
+        return "empty"
+    if path.suffix in (".npz", ".pt"):
+        return _zip_damage(path)
+    if path.suffix == ".csv":
+        return _csv_damage(path)
+    return None
+
+
+def set_aside_damaged(paths) -> list[tuple[Path, str]]:
+    """Rename each damaged file of ``paths`` to ``<name>.corrupt`` (so that the rule that makes it
+    runs again; the bytes stay for inspection) and return ``(path, reason)`` for each."""
+    found = []
+    for path in map(Path, paths):
+        try:
+            reason = damage(path)
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        if reason is None:
+            continue
+        os.replace(path, path.with_name(path.name + ".corrupt"))
+        found.append((path, reason))
+    return found

@@ -104,8 +104,10 @@ def _read(path: Path, what: str) -> dict:
         raise ModelFileError(f"{path} not found: train the model first")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
-        raise ModelFileError(f"{path} is not a readable {what} ({err}); retrain the model") from err
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, OSError) as err:
+        # truncated, overwritten or half-copied: the reason's first sentence (torch's are long)
+        reason = str(err).strip().split(". ")[0] if str(err).strip() else type(err).__name__
+        raise ModelFileError(f"{path} is not a readable {what} ({reason})") from err
     if not isinstance(blob, dict) or "machine" not in blob:
         raise ModelFileError(f"{path} is not a {what} (no machine in it)")
     return blob

@@ -23,14 +23,14 @@ from torch import Tensor
 
 from tapmachine import contrastive, modelfile, tap
 from tapmachine import priors as priors_module
-from tapmachine.files import write_csv
+from tapmachine.files import is_disk_full, remove_temporaries, write_csv
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.modelfile import (
     MODEL_FILE,
     Checkpoint,
     ModelFile,
     ModelFileError,
-    latest_checkpoint,
+    checkpoint_epochs,
     machine_from_state,
     machine_state,
 )
@@ -493,22 +493,67 @@ def _evaluated_alike(ckpt: Checkpoint, settings: TrainSettings) -> bool:
     return evaluation_signature(ckpt.settings, row) == expected_signature(settings)
 
 
+def resume_checkpoint(ckpt_dir: Path, fingerprint: str) -> tuple[Path, Checkpoint] | None:
+    """The newest checkpoint in ``ckpt_dir`` that reads whole and was written with
+    ``fingerprint``, with its path; None to start afresh.
+
+    A checkpoint that cannot be read (truncated, overwritten) is named in one line on stderr and
+    removed: it holds nothing, and an older one resumes instead, so corruption costs only the
+    epochs after the newest whole checkpoint. If the newest readable checkpoint was written with
+    other settings or data, every checkpoint is stale and all are removed.
+    """
+    for epoch in reversed(checkpoint_epochs(ckpt_dir)):
+        path = ckpt_dir / f"epoch_{epoch}.pt"
+        try:
+            ckpt = Checkpoint.load(path)
+        except ModelFileError as err:
+            print(f"{_SKIPPED}{err}", file=sys.stderr)
+            path.unlink(missing_ok=True)
+            continue
+        if ckpt.fingerprint == fingerprint:
+            return path, ckpt
+        print(
+            f"checkpoints in {ckpt_dir} come from other settings or data: starting afresh",
+            file=sys.stderr,
+        )
+        for stale in ckpt_dir.glob("epoch_*.pt"):
+            stale.unlink()
+        return None
+    return None
+
+
+def _save_checkpoint(ckpt: Checkpoint, path: Path) -> None:
+    """``ckpt.save(path)``; a full disk stops training with one line that says what is kept."""
+    try:
+        ckpt.save(path)
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        kept = f"epoch {ckpt.epoch - 1}" if ckpt.epoch > 1 else "no epoch"
+        raise TrainingError(
+            f"no space left on device writing {path}: the checkpoints up to {kept} are whole "
+            "and kept; free some space and run again to resume from them"
+        ) from None
+
+
 def resume_message(checkpoint: Path, epoch: int) -> str:
     """The line a resumed run writes first to its log (stderr), read back by ``resumed_epoch``."""
     return f"resuming from {checkpoint} (epoch {epoch})"
 
 
 _RESUME_LINE = re.compile(r"resuming from .+ \(epoch (\d+)\)")
+_SKIPPED = "skipping unreadable checkpoint: "
 
 
 def resumed_epoch(log_text: str) -> int:
     """The epoch a training job's log says its start resumed from; 0 for a fresh start.
 
     Snakemake writes a job's log anew at each start, so the log of a finished job is its last
-    start's, the one its benchmark file times (``figures.claims.wall_times``).
+    start's, the one its benchmark file times (``figures.claims.wall_times``). The lines naming
+    unreadable checkpoints skipped on the way (``resume_checkpoint``) come before it.
     """
-    first = log_text.split("\n", 1)[0]
-    match = _RESUME_LINE.fullmatch(first.strip())
+    lines = (line for line in log_text.split("\n") if not line.startswith(_SKIPPED))
+    match = _RESUME_LINE.fullmatch(next(lines, "").strip())
     return int(match.group(1)) if match else 0
 
 
@@ -528,7 +573,7 @@ def reevaluate_history(
     device), and the checkpoint is rewritten with the new row and settings, one epoch at a time,
     so an interrupted pass resumes where it stopped and Fig. 12's reuse of an epoch's record
     (``likelihood.recorded_tap_partition``) sees the new one. The timing columns stay those of
-    the original epoch. Epochs without a checkpoint keep their rows.
+    the original epoch. Epochs without a readable checkpoint keep their rows.
     """
     from tqdm import tqdm
 
@@ -538,7 +583,11 @@ def reevaluate_history(
         path = ckpt_dir / f"epoch_{row['epoch']}.pt"
         if not path.exists():
             continue
-        ckpt = Checkpoint.load(path)
+        try:
+            ckpt = Checkpoint.load(path)
+        except ModelFileError as err:  # its row stays as recorded
+            print(f"skipping unreadable checkpoint: {err}", file=sys.stderr)
+            continue
         if _evaluated_alike(ckpt, settings):
             history[i] = dict(ckpt.history[-1])  # possibly evaluated again by an earlier pass
         else:
@@ -675,22 +724,10 @@ def train(
     if ckpt_dir is not None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         fingerprint = _fingerprint(machine, x_train, settings)
-        last = latest_checkpoint(ckpt_dir)
-        if last is not None:
-            try:
-                ckpt = Checkpoint.load(last)
-            except ModelFileError as err:
-                print(f"{err}", file=sys.stderr)
-                ckpt = None
-            if ckpt is None or ckpt.fingerprint != fingerprint:
-                print(
-                    f"checkpoints in {ckpt_dir} come from other settings or data: starting afresh",
-                    file=sys.stderr,
-                )
-                for stale in ckpt_dir.glob("epoch_*.pt"):
-                    stale.unlink()
-                last = None
-        if last is not None:
+        remove_temporaries(ckpt_dir)  # left by a write killed mid-way; the files themselves whole
+        found = resume_checkpoint(ckpt_dir, fingerprint)
+        if found is not None:
+            last, ckpt = found
             machine = ckpt.machine(machine.device, machine.dtype)
             velocity = [v.to(machine.device) for v in ckpt.velocity]
             generator.set_state(ckpt.generator)
@@ -760,7 +797,7 @@ def train(
                 file=sys.stderr,
             )
         if ckpt_dir is not None:
-            Checkpoint(
+            checkpoint = Checkpoint(
                 machine_state=machine_state(machine),
                 epoch=epoch,
                 history=history,
@@ -770,7 +807,8 @@ def train(
                 settings=dataclasses.asdict(settings),
                 chains=chains.visible.cpu() if settings.method == "pcd" else None,
                 dbm_state=chains.to_dict() if settings.method in _DBM_METHODS else None,
-            ).save(ckpt_dir / f"epoch_{epoch}.pt")
+            )
+            _save_checkpoint(checkpoint, ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:
             on_epoch(epoch, metrics, machine)
     return machine, history

@@ -6,6 +6,7 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 
 from tapmachine.configuration import RAW_DATASETS, validate
+from tapmachine.files import set_aside_damaged
 from tapmachine.stages.workflow import jobs_run_checkout
 
 # Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
@@ -48,6 +49,32 @@ LOGS = f"logs/{RUN_NAME}"
 BENCHMARKS = f"benchmarks/{RUN_NAME}"
 DATA_LOGS = "logs/data"
 DATA_BENCHMARKS = "benchmarks/data"
+# Before the DAG, in the main process: a lock held by another invocation makes Snakemake report
+# that run's outputs as "incomplete", so say plainly why this one stops; otherwise files damaged
+# after they were written are set aside, so that their rules run again (training resumes from its
+# checkpoints, a dataset is derived again from its verified source). tapmachine.files.
+if workflow.is_main_process:
+    if any(Path(".snakemake/locks").glob("*.lock")):
+        print(
+            "tapmachine: another snakemake holds the lock of this directory (.snakemake/locks/): "
+            "wait for it to finish (do not --rerun-incomplete or --cleanup-metadata meanwhile); "
+            "if none runs (it was killed), `snakemake --unlock` first",
+            file=sys.stderr,
+        )
+    else:
+        for _path, _reason in set_aside_damaged(
+            [
+                *Path(DATA).glob("*.npz"),
+                *Path(RESULTS).glob("**/model.pt"),
+                *Path(RESULTS).glob("**/*.npz"),
+                *Path(RESULTS).glob("**/*.csv"),
+            ]
+        ):
+            print(
+                f"tapmachine: {_path} is corrupt ({_reason}): set aside as {_path.name}.corrupt, "
+                "its rule runs again",
+                file=sys.stderr,
+            )
 # The store manifest is an ancient() input: re-creating the store reruns nothing.
 TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
 TRACKING = ancient(TRACKING_FILE)

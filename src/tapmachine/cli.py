@@ -1,7 +1,8 @@
 """Command-line entry points called by the Snakemake rules (``tapmachine <command> ...``).
 
 The parser is built from the stage modules (``tapmachine.stages.*``, each adding its commands
-with ``register``); the science is in the library modules. Errors the user can act on are printed
+with ``register`` and importing torch only when a command runs); the science is in the library
+modules. Also ``python -m tapmachine``. Errors the user can act on are printed
 as one line prefixed with ``tapmachine:`` and exit with status 2.
 """
 
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Parsed before anything heavy is imported: `tapmachine --help` answers without torch.
+    args = _parser().parse_args(argv)
+
     from tapmachine.data import DataError
     from tapmachine.denoise import DenoiseError
     from tapmachine.figures.common import FigureError
@@ -58,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.stages.ucd_dbm import UCDDBMError
     from tapmachine.training import TrainingError
 
-    args = _parser().parse_args(argv)
     try:
         args.func(args)
     except (

@@ -173,12 +173,11 @@ def _cmd_steps(args) -> None:
 
 def register(subparsers) -> None:
     """Add ``tapmachine ucd ...`` (the UCD figures are in ``stages.figures.FIGURES``)."""
-    from tapmachine.ucd import METHODS
-
     s = subparsers.add_parser("ucd", help="UCD-LMI (second paper): coupling studies")
     sub = s.add_subparsers(dest="ucd_command", required=True)
     st = sub.add_parser("steps", help="Fig. 1: coupling time tau and local-search steps T vs d")
-    st.add_argument("--method", required=True, choices=list(METHODS))
+    # checked by run_steps against ucd.METHODS: importing it here would load torch for --help
+    st.add_argument("--method", required=True, help="a method of tapmachine.ucd.METHODS")
     st.add_argument("--dims", nargs="+", type=_positive_int, required=True)
     st.add_argument("--reps", type=_positive_int, default=100, help="chains per dimension")
     st.add_argument("--cap", type=_positive_int, default=1000, help="coupling steps at most")

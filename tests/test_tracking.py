@@ -135,18 +135,26 @@ def test_runs_carry_provenance_tags_and_nest_under_the_invocation(store, monkeyp
     manifest, info = store
     monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
     monkeypatch.setenv(tracking.ENV_CONFIG_DIGEST, "abc123")
-    parents = tracking.open_invocation(manifest.parent, manifest, "snakemake tiny")
-    assert set(parents) == set(tracking.EXPERIMENTS)
-    with tracking.start_run(manifest, "train", "m") as run:
-        run_id = run.run_id
-    tracking.close_invocation(manifest, "FINISHED")
+    monkeypatch.delenv(tracking.ENV_INVOCATION, raising=False)
+    record = tracking.open_invocation(manifest.parent, manifest, "snakemake tiny")
+    assert tracking.invocation_parents() == {}  # none until an experiment gets a run
+    run_ids = []
+    for name in ("m", "n"):
+        with tracking.start_run(manifest, "train", name) as run:
+            run_ids.append(run.run_id)
+    parents = tracking.close_invocation(manifest, "FINISHED")
+    assert set(parents) == {"train"} and not record.exists()
     client = mlflow.MlflowClient(info["tracking_uri"])
-    tags = client.get_run(run_id).data.tags
+    tags = client.get_run(run_ids[0]).data.tags
     assert tags["mlflow.parentRunId"] == parents["train"]
+    assert client.get_run(run_ids[1]).data.tags["mlflow.parentRunId"] == parents["train"]
     assert tags["tapmachine.run_name"] == "tiny" and tags["config_digest"] == "abc123"
     assert len(tags["mlflow.source.git.commit"]) == 40
     assert tags["mlflow.user"]
     assert client.get_run(parents["train"]).info.status == "FINISHED"
+    # no parent run in the experiments this invocation did not use
+    others = [info["experiments"][e] for e in tracking.EXPERIMENTS if e != "train"]
+    assert client.search_runs(others) == []
 
 
 def test_sigterm_marks_the_run_killed(store):

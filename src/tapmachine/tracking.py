@@ -12,8 +12,10 @@ Hence tracking is best effort and cheap:
   over the manifest's URI), so a manifest written for one store never sends runs to the wrong
   experiment of another;
 - every run carries the git commit, user, source, config digest and config run name, and is
-  nested under the parent run of its ``snakemake`` invocation (environment variables set by the
-  Snakefile's ``onstart``: ``TAPMACHINE_PARENT_RUNS`` maps experiment -> parent run id);
+  nested under the parent run of its ``snakemake`` invocation in its experiment, opened by the
+  experiment's first run (``open_invocation`` in the Snakefile's ``onstart`` exports
+  ``TAPMACHINE_INVOCATION``; ``TAPMACHINE_PARENT_RUNS``, experiment -> run id, names parents
+  explicitly);
 - SIGTERM inside ``start_run`` marks the run KILLED instead of leaving it RUNNING.
 
 The store is created once, by ``init_store`` (a local Snakemake rule and the Snakefile's
@@ -35,6 +37,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -52,6 +55,7 @@ __all__ = [
     "standard_tags",
     "open_invocation",
     "close_invocation",
+    "invocation_parents",
     "disabled_reason",
     "flat_params",
     "STAGE_RUNS",
@@ -74,6 +78,7 @@ KIND_TAG = "tapmachine.kind"
 STAGE_RUNS = "tags.`tapmachine.kind` = 'stage'"
 #: Environment variables the Snakefile sets for every job.
 ENV_PARENT_RUNS = "TAPMACHINE_PARENT_RUNS"
+ENV_INVOCATION = "TAPMACHINE_INVOCATION"
 ENV_RUN_NAME = "TAPMACHINE_RUN_NAME"
 ENV_CONFIG_DIGEST = "TAPMACHINE_CONFIG_DIGEST"
 ENV_GIT_COMMIT = "TAPMACHINE_GIT_COMMIT"
@@ -270,6 +275,15 @@ def _parent_from_env(experiment: str) -> str | None:
         return None
 
 
+def model_requirements() -> list[str]:
+    """The pip requirements of a logged machine: what ``tapmachine.mlflow_model`` imports, pinned
+    to the installed versions (a local build tag such as ``+cpu`` dropped: pip's index has the
+    plain version). The package itself travels as code, so it is not among them."""
+    from importlib.metadata import version
+
+    return [f"{dist}=={version(dist).split('+')[0]}" for dist in ("mlflow", "numpy", "torch")]
+
+
 class Run:
     """A handle on one MLflow run; every method is best-effort (see module docstring)."""
 
@@ -327,15 +341,17 @@ class Run:
     def log_machine(
         self,
         model_file: str | os.PathLike,
-        example,
+        rows,
         dataset_file: str | os.PathLike | None = None,
         dataset_name: str | None = None,
         name: str = "model",
     ) -> str | None:
-        """Log a trained machine (``model.pt``) as an MLflow pyfunc model with a signature and an
-        input example (``tapmachine.mlflow_model``), and the training data as the run's dataset
-        input (``log_input``), so the UI's Models and Dataset columns are filled. Returns the
-        model URI, or None (best effort)."""
+        """Log a trained machine (``model.pt``) as an MLflow pyfunc model
+        (``tapmachine.mlflow_model``: signature with its ``params`` schema, two input rows as
+        example, the package source as ``code_paths`` and pinned requirements, so that a fresh
+        environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
+        and schema of all of them; ``log_input``). Returns the model URI, or None (best
+        effort)."""
         if not self.active:
             return None
         try:
@@ -343,25 +359,25 @@ class Run:
             import numpy as np
             from mlflow.models import infer_signature
 
-            from tapmachine.mlflow_model import TapMachineModel
+            from tapmachine import mlflow_model
 
-            example = np.asarray(example, dtype=np.float32)
-            model = TapMachineModel()
-            model.load_context(type("C", (), {"artifacts": {"model": str(model_file)}})())
-            signature = infer_signature(example, model.predict(None, example))
+            rows = np.asarray(rows, dtype=np.float32)
+            example = rows[:2]
+            signature = infer_signature(example, params=dict(mlflow_model.PARAMS))
             mlflow.set_tracking_uri(self._uri)
             with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
                 info = mlflow.pyfunc.log_model(
                     name=name,
-                    python_model=model,
+                    python_model=mlflow_model.TapMachineModel(),
                     artifacts={"model": str(model_file)},
                     signature=signature,
-                    input_example=example[:2],
-                    pip_requirements=["tapmachine", "torch", "numpy"],
+                    input_example=example,
+                    code_paths=[str(Path(mlflow_model.__file__).parent)],
+                    pip_requirements=model_requirements(),
                 )
                 if dataset_file is not None:
                     data = mlflow.data.from_numpy(
-                        example, source=str(Path(dataset_file).resolve()), name=dataset_name
+                        rows, source=str(Path(dataset_file).resolve()), name=dataset_name
                     )
                     mlflow.log_input(data, context="training")
             return info.model_uri
@@ -403,13 +419,17 @@ def start_run(
     params: Mapping | None = None,
     tags: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
+    system_metrics: bool = False,
 ) -> Iterator[Run]:
     """Open a run in ``experiment``; mark it FINISHED, FAILED if the body raises, KILLED on
-    SIGTERM or Ctrl-C.
+    SIGTERM or Ctrl-C. With ``system_metrics`` the run records CPU, memory, disk and network use
+    (``system/*`` metrics, every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s, default 10; needs
+    psutil) while the body runs.
 
     ``manifest=None`` disables tracking (a library user without a store): the body still runs.
     Without ``parent_run_id`` the run is nested under this invocation's parent run of
-    ``experiment`` (``$TAPMACHINE_PARENT_RUNS``), if any.
+    ``experiment`` (``$TAPMACHINE_PARENT_RUNS``, else ``$TAPMACHINE_INVOCATION``'s, opened by
+    the experiment's first run), if any.
     """
     client, run_id, uri = None, None, None
     if manifest is not None:
@@ -424,7 +444,11 @@ def start_run(
                 KIND_TAG: "stage",
             }
             all_tags.update(standard_tags())
-            parent = parent_run_id or _parent_from_env(experiment)
+            parent = (
+                parent_run_id
+                or _parent_from_env(experiment)
+                or _invocation_parent(client, experiment, exp_id)
+            )
             if parent:
                 all_tags["mlflow.parentRunId"] = parent
             all_tags.update(tags or {})
@@ -434,20 +458,38 @@ def start_run(
             client, run_id = None, None
     run = Run(client, run_id, uri)
     run.log_params(params or {})
+    monitor = _system_monitor(run) if system_metrics else None
     guard = _sigterm_raises() if run.active else contextlib.nullcontext()
     with guard:
         try:
             yield run
         except (KeyboardInterrupt, SystemExit):
-            _terminate(run, "KILLED")
+            _terminate(run, "KILLED", monitor)
             raise
         except BaseException:
-            _terminate(run, "FAILED")
+            _terminate(run, "FAILED", monitor)
             raise
-        _terminate(run, "FINISHED")
+        _terminate(run, "FINISHED", monitor)
 
 
-def _terminate(run: Run, status: str) -> None:
+def _system_monitor(run: Run):
+    """MLflow's system metrics monitor on ``run``, started (None if the run is inactive)."""
+    if not run.active:
+        return None
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run.run_id, tracking_uri=run._uri)
+        monitor.start()
+        return monitor
+    except Exception as err:  # noqa: BLE001
+        _warn("system metrics", err)
+        return None
+
+
+def _terminate(run: Run, status: str, monitor=None) -> None:
+    if monitor is not None:  # its last samples are logged while the run is still RUNNING
+        monitor.finish()
     if run.active:
         try:
             run._client.set_terminated(run.run_id, status=status)
@@ -477,44 +519,80 @@ def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
 
 def open_invocation(
     store_dir: str | os.PathLike, manifest: str | os.PathLike, name: str
-) -> dict[str, str]:
-    """One parent run per experiment for this ``snakemake`` invocation (the store is made first
-    unless ``manifest`` already describes it).
+) -> Path | None:
+    """Start this ``snakemake`` invocation's record of parent runs (the store is made first
+    unless ``manifest`` already describes it), with none in it yet.
 
-    Returns {experiment: parent run id} and exports it as ``$TAPMACHINE_PARENT_RUNS`` so that
-    every job started afterwards (locally or through SLURM, which passes the environment on)
-    nests its runs under it. Best effort: on failure prints one line and returns {}.
+    The first run an experiment gets in this invocation opens its parent run there
+    (``_invocation_parent``), so parents exist only in the experiments the invocation uses. The
+    record is a JSON file beside the manifest (``invocations/<id>.json``, experiment -> parent
+    run id), exported as ``$TAPMACHINE_INVOCATION`` so that every job started afterwards (locally
+    or through SLURM, which passes the environment on, over the shared file system) finds it.
+    Returns its path; best effort: on failure prints one line and returns None.
     """
     uri = None
     try:
         uri = default_tracking_uri(store_dir)
         info = json.loads(Path(manifest).read_text()) if Path(manifest).exists() else {}
         if "error" in info or info.get("tracking_uri") != uri or not info.get("experiments"):
-            info = init_store(store_dir, manifest)
-        client = _client(uri)
-        tags = {"mlflow.runName": name, KIND_TAG: "invocation", **standard_tags()}
-        parents = {
-            exp: client.create_run(exp_id, run_name=name, tags=tags).info.run_id
-            for exp, exp_id in info["experiments"].items()
-        }
+            init_store(store_dir, manifest)
+        record = Path(manifest).resolve().parent / "invocations" / f"{uuid.uuid4().hex}.json"
+        _write_json_atomic(record, {"name": name, "parents": {}})
     except Exception as err:  # noqa: BLE001
-        _disable(uri, "opening the invocation's parent runs", err)
+        _disable(uri, "opening the invocation's record of parent runs", err)
+        return None
+    os.environ[ENV_INVOCATION] = str(record)
+    return record
+
+
+def _invocation_parent(client, experiment: str, exp_id: str) -> str | None:
+    """This invocation's parent run in ``experiment``, opened now if it is the experiment's first
+    run (under an exclusive lock on the record: parallel jobs open one parent, not several)."""
+    record = os.environ.get(ENV_INVOCATION)
+    if not record or not Path(record).exists():
+        return None
+    import fcntl
+
+    with open(record, "r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        info = json.load(fh)
+        parent = info["parents"].get(experiment)
+        if parent is None:
+            tags = {"mlflow.runName": info["name"], KIND_TAG: "invocation", **standard_tags()}
+            parent = client.create_run(exp_id, run_name=info["name"], tags=tags).info.run_id
+            info["parents"][experiment] = parent
+            fh.seek(0)
+            fh.truncate()
+            json.dump(info, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return parent
+
+
+def invocation_parents() -> dict[str, str]:
+    """This invocation's parent runs so far, experiment -> run id."""
+    record = os.environ.get(ENV_INVOCATION)
+    try:
+        return dict(json.loads(Path(record).read_text())["parents"]) if record else {}
+    except (OSError, ValueError, KeyError):
         return {}
-    os.environ[ENV_PARENT_RUNS] = json.dumps(parents, sort_keys=True)
-    return parents
 
 
-def close_invocation(manifest: str | os.PathLike, status: str) -> None:
-    """Mark this invocation's parent runs (``$TAPMACHINE_PARENT_RUNS``) FINISHED or FAILED."""
-    parents = json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}")
-    if not parents:
-        return
+def close_invocation(manifest: str | os.PathLike, status: str) -> dict[str, str]:
+    """Mark this invocation's parent runs FINISHED or FAILED and remove its record; returns
+    them (experiment -> run id)."""
+    parents = invocation_parents()
+    record = os.environ.get(ENV_INVOCATION)
     uri = None
     try:
-        info = json.loads(Path(manifest).read_text())
-        uri = os.environ.get(_ENV) or info["tracking_uri"]
-        client = _client(uri)
-        for run_id in parents.values():
-            client.set_terminated(run_id, status=status)
+        if parents:
+            info = json.loads(Path(manifest).read_text())
+            uri = os.environ.get(_ENV) or info["tracking_uri"]
+            client = _client(uri)
+            for run_id in parents.values():
+                client.set_terminated(run_id, status=status)
+        if record:
+            Path(record).unlink(missing_ok=True)
     except Exception as err:  # noqa: BLE001
         _disable(uri, "closing the invocation's parent runs", err)
+    return parents

@@ -70,10 +70,14 @@ class LazyRun:
     ends with the stack, FAILED if an exception leaves it. ``run`` is a no-op run until then.
     ``name`` is the run's name, or a function of the params that gives it. ``params``: the
     params the run was opened with (None before), for ``write_params`` beside the outputs.
+    ``system_metrics``: the run records CPU and memory use (``tracking.start_run``).
     """
 
-    def __init__(self, stack: contextlib.ExitStack, manifest, experiment: str, name):
+    def __init__(
+        self, stack: contextlib.ExitStack, manifest, experiment: str, name, system_metrics=False
+    ):
         self.stack, self.manifest, self.experiment, self.name = stack, manifest, experiment, name
+        self.system_metrics = system_metrics
         self.run = tracking.attach_run(None, None)
         self.params: dict | None = None
 
@@ -86,6 +90,7 @@ class LazyRun:
                 self.name(params) if callable(self.name) else self.name,
                 params,
                 tags,
+                system_metrics=self.system_metrics,
             )
         )
         return self.run.run_id

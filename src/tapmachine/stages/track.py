@@ -541,14 +541,17 @@ def _log_machine(run, machine: tuple[Path, Path]) -> None:
     import sys
 
     from tapmachine import data
+    from tapmachine.modelfile import ModelFile
 
     model_file, dataset_file = machine
     try:
         ds = data.load_dataset(dataset_file)
+        n_train = ModelFile.load(model_file).spec.get("n_train")  # the rows training used
     except Exception as err:  # noqa: BLE001 - the metrics and files are replayed regardless
         print(f"model {model_file} not logged: {err}", file=sys.stderr)
         return
-    run.log_machine(model_file, ds.x_train[:5], dataset_file, ds.name)
+    rows = ds.x_train[:n_train] if n_train else ds.x_train
+    run.log_machine(model_file, rows, dataset_file, ds.name)
 
 
 def _is_training_run(client, run_id: str, exp_id: str, name: str, run_name: str) -> bool:
@@ -667,14 +670,15 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
     return counts
 
 
-def invocation_start(store, manifest, run_name: str) -> dict[str, str]:
-    """Snakefile ``onstart``: the parent runs of this invocation (``tracking.open_invocation``)."""
+def invocation_start(store, manifest, run_name: str) -> Path | None:
+    """Snakefile ``onstart``: this invocation's record of parent runs
+    (``tracking.open_invocation``: a parent opens in an experiment with its first run)."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
     name = f"snakemake {run_name} {stamp}"
-    parents = tracking.open_invocation(store, manifest, name)
-    if parents:
-        print(f"tapmachine: MLflow parent runs '{name}' opened in {', '.join(sorted(parents))}")
-    return parents
+    record = tracking.open_invocation(store, manifest, name)
+    if record is not None:
+        print(f"tapmachine: MLflow parent runs '{name}' open in each experiment this run uses")
+    return record
 
 
 def invocation_end(ok: bool, store, manifest, results, data="results/data") -> str:
@@ -692,7 +696,10 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
         f"  results in {results}/ (datasets in {data}/), logs in logs/{results.name}/, "
         f"timings in benchmarks/{results.name}/",
         f"  models ({len(models)}): {', '.join(models) or 'none yet'}",
-        f"  figures ({len(figures)}): {', '.join(p.name for p in figures) or 'none yet'}",
+        f"  figures ({len(figures)}) in {results}/figures/: "
+        f"{', '.join(p.name for p in figures) or 'none yet'}",
+        "  every figure with its caption in one page: snakemake --report report.html "
+        "(with the same --configfile)",
     ]
     base = uri
     if uri.startswith("sqlite:"):

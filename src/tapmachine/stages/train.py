@@ -30,7 +30,7 @@ def train_model(
     from tapmachine import pretrain, training
 
     with contextlib.ExitStack() as stack:
-        tracked = LazyRun(stack, manifest, "train", name)
+        tracked = LazyRun(stack, manifest, "train", name, system_metrics=True)
 
         def log_epoch(epoch, metrics, machine):
             tracked.run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
@@ -52,11 +52,12 @@ def train_model(
         )
         tracked.run.log_artifact(Path(outdir) / "metrics.csv")
         if tracked.run.active:
-            # the MLflow model (pyfunc: clamped hidden means) and the training data as its dataset
+            # the MLflow model (tapmachine.mlflow_model) and the training rows as its dataset
             from tapmachine import data
 
             ds = data.load_dataset(data_path)
-            tracked.run.log_machine(Path(outdir) / "model.pt", ds.x_train[:5], data_path, ds.name)
+            rows = ds.x_train[: spec["n_train"]] if spec.get("n_train") else ds.x_train
+            tracked.run.log_machine(Path(outdir) / "model.pt", rows, data_path, ds.name)
     return machine
 
 

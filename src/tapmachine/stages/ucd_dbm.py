@@ -142,7 +142,8 @@ def train_dbm(
     params = train_params(name, ds.name, spec, machine.sizes, run_info)
     tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
     img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images")
-    with tracking.start_run(manifest, "ucd", f"train_{ds.name}_{name}", params, tags) as run:
+    run_name = f"train_{ds.name}_{name}"
+    with tracking.start_run(manifest, "ucd", run_name, params, tags, system_metrics=True) as run:
 
         def on_step(step, metrics):
             metrics = {k: float(v) for k, v in metrics.items()}

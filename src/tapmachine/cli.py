@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Parsed before anything heavy is imported: `tapmachine --help` answers without torch.
     args = _parser().parse_args(argv)
+    from tapmachine import eta
+
+    eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
 
     from tapmachine.data import DataError
     from tapmachine.denoise import DenoiseError

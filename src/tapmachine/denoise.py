@@ -37,7 +37,7 @@ import math
 import torch
 from torch import Tensor
 
-from tapmachine import tap
+from tapmachine import eta, tap
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli
 
@@ -200,10 +200,12 @@ def _solve_blocks(
     if block < 1:
         raise DenoiseError(f"block must be >= 1, got {block}")
     states = []
-    for start in range(0, init.shape[0], block):
-        rows = slice(start, start + block)
-        part = tuple(None if t is None else t[rows] for t in tilt)
-        states.append(tap.solve(machine, init[rows], visible_tilt=part, **solve_kwargs))
+    with eta.report(init.shape[0], "TAP denoising, rows") as progress:
+        for start in range(0, init.shape[0], block):
+            rows = slice(start, start + block)
+            part = tuple(None if t is None else t[rows] for t in tilt)
+            states.append(tap.solve(machine, init[rows], visible_tilt=part, **solve_kwargs))
+            progress.advance(states[-1].a[0].shape[0])
     return states[0] if len(states) == 1 else tap.TAPState.concat(states)
 
 

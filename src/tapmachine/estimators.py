@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
+from tapmachine import eta
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Prior, Spin
 
@@ -375,8 +376,10 @@ def _anneal(
     betas: list[float],
     B0: Tensor,
     generators: list[torch.Generator],
+    progress=None,
 ) -> Tensor:
-    """The AIS loop: log-weights (float64) of the chains started at ``v`` along ``betas``.
+    """The AIS loop: log-weights (float64) of the chains started at ``v`` along ``betas``;
+    ``progress`` (``eta.report``'s, if given) counts the steps, in hundreds.
 
     With f_beta(v) = prod_i P_i(v_i) exp((1 - beta) B_0i v_i) prod_j Z^h_j(beta (W^T v)_j, 0)
     (the hidden layer summed out), step k adds ln f_{beta_k}(v) - ln f_{beta_{k-1}}(v) =
@@ -407,6 +410,8 @@ def _anneal(
         if use_base:
             minus_inc.addmv_(v, B0, alpha=b_new - b_old)
         logw.sub_(minus_inc)
+        if progress is not None and k % 100 == 0:
+            progress.advance(100)
         if k == last:
             break
         r = random_bytes.next() if random_bytes.sizes else []
@@ -566,11 +571,13 @@ def ais_log_partition(
     else:
         B = B0.expand(n_runs, -1)
         v0 = machine.visible.sample(B, torch.zeros_like(B), generator=gens[0]).to(dtype)
-    groups = [
-        (machine, v, schedule, B0, gens[1 + 2 * i : 3 + 2 * i])
-        for i, v in enumerate(torch.tensor_split(v0, n_groups))
-    ]
-    logw = _anneal_groups(groups, parallel=device.type == "cpu")
+    steps = (len(schedule) - 1) // 100 * 100 * n_groups
+    with eta.report(steps, "AIS steps (all chain groups)") as p:
+        groups = [
+            (machine, v, schedule, B0, gens[1 + 2 * i : 3 + 2 * i], p)
+            for i, v in enumerate(torch.tensor_split(v0, n_groups))
+        ]
+        logw = _anneal_groups(groups, parallel=device.type == "cpu")
     log_mean, stderr = _log_mean_exp_and_stderr(logw)
     log_z = log_z0 - log_mean if reverse else log_z0 + log_mean
     return AISResult(

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tapmachine import contrastive, modelfile, tap
+from tapmachine import contrastive, eta, modelfile, tap
 from tapmachine import priors as priors_module
 from tapmachine.files import is_disk_full, remove_temporaries, write_csv
 from tapmachine.machine import BoltzmannMachine
@@ -749,6 +749,8 @@ def train(
 
     n = x_train.shape[0]
     n_batches = max(1, n // settings.batch_size)
+    # the whole job's ETA, a line per epoch (the bar below is the epoch's)
+    job = eta.Progress(settings.epochs, f"training {settings.method}", 0.0, start - 1)
     for epoch in range(start, settings.epochs + 1):
         t0, cpu0 = time.perf_counter(), time.process_time()
         lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
@@ -811,6 +813,8 @@ def train(
             _save_checkpoint(checkpoint, ckpt_dir / f"epoch_{epoch}.pt")
         if on_epoch is not None:
             on_epoch(epoch, metrics, machine)
+        if progress:
+            job.advance()
     return machine, history
 
 

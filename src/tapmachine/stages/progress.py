@@ -1,4 +1,5 @@
-"""``tapmachine progress``: how far a run's training jobs are, read from their checkpoints.
+"""``tapmachine progress``: how far a run's training jobs are, read from their checkpoints, and
+the stage and ETA of every job at work, read from its log (``running_jobs``).
 
 A paper-size run takes hours and, where sessions end, several starts. Snakemake's dry run
 (``snakemake ... -n``) lists the jobs still to run, not the epochs inside a job that resumes from
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from pathlib import Path
 
 from tapmachine.stages.common import UsageError
@@ -194,14 +196,71 @@ def format_progress(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | None = None):
+    """The jobs of a run still at work, read from their logs under ``logs`` (``logs/<run>``):
+    every log written in the last ``active_minutes`` whose newest progress report
+    (``eta.last_status``: a job's own ``progress ...`` line, else a tqdm bar) is not complete.
+    Rows ``{job, desc, done, total, eta_hours}``; ``job`` is the log's path below ``logs``
+    (stage/name)."""
+    from tapmachine import eta
+
+    logs = Path(logs)
+    now = time.time() if now is None else now
+    rows = []
+    for log in sorted(logs.rglob("*.log")) if logs.is_dir() else []:
+        age = now - log.stat().st_mtime
+        if age > active_minutes * 60:
+            continue
+        with open(log, "rb") as fh:  # the tail: a long job's log is long
+            fh.seek(max(0, log.stat().st_size - 65536))
+            status = eta.last_status(fh.read().decode(errors="replace"))
+        if status is None or status["done"] >= status["total"]:
+            continue
+        left = max(status["eta_seconds"] - age, 0.0)  # the report is `age` seconds old
+        rows.append(
+            {
+                "job": str(log.relative_to(logs).with_suffix("")),
+                "desc": status["desc"],
+                "done": status["done"],
+                "total": status["total"],
+                "eta_hours": left / 3600.0,
+            }
+        )
+    return rows
+
+
+def format_running(rows: list[dict]) -> str:
+    if not rows:
+        return "no job reports progress now\n"
+    lines = [f"{'running job':<40} {'done':>13} {'ETA':>8}  stage"]
+    for r in rows:
+        done = f"{r['done']}/{r['total']}"
+        left = "?" if math.isnan(r["eta_hours"]) else _eta_text(r["eta_hours"])
+        lines.append(f"{r['job']:<40} {done:>13} {left:>8}  {r['desc']}")
+    return "\n".join(lines) + "\n"
+
+
+def _eta_text(hours: float) -> str:
+    from tapmachine.eta import format_seconds
+
+    return format_seconds(hours * 3600.0)
+
+
 def progress(args) -> None:
     expected = expected_evaluations(args.configfile) if args.configfile else None
     print(format_progress(run_progress(args.results, expected)), end="")
+    logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
+    running = running_jobs(logs, args.active_minutes)
+    if running:
+        print()
+        print(format_running(running), end="")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "progress", help="epochs done and hours left of a run's training jobs (checkpoints)"
+        "progress",
+        help="epochs done and hours left of a run's training jobs (checkpoints), and the stage "
+        "and ETA of every running job (their logs)",
     )
     p.add_argument("--results", required=True, help="a run's results folder (results/<run>)")
     p.add_argument(
@@ -210,5 +269,14 @@ def register(subparsers) -> None:
         default=None,
         help="the run's config files, as given to snakemake: also count the earlier epochs a "
         "job not yet started will evaluate again (run from the workflow's directory)",
+    )
+    p.add_argument(
+        "--logs", default=None, help="the run's job logs (default logs/<run>, beside results/)"
+    )
+    p.add_argument(
+        "--active-minutes",
+        type=float,
+        default=15.0,
+        help="a job whose log was written within this many minutes counts as running",
     )
     p.set_defaults(func=progress)

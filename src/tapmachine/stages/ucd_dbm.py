@@ -405,7 +405,16 @@ def _cmd_train(args) -> None:
         spec = json.loads(args.spec)
     except json.JSONDecodeError as exc:
         raise UCDDBMError(f"--spec is not JSON: {exc}") from None
-    train_dbm(args.model, spec, args.data, args.out_dir, args.seed, args.n_train, args.tracking)
+    train_dbm(
+        args.model,
+        spec,
+        args.data,
+        args.out_dir,
+        args.seed,
+        args.n_train,
+        args.tracking,
+        progress=True,  # the job's log shows each epoch's bar and the job's ETA
+    )
 
 
 def _cmd_classifier(args) -> None:

@@ -1,0 +1,100 @@
+"""Progress with an ETA in a job's log (tapmachine.eta), and `tapmachine progress` reading the
+running jobs' stage and ETA back from their logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_training import SPEC, bars_and_stripes
+from tiny_ops import prepare
+
+from tapmachine import denoise, estimators, eta, training
+from tapmachine.stages import progress
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_progress_lines_carry_counts_and_an_eta_that_parse_back(capsys, monkeypatch):
+    monkeypatch.setattr(eta, "ENABLED", True)
+    with eta.report(4, "demo") as p:
+        for _ in range(4):
+            time.sleep(0.01)
+            p.advance()
+    err = capsys.readouterr().err
+    assert err.count("progress demo:") == 1  # the interval (30 s) holds all but the last line
+    assert eta.last_status(err) == {"desc": "demo", "done": 4, "total": 4, "eta_seconds": 0.0}
+    line = eta.Progress(10, "x", initial=2)
+    line.done = 6  # 4 steps in this process
+    line._start -= 40.0
+    assert line.line().endswith("40s elapsed, ETA 40s")  # 4 steps left at 10 s a step
+    tqdm_bar = "epoch 3/9:  45%|####5     | 9/20 [00:10<01:02, 1.1it/s]"
+    assert eta.last_status("progress a: 1/2 (50%), 1s elapsed, ETA 1s\r" + tqdm_bar) == {
+        "desc": "epoch 3/9",
+        "done": 9,
+        "total": 20,
+        "eta_seconds": 62.0,
+    }
+    assert eta.last_status("nothing here") is None
+
+
+def test_quiet_outside_a_job(capsys):
+    assert not eta.ENABLED
+    with eta.report(3, "quiet") as p:
+        p.advance(3)
+    assert capsys.readouterr().err == ""
+
+
+def test_ais_and_denoising_report_progress_in_a_job(capsys, monkeypatch):
+    monkeypatch.setattr(eta, "ENABLED", True)
+    monkeypatch.setenv(eta.INTERVAL_ENV, "0")
+    x = bars_and_stripes()
+    m = training.build_machine(SPEC, x, 0.1, torch.Generator().manual_seed(0))
+    estimators.ais_log_partition(m, n_runs=8, betas=torch.linspace(0, 1, 401), n_groups=2)
+    err = capsys.readouterr().err
+    assert eta.last_status(err)["desc"] == "AIS steps (all chain groups)"
+    assert eta.last_status(err)["done"] == eta.last_status(err)["total"] == 800
+    y = x[:5]
+    denoise.tap_denoise(m, y, 0.1, denoise.magnetisations(x), block=2)
+    status = eta.last_status(capsys.readouterr().err)
+    assert status["desc"] == "TAP denoising, rows" and status["done"] == status["total"] == 5
+
+
+def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(tmp_path):
+    work = prepare(tmp_path, "ops", 3)
+    data_dir = work / "results" / "data"
+    spec = {**json.loads(json.dumps(SPEC)), "epochs": 3, "batch_size": 50, "n_train": 200}
+    spec["hidden"] = [{"prior": "bernoulli", "units": 6}]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-m", "tapmachine", "train", "--model", "tiny", "--spec",
+         json.dumps(spec), "--data", str(data_dir / "mnist.npz"), "--outdir",
+         str(work / "results" / "ops" / "models" / "tiny")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("progress training")]
+    assert len(lines) == 3 and "1/3" in lines[0] and "ETA" in lines[0], out.stderr[-2000:]
+    # the log of a job at work (epoch 1 of 3 done), one of a finished job, one of an old one
+    logs = work / "logs" / "ops"
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / "running.log").write_text(lines[0] + "\n")
+    (logs / "train" / "done.log").write_text(out.stderr)
+    old = logs / "train" / "stale.log"
+    old.write_text(lines[0] + "\n")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    rows = progress.running_jobs(logs, active_minutes=15)
+    assert [r["job"] for r in rows] == ["train/running"]
+    assert rows[0]["done"] == 1 and rows[0]["total"] == 3
+    assert "running job" in progress.format_running(rows)
+
+
+@pytest.mark.parametrize("seconds,text", [(5, "5s"), (125, "2m05s"), (3725, "1h02m")])
+def test_format_seconds(seconds, text):
+    assert eta.format_seconds(seconds) == text

@@ -60,7 +60,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         pip install "${constraints[@]}" "$torch_spec"
     fi
 fi
-# slurm: the SLURM executor plugin; server: psycopg for an mlflow server on PostgreSQL.
+# slurm: the SLURM executor plugin; server: psycopg and Flask-WTF for an mlflow server on
+# PostgreSQL with basic-auth.
 pip install "${constraints[@]}" -e ".[test,slurm,server]"
 
 # The data stage fetches Fashion-MNIST with `apt-get download`, which needs package lists.

@@ -94,16 +94,33 @@ def _stop(pid: int, group: bool = True, sig=signal.SIGTERM, grace: float = 20) -
 
 
 class Server:
-    """`mlflow server` on 127.0.0.1 in its own process group."""
+    """`mlflow server` on 127.0.0.1 in its own process group; with ``auth`` (the README's recipe)
+    the basic-auth app, its users in ``auth["database_uri"]`` and the admin's credentials from
+    the environment."""
 
-    def __init__(self, backend: str, artifacts: Path, port: int, log: Path):
+    def __init__(self, backend: str, artifacts: Path, port: int, log: Path, auth=None):
         self.url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend]
         cmd += ["--artifacts-destination", str(artifacts), "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--workers", "1"]
+        env = dict(os.environ)
+        if auth is not None:
+            ini = Path(log).with_suffix(".auth.ini")
+            ini.write_text(
+                "[mlflow]\ndefault_permission = READ\n"
+                f"database_uri = {auth['database_uri']}\n"
+                "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+            )
+            cmd += ["--app-name", "basic-auth"]
+            env.update(
+                MLFLOW_AUTH_CONFIG_PATH=str(ini),
+                MLFLOW_AUTH_ADMIN_USERNAME=auth["user"],
+                MLFLOW_AUTH_ADMIN_PASSWORD=auth["password"],
+                MLFLOW_FLASK_SERVER_SECRET_KEY=auth["secret"],
+            )
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         self.startup_s = wait_http(self.url + "/health", timeout=120, proc=self.proc)
 
@@ -113,12 +130,14 @@ class Server:
         self.log.close()
 
 
-def _snakemake(workdir: Path, uri: str | None, wait: bool = True):
+def _snakemake(workdir: Path, uri: str | None, wait: bool = True, credentials=None):
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     env.pop("MLFLOW_TRACKING_URI", None)
     if uri:
         env["MLFLOW_TRACKING_URI"] = uri
+    if credentials:  # the jobs authenticate as the README says: through the environment
+        env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"] = credentials
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
     cmd += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
     cmd += ["--cores", "2", *targets("ops", EPOCHS)]
@@ -325,5 +344,63 @@ def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, pos
         # data: the synthetic "mnist" (made by the test, never by a job) plus binary_mnist
         _check_counts(after, work, {**EXPECTED_RUNS, "data": 2})
         assert after["train"] == before["train"], (before, after)  # nothing replayed twice
+    finally:
+        server.stop()
+
+
+def test_authenticated_server_refuses_anonymous_requests_and_takes_the_dags_runs(
+    tmp_path, postgres, monkeypatch
+):
+    """The README's shared-server recipe: `mlflow server --app-name basic-auth` on PostgreSQL
+    (users in a second database), the admin's credentials from the environment. A request
+    without credentials, or with a wrong password, is refused (401); the tiny DAG, its jobs
+    authenticating through MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, logs every run."""
+    import importlib.util
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("psycopg")
+    require(
+        importlib.util.find_spec("flask_wtf") is not None,
+        "Flask-WTF is not installed (pip install -e '.[server]'): no basic-auth app",
+    )
+    port = free_port()
+    work = tmp_path / "work"
+    prepare(work, "ops", EPOCHS)
+    user, password = "admin", "a-long-test-password-1"
+    auth = {
+        "database_uri": postgres("auth_users"),
+        "user": user,
+        "password": password,
+        "secret": "test-secret-key",
+    }
+    server = Server(postgres("auth_runs"), tmp_path / "artifacts", port, tmp_path / "s.log", auth)
+    try:
+        search = f"{server.url}/api/2.0/mlflow/experiments/search?max_results=5"
+
+        def status(credentials=None) -> int:
+            request = urllib.request.Request(search)
+            if credentials:
+                import base64
+
+                token = base64.b64encode(":".join(credentials).encode()).decode()
+                request.add_header("Authorization", f"Basic {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=30) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as err:
+                return err.code
+
+        assert status() == 401
+        assert status((user, "wrong")) == 401
+        assert status((user, password)) == 200
+        result = _snakemake(work, server.url, credentials=(user, password))
+        assert result.returncode == 0, result.stdout[-4000:]
+        _outputs_complete(work)
+        logs = "".join(p.read_text() for p in (work / "logs").rglob("*.log"))
+        assert "tracking disabled" not in logs, logs[-3000:]
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+        _check_counts(_count(server.url), work)
     finally:
         server.stop()

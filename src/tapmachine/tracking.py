@@ -477,8 +477,12 @@ def _system_monitor(run: Run):
     if not run.active:
         return None
     try:
+        import logging
+
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+        # its start/stop notices would clutter the job's log; warnings still show
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         monitor = SystemMetricsMonitor(run.run_id, tracking_uri=run._uri)
         monitor.start()
         return monitor

@@ -549,12 +549,18 @@ def resumed_epoch(log_text: str) -> int:
     """The epoch a training job's log says its start resumed from; 0 for a fresh start.
 
     Snakemake writes a job's log anew at each start, so the log of a finished job is its last
-    start's, the one its benchmark file times (``figures.claims.wall_times``). The lines naming
-    unreadable checkpoints skipped on the way (``resume_checkpoint``) come before it.
+    start's, the one its benchmark file times (``figures.claims.wall_times``). The resume line
+    is the first thing training writes; lines before it from elsewhere (unreadable checkpoints
+    skipped, ``resume_checkpoint``; a tracking library's notices) are passed over, up to the
+    first epoch's output.
     """
-    lines = (line for line in log_text.split("\n") if not line.startswith(_SKIPPED))
-    match = _RESUME_LINE.fullmatch(next(lines, "").strip())
-    return int(match.group(1)) if match else 0
+    for line in log_text.split("\n"):
+        match = _RESUME_LINE.fullmatch(line.strip())
+        if match:
+            return int(match.group(1))
+        if line.startswith(("epoch ", "progress ")):
+            return 0
+    return 0
 
 
 def reevaluate_history(

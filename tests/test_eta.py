@@ -17,6 +17,7 @@ from tiny_ops import prepare
 
 from tapmachine import denoise, estimators, eta, training
 from tapmachine.stages import progress
+from tapmachine.ucd import ais as ucd_ais
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def test_quiet_outside_a_job(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_ais_and_denoising_report_progress_in_a_job(capsys, monkeypatch):
+def test_ais_denoising_and_ucd_scoring_report_progress_in_a_job(capsys, monkeypatch):
     monkeypatch.setattr(eta, "ENABLED", True)
     monkeypatch.setenv(eta.INTERVAL_ENV, "0")
     x = bars_and_stripes()
@@ -64,6 +65,16 @@ def test_ais_and_denoising_report_progress_in_a_job(capsys, monkeypatch):
     denoise.tap_denoise(m, y, 0.1, denoise.magnetisations(x), block=2)
     status = eta.last_status(capsys.readouterr().err)
     assert status["desc"] == "TAP denoising, rows" and status["done"] == status["total"] == 5
+    # UCD scoring: the DBM's AIS
+    deep = training.build_machine(
+        {**SPEC, "hidden": [{"prior": "bernoulli", "units": 4}] * 2},
+        x,
+        0.1,
+        torch.Generator().manual_seed(1),
+    )
+    ucd_ais.dbm_ais_log_partition(deep, n_runs=4, betas=torch.linspace(0, 1, 51))
+    status = eta.last_status(capsys.readouterr().err)
+    assert status["desc"] == "DBM AIS steps" and status["done"] == status["total"] == 50
 
 
 def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(tmp_path):

@@ -53,6 +53,7 @@ import math
 import torch
 from torch import Tensor
 
+from tapmachine import eta
 from tapmachine.estimators import _as_betas, _log_mean_exp_and_stderr, base_rate_field
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
@@ -169,7 +170,9 @@ def dbm_ais_log_partition(
     for l in odd:  # the base: odd layers independent at their priors
         xs[l] = _sample(m.priors[l], zero[l], generator)
     logw = torch.zeros(n_runs, dtype=torch.float64, device=device)
+    progress = eta.report(len(schedule) - 1, "DBM AIS steps")  # in a job: lines with an ETA
     for k in range(1, len(schedule)):
+        progress.advance()
         b_new, b_old = schedule[k], schedule[k - 1]
         inputs = _even_inputs(m, xs)
         logw += _log_z_even(m, inputs, b_new, B0) - _log_z_even(m, inputs, b_old, B0)

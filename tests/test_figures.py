@@ -183,6 +183,69 @@ def test_mode_counting_finds_the_modes_of_a_mixture():
     assert fig5.count_modes([2.0, 2.0, 2.0]) == [] and fig5.count_modes([1.0]) == []
 
 
+def test_fig5_modes_at_some_epochs_only_is_not_held():
+    """'Two significant modes at all training epochs': two modes at some epochs and one at the
+    others gives not held, for bands and modes alike; two at every epoch gives held."""
+    rng = np.random.default_rng(1)
+    two = np.concatenate([rng.normal(-10.0, 1.0, 200), rng.normal(10.0, 1.0, 200)])
+    one = rng.normal(0.0, 1.0, 400)
+    ones = np.ones(400, dtype=int)
+    mixed = [fig5.epoch_shape(v, ones) for v in (two, one, two)]
+    assert [len(s["modes"]) for s in mixed] == [2, 1, 2]
+    assert [s["n_bands"] for s in mixed] == [2, 1, 2]
+    rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, mixed, [0.0] * 3)
+    verdicts = {r["claim"]: (r["value"], r["held"]) for r in rows}
+    for name in ("bands", "modes", "modes_weighted"):
+        assert verdicts[f"epochs_with_two_or_more_{name}"] == (2, "not held")
+    always = [fig5.epoch_shape(two, ones)] * 3
+    rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, always, [0.0] * 3)
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
+    # An epoch with too few solutions to count is left out, not counted against the claim.
+    few = fig5.epoch_shape([1.0, 2.0], [1, 1])
+    assert few["modes"] is None and few["modes_weighted"] is None
+    rows = fig5.verdict_claims(
+        "m", [1, 2, 3], [2, 400, 400], [0.01] * 3, [few] + always[:2], [0.0] * 3
+    )
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
+
+
+def test_fig5_modes_weighted_by_basin_size():
+    """Two clusters of unique solutions, one reached by almost every initialisation: two modes
+    counting each solution once, one weighting each by its basin."""
+    rng = np.random.default_rng(2)
+    values = np.concatenate([rng.normal(-3.0, 1.0, 200), rng.normal(3.0, 1.0, 200)])
+    basins = np.concatenate([np.full(200, 50), np.ones(200, dtype=int)])
+    assert len(fig5.count_modes(values)) == 2
+    weighted = fig5.count_modes(values, weights=basins)
+    assert len(weighted) == 1 and weighted[0] == pytest.approx(-3.0, abs=0.5)
+    # Equal weights are the unweighted count.
+    assert fig5.count_modes(values, weights=np.full(400, 7)) == pytest.approx(
+        fig5.count_modes(values)
+    )
+
+
+def test_fig5_rejudge_recomputes_the_same_rows(run, tmp_path):
+    """Judged again from its own CSV, a Fig. 5 table gives the rows and verdicts it was drawn
+    with."""
+    table = _save(fig5.make(run["solutions"]), tmp_path, "fig5")
+    again = fig5.rejudge(table)
+
+    def rows(t):
+        c = t[t["kind"] == "claim"]
+        return {
+            (r["claim"], -1 if pd.isna(r["epoch"]) else int(r["epoch"])): (
+                float(r["value"]),
+                "" if pd.isna(r["held"]) else r["held"],
+            )
+            for _, r in c.iterrows()
+        }
+
+    mine, theirs = rows(table), rows(again)
+    assert mine.keys() == theirs.keys()
+    for key, (value, held) in mine.items():
+        assert theirs[key][0] == pytest.approx(value, nan_ok=True) and theirs[key][1] == held
+
+
 def test_fig6_isomap_with_single_solution_epochs(run, tmp_path):
     result = fig6.make(run["solutions"], "isomap", n_neighbors=10)
     table = _save(result, tmp_path, "fig6")

@@ -46,6 +46,7 @@ __all__ = [
     "data_log_term",
     "unique",
     "tap_gradients",
+    "onsager_strength",
 ]
 
 
@@ -667,3 +668,57 @@ def unique(states: TAPState, tol: float) -> tuple[Tensor, Tensor, Tensor]:
     representatives = rows[perm[torch.tensor(reps, dtype=torch.long)]]
     counts = torch.tensor(counts, dtype=torch.long)
     return representatives.to(device), inverse.to(device), counts.to(device)
+
+
+# --------------------------------------------------------------------------------------------
+# Validity of the second-order expansion
+# --------------------------------------------------------------------------------------------
+
+
+def onsager_strength(machine: BoltzmannMachine, state: TAPState, per_coupling: bool = False):
+    """Size of the Onsager term at each row of ``state``: max_i c_i sum_j W_ij^2 c_j, (K,).
+
+    The TAP free energy (eq. 31; eq. 36 for an RBM) keeps the expansion in the couplings to
+    second order, whose term is (1/2) sum_ij W_ij^2 c_i c_j, and the TAP equations give each
+    unit the reaction field A_i = -sum_j W_ij^2 c_j (eq. 33; for an RBM A_i^v = -sum_j W_ij^2
+    c_j^h and A_j^h = -sum_i W_ij^2 c_i^v, Alg. 1). The matrix S_ij = c_i W_ij^2 c_j (over
+    all units of all layers, nonzero between neighbouring layers only) has row sums
+    c_i sum_j W_ij^2 c_j = -c_i A_i, and this function returns the largest row sum of each
+    row of ``state``:
+
+        max over layers l and units i of c_li (sum_{m neighbour of l} sum_j W_lm,ij^2 c_mj).
+
+    S is similar to the matrix c_i^2 W_ij^2 (conjugated by diag(c)) whose spectral radius
+    below 1 is the condition under which the expansion converges and a TAP solution is stable
+    against the spin-glass response, Plefka's (1982) beta^2 (1/N) sum_i (1 - m_i^2)^2 <= 1 for
+    the SK model (the paper cites it for the convergence condition of the TAP equation); the
+    largest row sum bounds that spectral radius from above (a nonnegative matrix). Values well
+    below 1: the second-order free energy is in its range of validity; near or above 1 it may
+    not be, and fixed points may be spurious.
+
+    The variances are the state's own c (a clamped visible layer has c = 0 and contributes
+    nothing). With ``per_coupling`` the result is a list with one (K,) tensor per coupling
+    W_l, the largest row sum over the units of layers l and l + 1 of that coupling's term
+    alone (for an RBM the single entry equals the total).
+    """
+    with torch.no_grad():
+        squares = [W.detach() * W.detach() for W in machine.weights]
+        c = [t.detach() for t in state.c]
+        # towards[l]: sum_j W_l,ij^2 c_{l+1,j} for units i of layer l; back[l]: for layer l + 1.
+        towards = [torch.mm(c[l + 1], S.T) for l, S in enumerate(squares)]
+        back = [torch.mm(c[l], S) for l, S in enumerate(squares)]
+        if per_coupling:
+            return [
+                torch.maximum((c[l] * towards[l]).amax(1), (c[l + 1] * back[l]).amax(1))
+                for l in range(len(squares))
+            ]
+        worst = None
+        for l in range(len(c)):
+            field = torch.zeros_like(c[l])
+            if l < len(squares):
+                field += towards[l]
+            if l > 0:
+                field += back[l - 1]
+            row = (c[l] * field).amax(1)
+            worst = row if worst is None else torch.maximum(worst, row)
+        return worst

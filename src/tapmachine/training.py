@@ -424,10 +424,11 @@ def evaluate_tap_log_likelihood(
     is tighter than the paper's 1e-8: on trained models rows near marginal stability stop at 1e-8
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
     the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
-    solutions) and the solution statistics (``n_converged_retry``: rows converged only in the
-    second pass). When no row converges even then, the epoch has no TAP log-likelihood: the
-    three numbers are NaN (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather
-    than losing a long run to one epoch at which TAP has no fixed point within reach.
+    solutions), the solution statistics (``n_converged_retry``: rows converged only in the
+    second pass) and the TAP-validity and first-pass numbers of ``_pass_and_validity``. When
+    no row converges even then, the epoch has no TAP log-likelihood: the three numbers are NaN
+    (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather than losing a long run
+    to one epoch at which TAP has no fixed point within reach.
     """
     states = tap.solve_with_retry(
         machine,
@@ -437,7 +438,7 @@ def evaluate_tap_log_likelihood(
         max_iter=settings.max_iter,
         retry_damping=settings.retry_damping,
     )
-    reps, _, _ = tap.unique(states, settings.dedup_tol)
+    reps, inverse, _ = tap.unique(states, settings.dedup_tol)
     counts = {
         # Recorded, so that a record made with another second pass is recognised (resume, Fig. 12)
         "retry_tol": tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping),
@@ -453,6 +454,7 @@ def evaluate_tap_log_likelihood(
     unique = states.select(reps)
     ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
+        **_pass_and_validity(machine, x, states, inverse, unique, settings.max_iter),
         "tap_ll": float(ll.mean()),
         # The same number likelihood.tap_log_partition gives from these rows: Fig. 12's scoring
         # reuses it instead of solving again (likelihood.score_checkpoints).
@@ -460,6 +462,33 @@ def evaluate_tap_log_likelihood(
         "tap_ll_stderr": float(ll.std() / math.sqrt(len(ll))) if len(ll) > 1 else 0.0,
         **counts,
     }
+
+
+def _pass_and_validity(machine, x, states, inverse, unique, max_iter: int) -> dict:
+    """What Fig. 3 shows beside an evaluation's TAP log-likelihood.
+
+    ``tap_validity`` and ``tap_validity_median``: the largest and the median over the unique
+    solutions of ``tap.onsager_strength`` (max_i c_i sum_j W_ij^2 c_j; near or above 1 the
+    second-order free energy may be outside its range of validity). ``tap_ll_first_pass``:
+    the TAP log-likelihood from only the unique solutions that some row reached in the first
+    pass (at ``damping``), leaving out the fixed points only the second pass (at
+    ``retry_damping``) found; ``n_unique_retry_only`` counts those (NaN log-likelihood when
+    every solution is one).
+    """
+    strength = tap.onsager_strength(machine, unique)
+    first = states.converged & (states.iterations <= max_iter)
+    reached = torch.zeros(unique.n_rows, dtype=torch.bool, device=first.device)
+    reached[inverse[first]] = True
+    out = {
+        "tap_validity": float(strength.max()),
+        "tap_validity_median": float(strength.median()),
+        "n_unique_retry_only": int((~reached).sum()),
+        "tap_ll_first_pass": math.nan,
+    }
+    if bool(reached.any()):
+        ll = tap.log_likelihood(machine, x, unique.select(reached), per_unit=True)
+        out["tap_ll_first_pass"] = float(ll.mean())
+    return out
 
 
 def recorded_retry_tol(row: dict, trained: dict) -> float | None:

@@ -70,6 +70,46 @@ def test_fig3_leaves_epochs_without_a_tap_solution_out(run, tmp_path):
     assert np.isfinite(claims(table, "slope_ratio_early_over_late")["value"].iloc[0])
 
 
+def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
+    """The per-epoch diagnostics of metrics.csv reach the CSV and the title; a curve that falls
+    after the breakpoint is not 'still rising at a near-constant slope'; judged again from its
+    CSV, the table gives the same rows."""
+    df = pd.read_csv(run["metrics"])
+    n = len(df)
+    b = tiny_harvest.EPOCHS // 2
+    df["tap_ll"] = np.where(df["epoch"] <= b, 0.1 * df["epoch"], 0.1 * b - 0.01 * (df["epoch"] - b))
+    df["tap_validity"] = np.linspace(0.2, 1.4, n)
+    df["tap_validity_median"] = df["tap_validity"] / 2
+    df["train_unconverged_steps"] = [0] * (n - 1) + [7]
+    df["tap_ll_first_pass"] = df["tap_ll"] - np.where(df["epoch"] == n, 0.05, 0.0)
+    df["n_unique_retry_only"] = [0] * (n - 1) + [2]
+    metrics = tmp_path / "metrics.csv"
+    df.to_csv(metrics, index=False)
+    result = fig3.make([metrics], [run["model"]])
+    table = _save(result, tmp_path, "fig3")
+    drawn = table[table["kind"] == "drawn"].sort_values("epoch")
+    for column in fig3.DIAGNOSTICS:
+        assert np.allclose(drawn[column].to_numpy(float), df[column].to_numpy(float))
+    late = claims(table, "slope_after_breakpoint")
+    assert late["value"].iloc[0] == pytest.approx(-0.01) and late["held"].iloc[0] == "not held"
+    assert claims(table, "peak_epoch")["value"].iloc[0] == b
+    first_over = int(df["epoch"][df["tap_validity"] >= 1].min())
+    assert claims(table, "epochs_tap_validity_at_least_1")["value"].iloc[0] == int(
+        (df["tap_validity"] >= 1).sum()
+    )
+    assert claims(table, "epochs_with_unconverged_training_steps")["value"].iloc[0] == 1
+    assert claims(table, "epochs_with_second_pass_fixed_points")["value"].iloc[0] == 1
+    title = result.figure.get_suptitle()
+    assert f"diagnostic >= 1 from epoch {first_over}" in title
+    assert f"without a converged row from epoch {n}" in title
+    again = fig3.rejudge(table)
+    mine, theirs = (
+        t[t["kind"] == "claim"][["claim", "value", "held"]].fillna("").reset_index(drop=True)
+        for t in (table, again)
+    )
+    pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+
+
 def test_fig3_slopes():
     assert fig3.breakpoint_epoch(100) == (20, "epoch 20 (paper)")
     e = np.arange(1, 101, dtype=float)

@@ -163,6 +163,39 @@ def test_spread_measure_on_hand_made_fields():
         fig4.spread_l01(W, scale="unit")
 
 
+def test_support_fraction_is_scale_free_and_raw_spread_is_not():
+    """Scaling W (as a whole or field by field) leaves the support fraction as it is and
+    multiplies the raw l_0.1 spread by s^0.1."""
+    W = np.random.default_rng(4).normal(size=(49, 6)) * np.linspace(0.1, 3.0, 6)
+    base = fig4.support_fraction(W)
+    for s in (1e-3, 0.5, 7.0):
+        assert fig4.support_fraction(s * W) == pytest.approx(base, rel=1e-12)
+        assert fig4.spread_l01(s * W) == pytest.approx(s**0.1 * fig4.spread_l01(W), rel=1e-12)
+    columns = np.array([0.01, 1.0, 3.0, 0.2, 5.0, 40.0])
+    assert fig4.support_fraction(W * columns) == pytest.approx(base, rel=1e-12)
+
+
+def test_fig4_trend_judged_on_both_measures(run, tmp_path):
+    """'More localisation with larger Nh' on the raw spread and on the support fraction, per
+    dataset: weights that grow with Nh make the raw spread fall while the fields' shape, and so
+    the support fraction, stays: one verdict held, the other not."""
+    models = [("d", 25, 0.70, 0.40), ("d", 100, 0.65, 0.40 + 1e-3), ("d", 500, 0.60, 0.41)]
+    rows = {r["claim"]: r for r in fig4.trend_claims(models)}
+    raw = rows["spearman_hidden_units_vs_median_spread"]
+    scale_free = rows["spearman_hidden_units_vs_median_support_fraction"]
+    assert raw["value"] == pytest.approx(-1.0) and raw["held"] == "held"
+    assert scale_free["value"] == pytest.approx(1.0) and scale_free["held"] == "not held"
+    assert all(r["held"] == "" for r in fig4.trend_claims(models[:2]))  # too few models
+    table = _save(
+        fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4), tmp_path, "f4"
+    )
+    again = fig4.rejudge(table)
+    assert list(
+        claims(again, "spearman_hidden_units_vs_median_support_fraction")["held"].fillna("")
+    ) == [""]
+    assert len(again[again["kind"] == "claim"]) == len(table[table["kind"] == "claim"])
+
+
 def test_fig5(run, tmp_path):
     result = fig5.make([str(p) for p in reversed(run["solutions"])], slices=None)
     table = _save(result, tmp_path, "fig5")

@@ -41,7 +41,7 @@ def _fig12(m, a):
 
 
 def _likelihood_table(m, a):
-    return m.make(a.scores, a.model_files, not a.no_reference)
+    return m.make(a.scores, a.model_files, not a.no_reference, a.data)
 
 
 def _ucd_fig1(m, a):
@@ -271,6 +271,9 @@ def register(subparsers) -> None:
     tab.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
     tab.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
     tab.add_argument("--no-reference", action="store_true", help="omit the published row")
+    tab.add_argument(
+        "--data", nargs="+", default=None, help="dataset .npz per model (binarisation)"
+    )
     u1 = figs.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
     u1.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
     us = figs.add_parser("ucd_samples", help="second paper, Fig. 2: samples, UCD-LMI vs PCD")

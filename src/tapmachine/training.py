@@ -372,7 +372,12 @@ def _step_prior_parameter(
 
 
 def _apply_update(machine, grads, velocity, lr, settings: TrainSettings):
-    """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta."""
+    """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta.
+
+    Heavy-ball momentum: the velocity carries the whole previous step, its l2 term included.
+    Alg. 2 prints the momentum term as eta dW^(t-1), the previous gradient without the learning
+    rate, which at eta = 0.5 and lr = 0.005 would outweigh the gradient step 100 to 1; the
+    previous step is the usual reading (README, departures)."""
     new_weights = []
     for l, (W, dW) in enumerate(zip(machine.weights, grads["weights"], strict=True)):
         # In place on the velocity buffer: Nv x Nh temporaries cost as much as the matmuls.

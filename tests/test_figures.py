@@ -572,6 +572,31 @@ def test_claims_report_collects_every_figure(tmp_path):
     assert cli.main(["claims", "--results", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
 
 
+def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
+    """A committed figure CSV whose verdict an older rule wrote (here: a band verdict turned
+    to held) reads as written, and with rejudge as the current code judges its drawn rows."""
+    from tapmachine import cli
+    from tapmachine.figures import claims as claims_report
+
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    table = fig5.make(run["solutions"]).table
+    bands = table["claim"] == "epochs_with_two_or_more_bands"
+    truth = table.loc[bands, "held"].iloc[0]
+    table.loc[bands, "held"] = "held" if truth == "not held" else "not held"
+    table.to_csv(figs / "fig5.csv", index=False)
+
+    def verdict(rows):
+        return rows[rows["claim"] == "epochs_with_two_or_more_bands"]["held"].iloc[0]
+
+    assert verdict(claims_report.collect(figs)) != truth
+    assert verdict(claims_report.collect(figs, rejudge=True)) == truth
+    out = tmp_path / "claims.md"
+    assert cli.main(["claims", "--results", str(figs), "--out", str(out), "--rejudge"]) == 0
+    line = next(x for x in out.read_text().splitlines() if "epochs_with_two_or_more_bands" in x)
+    assert line.endswith(f"| {truth} |")
+
+
 def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
     import json
 

@@ -209,6 +209,7 @@ def claims_report(args) -> None:
         args.section,
         models if models.is_dir() else None,
         args.logs,
+        args.rejudge,
     )
     print(f"wrote {out} (claim rows of {folder})")
 
@@ -237,6 +238,12 @@ def register(subparsers) -> None:
         default=None,
         help="replace only the part between <!-- claims:SECTION --> and <!-- /claims:SECTION -->"
         " of --out (e.g. docs/results.md)",
+    )
+    c.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="compute the claim rows of fig3, fig4 and fig5 again from their CSVs' drawn rows "
+        "(the current verdicts of a run whose inputs are gone, e.g. docs/results/paper)",
     )
     c.set_defaults(func=claims_report)
     s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")

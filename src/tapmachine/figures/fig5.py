@@ -418,6 +418,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     more = right.get_legend_handles_labels()
     top.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="best")
     by_epoch = {s["epoch"]: s for s in sols}
+    legend_drawn = False
     for j, e in enumerate(slices):
         ax = fig.add_subplot(gs[1, j])
         Fu = np.asarray(by_epoch[e]["unique_free_energy"], dtype=np.float64)
@@ -435,8 +436,22 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             grid = np.linspace(lo - pad, hi + pad, 300)
             kde = gaussian_kde(Fu, grid)
             if kde is not None:
-                ax.plot(grid, kde, color="tab:red", lw=1)
-        ax.set_title(f"epoch {e}: {Fu.size} unique", fontsize=8)
+                ax.plot(grid, kde, color="tab:red", lw=1, label="KDE")
+                weights = np.asarray(by_epoch[e]["multiplicity"], dtype=np.float64)
+                ax.plot(
+                    grid,
+                    gaussian_kde(Fu, grid, weights),
+                    color="0.2",
+                    lw=1,
+                    ls="--",
+                    label="KDE by basin size",
+                )
+                if not legend_drawn:
+                    ax.legend(fontsize=6)
+                    legend_drawn = True
+        copies = near_copies[epochs.index(e)]
+        share = f", {copies:.0%} near copies" if np.isfinite(copies) else ""
+        ax.set_title(f"epoch {e}: {Fu.size} unique{share}", fontsize=8)
         ax.set_xlabel("F", fontsize=8)
         ax.tick_params(labelsize=7)
     fig.suptitle(

@@ -280,6 +280,8 @@ def test_fig5_modes_at_some_epochs_only_is_not_held():
         "m", [1, 2, 3], [2, 400, 400], [0.01] * 3, [few] + always[:2], [0.0] * 3
     )
     assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
+    rows = fig5.verdict_claims("m", [1], [2], [0.01], [few], [0.0])
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {""}
 
 
 def test_fig5_modes_weighted_by_basin_size():
@@ -573,27 +575,27 @@ def test_claims_report_collects_every_figure(tmp_path):
 
 
 def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
-    """A committed figure CSV whose verdict an older rule wrote (here: a band verdict turned
-    to held) reads as written, and with rejudge as the current code judges its drawn rows."""
+    """A committed figure CSV whose verdict an older rule wrote (here: the unique-fraction
+    verdict turned over) reads as written, and with rejudge as the current code judges it."""
     from tapmachine import cli
     from tapmachine.figures import claims as claims_report
 
     figs = tmp_path / "figures"
     figs.mkdir()
     table = fig5.make(run["solutions"]).table
-    bands = table["claim"] == "epochs_with_two_or_more_bands"
-    truth = table.loc[bands, "held"].iloc[0]
-    table.loc[bands, "held"] = "held" if truth == "not held" else "not held"
+    row = table["claim"] == "max_unique_fraction"
+    truth = table.loc[row, "held"].iloc[0]
+    table.loc[row, "held"] = "held" if truth == "not held" else "not held"
     table.to_csv(figs / "fig5.csv", index=False)
 
     def verdict(rows):
-        return rows[rows["claim"] == "epochs_with_two_or_more_bands"]["held"].iloc[0]
+        return rows[rows["claim"] == "max_unique_fraction"]["held"].iloc[0]
 
     assert verdict(claims_report.collect(figs)) != truth
     assert verdict(claims_report.collect(figs, rejudge=True)) == truth
     out = tmp_path / "claims.md"
     assert cli.main(["claims", "--results", str(figs), "--out", str(out), "--rejudge"]) == 0
-    line = next(x for x in out.read_text().splitlines() if "epochs_with_two_or_more_bands" in x)
+    line = next(x for x in out.read_text().splitlines() if "max_unique_fraction" in x)
     assert line.endswith(f"| {truth} |")
 
 

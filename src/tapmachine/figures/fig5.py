@@ -270,7 +270,8 @@ def verdict_claims(
 
     "Two significant modes at all training epochs" is tested as written: held only when every
     epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two or more (bands, modes
-    and basin-weighted modes alike); an epoch with fewer has no distribution to count.
+    and basin-weighted modes alike); an epoch with fewer has no distribution to count, and with
+    no such epoch there is no verdict.
     """
     from scipy.stats import spearmanr
 
@@ -290,7 +291,7 @@ def verdict_claims(
             model,
             f"{of}; paper: two significant modes at all training epochs (binary-MNIST): {what}"
             + detail,
-            held=bool(eligible) and n == len(eligible),
+            held=(n == len(eligible)) if eligible else None,
         )
 
     return [

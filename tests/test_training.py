@@ -439,6 +439,31 @@ def test_evaluation_first_pass_curve_and_validity():
     assert 0 < result["tap_validity_median"] <= result["tap_validity"]
 
 
+def test_first_pass_curve_leaves_out_second_pass_fixed_points():
+    """Solutions reached only by rows marked as second-pass (iterations > max_iter) are left
+    out of tap_ll_first_pass, which equals eq. 39 computed from the others directly."""
+    from tapmachine.machine import BoltzmannMachine
+    from tapmachine.priors import Bernoulli
+
+    x = bars_and_stripes()
+    W = 2.0 * torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    zeros = torch.zeros(22, dtype=torch.float64)
+    m = BoltzmannMachine((Bernoulli(zeros[:16]), Bernoulli(zeros[16:])), (W,))
+    states = tap.solve(m, x, damping=0.5, tol=1e-12, max_iter=2000)
+    reps, inverse, _ = tap.unique(states, 1e-2)
+    assert reps.numel() >= 2, "the test needs several fixed points"
+    unique = states.select(reps)
+    ll = float(tap.log_likelihood(m, x, unique, per_unit=True).mean())
+    # Mark every row of solution 0 as reached in the second pass.
+    states.iterations[inverse == 0] = 2001
+    out = training._pass_and_validity(m, states, inverse, unique, ll, max_iter=2000)
+    assert out["n_unique_retry_only"] == 1
+    kept = torch.arange(reps.numel()) != 0
+    expected = tap.log_likelihood(m, x, unique.select(kept), per_unit=True).mean()
+    assert out["tap_ll_first_pass"] == pytest.approx(float(expected), abs=1e-10)
+    assert out["tap_ll_first_pass"] != pytest.approx(ll, abs=1e-6)
+
+
 def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_path, monkeypatch):
     """retry_damping is not in the fingerprint: a run resumed with another value evaluates its
     earlier epochs again from their checkpoints (rewriting them, so an interrupted pass goes on

@@ -459,7 +459,7 @@ def evaluate_tap_log_likelihood(
     unique = states.select(reps)
     ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
-        **_pass_and_validity(machine, x, states, inverse, unique, settings.max_iter),
+        **_pass_and_validity(machine, states, inverse, unique, float(ll.mean()), settings.max_iter),
         "tap_ll": float(ll.mean()),
         # The same number likelihood.tap_log_partition gives from these rows: Fig. 12's scoring
         # reuses it instead of solving again (likelihood.score_checkpoints).
@@ -469,7 +469,7 @@ def evaluate_tap_log_likelihood(
     }
 
 
-def _pass_and_validity(machine, x, states, inverse, unique, max_iter: int) -> dict:
+def _pass_and_validity(machine, states, inverse, unique, tap_ll: float, max_iter: int) -> dict:
     """What Fig. 3 shows beside an evaluation's TAP log-likelihood.
 
     ``tap_validity`` and ``tap_validity_median``: the largest and the median over the unique
@@ -478,7 +478,10 @@ def _pass_and_validity(machine, x, states, inverse, unique, max_iter: int) -> di
     the TAP log-likelihood from only the unique solutions that some row reached in the first
     pass (at ``damping``), leaving out the fixed points only the second pass (at
     ``retry_damping``) found; ``n_unique_retry_only`` counts those (NaN log-likelihood when
-    every solution is one).
+    every solution is one). Eq. 39's data term does not depend on the solutions, so the mean
+    log-likelihood moves by the change of their mean free energy over sum_l N_l: ``tap_ll``
+    (the mean over all unique solutions) plus (mean F of the kept - mean F of all) / sum_l N_l
+    (eq. 39 adds the mean free energy, an estimate of -ln Z).
     """
     strength = tap.onsager_strength(machine, unique)
     first = states.converged & (states.iterations <= max_iter)
@@ -491,8 +494,9 @@ def _pass_and_validity(machine, x, states, inverse, unique, max_iter: int) -> di
         "tap_ll_first_pass": math.nan,
     }
     if bool(reached.any()):
-        ll = tap.log_likelihood(machine, x, unique.select(reached), per_unit=True)
-        out["tap_ll_first_pass"] = float(ll.mean())
+        F = tap.free_energy(machine, unique).double()
+        shift = (F[reached].mean() - F.mean()) / sum(machine.sizes)
+        out["tap_ll_first_pass"] = tap_ll + float(shift)
     return out
 
 

@@ -625,3 +625,27 @@ def test_onsager_strength_uniform_closed_form_and_spectral_bound():
         radius = torch.linalg.eigvalsh(S).abs().max()
         assert 0 < radius <= strength[k] + 1e-12
         assert strength[k] == pytest.approx(S.sum(1).max().item())
+        assert tap.onsager_spectral_radius(machine, states)[k] == pytest.approx(
+            radius.item(), rel=1e-8
+        )
+
+
+def test_onsager_spectral_radius_of_a_three_layer_machine():
+    """The power iteration's rho against the eigenvalues of the whole S (all layers) for random
+    variances of a 4-3-2 machine, and 0 where every variance is 0."""
+    g = _gen(11)
+    machine = _random_machine(Bernoulli, (4, 3, 2), 1.3, g)
+    c = [torch.rand(3, n, dtype=DT, generator=g) * 0.25 for n in (4, 3, 2)]
+    state = tap.TAPState(c, c, c, c, torch.ones(3, dtype=torch.long), torch.ones(3).bool())
+    rho = tap.onsager_spectral_radius(machine, state)
+    W2 = [W * W for W in machine.weights]
+    for k in range(3):
+        S = torch.zeros(9, 9, dtype=DT)
+        S[:4, 4:7] = c[0][k][:, None] * W2[0] * c[1][k][None, :]
+        S[4:7, 7:] = c[1][k][:, None] * W2[1] * c[2][k][None, :]
+        S = S + S.T
+        assert rho[k] == pytest.approx(torch.linalg.eigvalsh(S).abs().max().item(), rel=1e-8)
+        assert rho[k] <= tap.onsager_strength(machine, state)[k] + 1e-12
+    zero = [torch.zeros_like(t) for t in c]
+    empty = tap.TAPState(zero, zero, zero, zero, state.iterations, state.converged)
+    assert torch.equal(tap.onsager_spectral_radius(machine, empty), torch.zeros(3, dtype=DT))

@@ -80,6 +80,8 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     df["tap_ll"] = np.where(df["epoch"] <= b, 0.1 * df["epoch"], 0.1 * b - 0.01 * (df["epoch"] - b))
     df["tap_validity"] = np.linspace(0.2, 1.4, n)
     df["tap_validity_median"] = df["tap_validity"] / 2
+    df["tap_validity_rho"] = df["tap_validity"] * 0.9
+    df["tap_validity_rho_median"] = df["tap_validity_rho"] / 2
     df["train_unconverged_steps"] = [0] * (n - 1) + [7]
     df["tap_ll_first_pass"] = df["tap_ll"] - np.where(df["epoch"] == n, 0.05, 0.0)
     df["n_unique_retry_only"] = [0] * (n - 1) + [2]
@@ -93,14 +95,18 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     late = claims(table, "slope_after_breakpoint")
     assert late["value"].iloc[0] == pytest.approx(-0.01) and late["held"].iloc[0] == "not held"
     assert claims(table, "peak_epoch")["value"].iloc[0] == b
-    first_over = int(df["epoch"][df["tap_validity"] >= 1].min())
+    first_over = int(df["epoch"][df["tap_validity_rho"] >= 1].min())
     assert claims(table, "epochs_tap_validity_at_least_1")["value"].iloc[0] == int(
         (df["tap_validity"] >= 1).sum()
     )
+    assert claims(table, "epochs_tap_validity_rho_at_least_1")["value"].iloc[0] == int(
+        (df["tap_validity_rho"] >= 1).sum()
+    )
+    assert claims(table, "max_tap_validity_rho")["value"].iloc[0] == pytest.approx(1.4 * 0.9)
     assert claims(table, "epochs_with_unconverged_training_steps")["value"].iloc[0] == 1
     assert claims(table, "epochs_with_second_pass_fixed_points")["value"].iloc[0] == 1
     title = result.figure.get_suptitle()
-    assert f"diagnostic >= 1 from epoch {first_over}" in title
+    assert f"c_i W_ij^2 c_j >= 1 from epoch {first_over}" in title
     assert f"without a converged row from epoch {n}" in title
     again = fig3.rejudge(table)
     mine, theirs = (

@@ -437,6 +437,10 @@ def test_evaluation_first_pass_curve_and_validity():
     assert result["tap_validity"] == pytest.approx(float(strength.max()), rel=1e-6)
     assert result["tap_validity_median"] == pytest.approx(float(strength.median()), rel=1e-6)
     assert 0 < result["tap_validity_median"] <= result["tap_validity"]
+    rho = tap.onsager_spectral_radius(m, states.select(reps))
+    assert result["tap_validity_rho"] == pytest.approx(float(rho.max()), rel=1e-6)
+    assert result["tap_validity_rho_median"] == pytest.approx(float(rho.median()), rel=1e-6)
+    assert result["tap_validity_rho"] <= result["tap_validity"] + 1e-12  # the bound
 
 
 def test_first_pass_curve_leaves_out_second_pass_fixed_points():

@@ -12,13 +12,15 @@ fits. "Then at a near-constant slope" is judged as the curve still rising after 
 
 Where ``metrics.csv`` has them (``DIAGNOSTICS``), the CSV carries per epoch: the TAP-validity
 diagnostic of the evaluation's solutions (``tap_validity``, the largest over the unique
-solutions of max_i c_i sum_j W_ij^2 c_j, ``tap.onsager_strength``, and its median), the number of
-converged-training steps with no converged row that used all rows as they stood
-(``train_unconverged_steps``), and the curve without the fixed points only the evaluation's
-second pass (``retry_damping``) reached (``tap_ll_first_pass``, ``n_unique_retry_only``). The
-figure draws that curve dashed where it differs, the diagnostic in a lower panel, and says in
-its title from which epoch a model's diagnostic reaches 1 or its training had such steps: the
-epochs where the curve is outside what second-order TAP and converged training describe.
+solutions of max_i c_i sum_j W_ij^2 c_j, ``tap.onsager_strength``, and its median; and
+``tap_validity_rho``, the spectral radius of c_i W_ij^2 c_j that it bounds,
+``tap.onsager_spectral_radius``), the number of converged-training steps with no converged row
+that used all rows as they stood (``train_unconverged_steps``), and the curve without the fixed
+points only the evaluation's second pass (``retry_damping``) reached (``tap_ll_first_pass``,
+``n_unique_retry_only``). The figure draws that curve dashed where it differs, the diagnostic in
+a lower panel, and says in its title from which epoch a model's spectral radius reaches 1 or its
+training had such steps: the epochs where the curve is outside what second-order TAP and
+converged training describe.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ __all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "DIAGNOSTICS"]
 DIAGNOSTICS = (
     "tap_validity",
     "tap_validity_median",
+    "tap_validity_rho",
+    "tap_validity_rho_median",
     "train_unconverged_steps",
     "tap_ll_first_pass",
     "n_unique_retry_only",
@@ -119,8 +123,10 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
             first = extra["tap_ll_first_pass"]
             if np.isfinite(first).any() and not np.allclose(first, m, equal_nan=True):
                 ax.plot(e, first, color=line.get_color(), ls="--", lw=0.9)
+            if np.isfinite(extra["tap_validity_rho"]).any():
+                low.plot(e, extra["tap_validity_rho"], color=line.get_color(), label=info.name)
             if np.isfinite(extra["tap_validity"]).any():
-                low.plot(e, extra["tap_validity"], color=line.get_color(), label=info.name)
+                low.plot(e, extra["tap_validity"], color=line.get_color(), ls=":", lw=0.8)
             for i, (ei, mi, si) in enumerate(zip(e, m, s, strict=True)):
                 drawn.append(
                     {
@@ -142,7 +148,8 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
         ax.grid(alpha=0.3)
         low.axhline(1.0, color="0.4", lw=0.8, ls=":")
         low.set_xlabel("epoch")
-        low.set_ylabel("max_i c_i sum_j W_ij^2 c_j", fontsize=7)
+        low.set_ylabel("TAP validity", fontsize=7)
+        low.set_yscale("symlog", linthresh=1.0)
         low.grid(alpha=0.3)
     substitutes = sorted({i.substitute for i in infos if i.substitute})
     fig.suptitle(
@@ -150,7 +157,9 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
         f"models {', '.join(i.name for i in infos)} on {', '.join(datasets)}"
         + (f" [SUBSTITUTE data: {'; '.join(substitutes)}]" if substitutes else "")
         + "\ndashed: without the fixed points only the second pass (retry_damping) reached; "
-        "below: TAP-validity diagnostic (largest over the solutions)"
+        "below: TAP validity, largest over the solutions of the spectral radius of "
+        "c_i W_ij^2 c_j (solid; >= 1: outside Plefka's condition) and of its bound "
+        "max_i c_i sum_j W_ij^2 c_j (dotted)"
         + _title_note(curves)
         + "".join(f"\n{n}" for n in limits if n),
         fontsize=9,
@@ -167,9 +176,9 @@ def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
     """A title line naming the first epoch at which a model's TAP-validity diagnostic reaches 1
     and the first at which its training had steps without a converged row; "" if neither."""
     parts = []
-    invalid = epochs[extra["tap_validity"] >= 1.0]
+    invalid = epochs[extra["tap_validity_rho"] >= 1.0]
     if invalid.size:
-        parts.append(f"TAP-validity diagnostic >= 1 from epoch {int(invalid.min())}")
+        parts.append(f"spectral radius of c_i W_ij^2 c_j >= 1 from epoch {int(invalid.min())}")
     fallback = epochs[extra["train_unconverged_steps"] > 0]
     if fallback.size:
         parts.append(f"training steps without a converged row from epoch {int(fallback.min())}")
@@ -193,6 +202,25 @@ def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: di
             ),
             claim(
                 "epochs_tap_validity_at_least_1",
+                int(over.size),
+                model,
+                f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),
+            ),
+        ]
+    rho = extra["tap_validity_rho"]
+    if np.isfinite(rho).any():
+        over = epochs[rho >= 1.0]
+        rows += [
+            claim(
+                "max_tap_validity_rho",
+                float(np.nanmax(rho)),
+                model,
+                "largest spectral radius of c_i W_ij^2 c_j over epochs and solutions (>= 1: "
+                "outside Plefka's condition for the second-order expansion)",
+                int(epochs[np.nanargmax(rho)]),
+            ),
+            claim(
+                "epochs_tap_validity_rho_at_least_1",
                 int(over.size),
                 model,
                 f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),

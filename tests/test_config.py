@@ -176,3 +176,14 @@ def test_paper_config_has_its_own_results_directory():
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     default = validate(load("config.yaml"), SCHEMA)
     assert (paper["run"]["name"], default["run"]["name"]) == ("paper", "default")
+
+
+def test_stochastic_binarisation_needs_its_seed(default):
+    """A derived dataset binarised at random names its seed; without one the config fails."""
+    config = copy.deepcopy(default)
+    derived = config["data"]["derived"]
+    derived["sbm"] = {"source": "mnist", "transforms": [{"name": "bernoulli", "seed": 2008}]}
+    validate(copy.deepcopy(config), SCHEMA)
+    derived["sbm"]["transforms"] = [{"name": "bernoulli"}]
+    with pytest.raises(ConfigError, match=r"sbm\.transforms\[0\]"):
+        validate(config, SCHEMA)

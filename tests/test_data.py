@@ -609,6 +609,45 @@ def test_threshold_exact():
     assert D.threshold(np.array([[0.5, 0.51]], np.float32)).tolist() == [[0, 1]]
 
 
+def test_bernoulli_is_seeded_and_has_the_pixel_means():
+    """Stochastic binarisation: the same seed gives the same images, another seed others, the
+    two splits independent draws; each pixel's mean over many images is its pixel / 255."""
+    levels = np.array([0, 1, 26, 128, 200, 254, 255], dtype=np.uint8)
+    x = np.tile(levels, (20000, 1))
+    a = D.bernoulli(x, seed=7)
+    assert a.dtype == np.uint8 and set(np.unique(a)) <= {0, 1}
+    np.testing.assert_array_equal(a, D.bernoulli(x, seed=7))
+    assert (a != D.bernoulli(x, seed=8)).any()
+    assert (a != D.bernoulli(x, seed=7, split="test")).any()
+    # Chunking only bounds memory: the same draws in any chunk size.
+    np.testing.assert_array_equal(a, D.bernoulli(x, seed=7, chunk=333))
+    p = levels / 255.0
+    sigma = np.sqrt(p * (1 - p) / len(x))
+    assert (np.abs(a.mean(0) - p) <= 5 * sigma + 1e-12).all()
+    assert a[:, 0].sum() == 0 and a[:, -1].all()  # pixel 0 never on, 255 always
+    floats = D.bernoulli(x.astype(np.float32) / 255.0, seed=7)
+    assert np.abs(floats.mean(0) - p).max() < 0.02
+    with pytest.raises(D.DataError, match="bernoulli: float input must lie"):
+        D.bernoulli(np.array([[1.5]]), seed=0)
+    with pytest.raises(D.DataError, match="split must be one of"):
+        D.bernoulli(x[:2], seed=0, split="valid")
+
+
+def test_derive_stochastic_binarisation_reproducible():
+    """A derived stochastically binarised dataset is the same from the same seed, records the
+    seed, and draws the test split apart from the training split."""
+    ds = fixture_dataset()
+    spec = [{"name": "bernoulli", "seed": 2008}]
+    one, two = D.derive(ds, spec, "sbm"), D.derive(ds, spec, "sbm")
+    np.testing.assert_array_equal(one.x_train, two.x_train)
+    np.testing.assert_array_equal(one.x_test, two.x_test)
+    np.testing.assert_array_equal(one.x_train, D.bernoulli(ds.x_train, seed=2008))
+    np.testing.assert_array_equal(one.x_test, D.bernoulli(ds.x_test, seed=2008, split="test"))
+    assert one.provenance["transforms"] == spec
+    with pytest.raises(D.DataError, match="bad parameters"):
+        D.derive(ds, [{"name": "bernoulli"}], "x")  # the seed is required
+
+
 def test_scale_exact():
     x = np.array([[0, 51, 255]], dtype=np.uint8)
     out = D.scale(x)

@@ -468,6 +468,12 @@ def test_stage_bsc_baselines_and_figures(tmp_path):
     drawn = res.table[res.table["kind"] == "drawn"]
     assert set(drawn["method"]) == {"ope", "1nn", "tap_nh5"}
     assert {"method", "p", "mcc", "mcc_se"} <= set(drawn.columns) and len(drawn) == 12
+    # The verdicts are in the held column, where the claims report counts them.
+    rows = res.table[res.table["kind"] == "claim"].set_index("claim")
+    beats = rows.loc["tap_beats_ope"]
+    assert beats["held"] == ("held" if beats["value"] == 1 else "not held")  # Nh = 5 <= 100
+    tracks = rows.loc["tap_tracks_1nn"]
+    assert tracks["held"] == ("held" if tracks["value"] <= fig8.TRACK_TOL else "not held")
     res9 = fig9.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [0.1, 0.5], ["tap_nh5"])
     same = res9.table[res9.table["claim"] == "same_noise_every_method"]["value"]
     assert float(same.iloc[0]) == 1.0

@@ -70,6 +70,52 @@ def test_fig3_leaves_epochs_without_a_tap_solution_out(run, tmp_path):
     assert np.isfinite(claims(table, "slope_ratio_early_over_late")["value"].iloc[0])
 
 
+def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
+    """The per-epoch diagnostics of metrics.csv reach the CSV and the title; a curve that falls
+    after the breakpoint is not 'still rising at a near-constant slope'; judged again from its
+    CSV, the table gives the same rows."""
+    df = pd.read_csv(run["metrics"])
+    n = len(df)
+    b = tiny_harvest.EPOCHS // 2
+    df["tap_ll"] = np.where(df["epoch"] <= b, 0.1 * df["epoch"], 0.1 * b - 0.01 * (df["epoch"] - b))
+    df["tap_validity"] = np.linspace(0.2, 1.4, n)
+    df["tap_validity_median"] = df["tap_validity"] / 2
+    df["tap_validity_rho"] = df["tap_validity"] * 0.9
+    df["tap_validity_rho_median"] = df["tap_validity_rho"] / 2
+    df["train_unconverged_steps"] = [0] * (n - 1) + [7]
+    df["tap_ll_first_pass"] = df["tap_ll"] - np.where(df["epoch"] == n, 0.05, 0.0)
+    df["n_unique_retry_only"] = [0] * (n - 1) + [2]
+    metrics = tmp_path / "metrics.csv"
+    df.to_csv(metrics, index=False)
+    result = fig3.make([metrics], [run["model"]])
+    table = _save(result, tmp_path, "fig3")
+    drawn = table[table["kind"] == "drawn"].sort_values("epoch")
+    for column in fig3.DIAGNOSTICS:
+        assert np.allclose(drawn[column].to_numpy(float), df[column].to_numpy(float))
+    late = claims(table, "slope_after_breakpoint")
+    assert late["value"].iloc[0] == pytest.approx(-0.01) and late["held"].iloc[0] == "not held"
+    assert claims(table, "peak_epoch")["value"].iloc[0] == b
+    first_over = int(df["epoch"][df["tap_validity_rho"] >= 1].min())
+    assert claims(table, "epochs_tap_validity_at_least_1")["value"].iloc[0] == int(
+        (df["tap_validity"] >= 1).sum()
+    )
+    assert claims(table, "epochs_tap_validity_rho_at_least_1")["value"].iloc[0] == int(
+        (df["tap_validity_rho"] >= 1).sum()
+    )
+    assert claims(table, "max_tap_validity_rho")["value"].iloc[0] == pytest.approx(1.4 * 0.9)
+    assert claims(table, "epochs_with_unconverged_training_steps")["value"].iloc[0] == 1
+    assert claims(table, "epochs_with_second_pass_fixed_points")["value"].iloc[0] == 1
+    title = result.figure.get_suptitle()
+    assert f"c_i W_ij^2 c_j >= 1 from epoch {first_over}" in title
+    assert f"without a converged row from epoch {n}" in title
+    again = fig3.rejudge(table)
+    mine, theirs = (
+        t[t["kind"] == "claim"][["claim", "value", "held"]].fillna("").reset_index(drop=True)
+        for t in (table, again)
+    )
+    pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+
+
 def test_fig3_slopes():
     assert fig3.breakpoint_epoch(100) == (20, "epoch 20 (paper)")
     e = np.arange(1, 101, dtype=float)
@@ -121,6 +167,39 @@ def test_spread_measure_on_hand_made_fields():
     assert raw[0] < raw[1] and peak[0] > peak[1]
     with pytest.raises(common.FigureError, match="spread"):
         fig4.spread_l01(W, scale="unit")
+
+
+def test_support_fraction_is_scale_free_and_raw_spread_is_not():
+    """Scaling W (as a whole or field by field) leaves the support fraction as it is and
+    multiplies the raw l_0.1 spread by s^0.1."""
+    W = np.random.default_rng(4).normal(size=(49, 6)) * np.linspace(0.1, 3.0, 6)
+    base = fig4.support_fraction(W)
+    for s in (1e-3, 0.5, 7.0):
+        assert fig4.support_fraction(s * W) == pytest.approx(base, rel=1e-12)
+        assert fig4.spread_l01(s * W) == pytest.approx(s**0.1 * fig4.spread_l01(W), rel=1e-12)
+    columns = np.array([0.01, 1.0, 3.0, 0.2, 5.0, 40.0])
+    assert fig4.support_fraction(W * columns) == pytest.approx(base, rel=1e-12)
+
+
+def test_fig4_trend_judged_on_both_measures(run, tmp_path):
+    """'More localisation with larger Nh' on the raw spread and on the support fraction, per
+    dataset: weights that grow with Nh make the raw spread fall while the fields' shape, and so
+    the support fraction, stays: one verdict held, the other not."""
+    models = [("d", 25, 0.70, 0.40), ("d", 100, 0.65, 0.40 + 1e-3), ("d", 500, 0.60, 0.41)]
+    rows = {r["claim"]: r for r in fig4.trend_claims(models)}
+    raw = rows["spearman_hidden_units_vs_median_spread"]
+    scale_free = rows["spearman_hidden_units_vs_median_support_fraction"]
+    assert raw["value"] == pytest.approx(-1.0) and raw["held"] == "held"
+    assert scale_free["value"] == pytest.approx(1.0) and scale_free["held"] == "not held"
+    assert all(r["held"] == "" for r in fig4.trend_claims(models[:2]))  # too few models
+    table = _save(
+        fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4), tmp_path, "f4"
+    )
+    again = fig4.rejudge(table)
+    assert list(
+        claims(again, "spearman_hidden_units_vs_median_support_fraction")["held"].fillna("")
+    ) == [""]
+    assert len(again[again["kind"] == "claim"]) == len(table[table["kind"] == "claim"])
 
 
 def test_fig5(run, tmp_path):
@@ -181,6 +260,71 @@ def test_mode_counting_finds_the_modes_of_a_mixture():
     third = np.concatenate([rng.normal(0.0, 1.0, 1500), rng.normal(8.0, 1.0, 500)])
     assert len(fig5.count_modes(small)) == 1 and len(fig5.count_modes(third)) == 2
     assert fig5.count_modes([2.0, 2.0, 2.0]) == [] and fig5.count_modes([1.0]) == []
+
+
+def test_fig5_modes_at_some_epochs_only_is_not_held():
+    """'Two significant modes at all training epochs': two modes at some epochs and one at the
+    others gives not held, for bands and modes alike; two at every epoch gives held."""
+    rng = np.random.default_rng(1)
+    two = np.concatenate([rng.normal(-10.0, 1.0, 200), rng.normal(10.0, 1.0, 200)])
+    one = rng.normal(0.0, 1.0, 400)
+    ones = np.ones(400, dtype=int)
+    mixed = [fig5.epoch_shape(v, ones) for v in (two, one, two)]
+    assert [len(s["modes"]) for s in mixed] == [2, 1, 2]
+    assert [s["n_bands"] for s in mixed] == [2, 1, 2]
+    rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, mixed, [0.0] * 3)
+    verdicts = {r["claim"]: (r["value"], r["held"]) for r in rows}
+    for name in ("bands", "modes", "modes_weighted"):
+        assert verdicts[f"epochs_with_two_or_more_{name}"] == (2, "not held")
+    always = [fig5.epoch_shape(two, ones)] * 3
+    rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, always, [0.0] * 3)
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
+    # An epoch with too few solutions to count is left out, not counted against the claim.
+    few = fig5.epoch_shape([1.0, 2.0], [1, 1])
+    assert few["modes"] is None and few["modes_weighted"] is None
+    rows = fig5.verdict_claims(
+        "m", [1, 2, 3], [2, 400, 400], [0.01] * 3, [few] + always[:2], [0.0] * 3
+    )
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
+    rows = fig5.verdict_claims("m", [1], [2], [0.01], [few], [0.0])
+    assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {""}
+
+
+def test_fig5_modes_weighted_by_basin_size():
+    """Two clusters of unique solutions, one reached by almost every initialisation: two modes
+    counting each solution once, one weighting each by its basin."""
+    rng = np.random.default_rng(2)
+    values = np.concatenate([rng.normal(-3.0, 1.0, 200), rng.normal(3.0, 1.0, 200)])
+    basins = np.concatenate([np.full(200, 50), np.ones(200, dtype=int)])
+    assert len(fig5.count_modes(values)) == 2
+    weighted = fig5.count_modes(values, weights=basins)
+    assert len(weighted) == 1 and weighted[0] == pytest.approx(-3.0, abs=0.5)
+    # Equal weights are the unweighted count.
+    assert fig5.count_modes(values, weights=np.full(400, 7)) == pytest.approx(
+        fig5.count_modes(values)
+    )
+
+
+def test_fig5_rejudge_recomputes_the_same_rows(run, tmp_path):
+    """Judged again from its own CSV, a Fig. 5 table gives the rows and verdicts it was drawn
+    with."""
+    table = _save(fig5.make(run["solutions"]), tmp_path, "fig5")
+    again = fig5.rejudge(table)
+
+    def rows(t):
+        c = t[t["kind"] == "claim"]
+        return {
+            (r["claim"], -1 if pd.isna(r["epoch"]) else int(r["epoch"])): (
+                float(r["value"]),
+                "" if pd.isna(r["held"]) else r["held"],
+            )
+            for _, r in c.iterrows()
+        }
+
+    mine, theirs = rows(table), rows(again)
+    assert mine.keys() == theirs.keys()
+    for key, (value, held) in mine.items():
+        assert theirs[key][0] == pytest.approx(value, nan_ok=True) and theirs[key][1] == held
 
 
 def test_fig6_isomap_with_single_solution_epochs(run, tmp_path):
@@ -434,6 +578,31 @@ def test_claims_report_collects_every_figure(tmp_path):
     with pytest.raises(common.FigureError, match="no figure CSV"):
         claims_report.collect(empty)
     assert cli.main(["claims", "--results", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+
+
+def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
+    """A committed figure CSV whose verdict an older rule wrote (here: the unique-fraction
+    verdict turned over) reads as written, and with rejudge as the current code judges it."""
+    from tapmachine import cli
+    from tapmachine.figures import claims as claims_report
+
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    table = fig5.make(run["solutions"]).table
+    row = table["claim"] == "max_unique_fraction"
+    truth = table.loc[row, "held"].iloc[0]
+    table.loc[row, "held"] = "held" if truth == "not held" else "not held"
+    table.to_csv(figs / "fig5.csv", index=False)
+
+    def verdict(rows):
+        return rows[rows["claim"] == "max_unique_fraction"]["held"].iloc[0]
+
+    assert verdict(claims_report.collect(figs)) != truth
+    assert verdict(claims_report.collect(figs, rejudge=True)) == truth
+    out = tmp_path / "claims.md"
+    assert cli.main(["claims", "--results", str(figs), "--out", str(out), "--rejudge"]) == 0
+    line = next(x for x in out.read_text().splitlines() if "max_unique_fraction" in x)
+    assert line.endswith(f"| {truth} |")
 
 
 def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):

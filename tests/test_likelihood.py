@@ -266,6 +266,57 @@ def test_likelihood_table_marks_the_reference_as_published(trained, tiny_dataset
     assert "published" not in set(none.table.get("source", pd.Series(dtype=str)).dropna())
 
 
+def test_likelihood_table_states_the_binarisation(trained, tiny_dataset, tmp_path):
+    """Each row states its dataset's binarisation (from the dataset file); only a stochastically
+    binarised row is like for like with the published value, and TAP is compared with the
+    sampling baselines of its own dataset only."""
+    from tapmachine import data
+
+    source = data.load_dataset(tiny_dataset)
+    files = {}
+    for name, spec in (("thr", [{"name": "threshold", "level": 0.5}]),
+                       ("sto", [{"name": "bernoulli", "seed": 5}])):  # fmt: skip
+        files[name] = tmp_path / f"{name}.npz"
+        save_dataset(data.derive(source, spec, name), files[name])
+    assert likelihood_table.binarisation({"transforms": [{"name": "scale"}]}) == "not binarised"
+    assert likelihood_table.dataset_binarisation(files["thr"]) == "thresholded: pixel/255 > 0.5"
+    assert likelihood_table.dataset_binarisation(files["sto"]).startswith("stochastic")
+    base = pd.DataFrame(
+        [{"method": "tap", "ais_ll_test": -90.0, "ais_ll_test_lower": -91.0,
+          "ais_ll_test_upper": -89.0, "n_test_images": 100, "ais_description": "x"}]
+    )  # fmt: skip
+    csvs = []
+    for i, (method, steps, value) in enumerate(
+        (("tap", 1, -90.0), ("cd", 25, -92.0), ("tap", 1, -86.0), ("cd", 25, -87.0))
+    ):
+        row = base.assign(method=method, sampling_steps=steps, ais_ll_test=value)
+        row["ais_ll_test_lower"], row["ais_ll_test_upper"] = value - 1, value + 1
+        csvs.append(tmp_path / f"s{i}.csv")
+        row.to_csv(csvs[-1], index=False)
+    model = trained / "model.pt"
+    data_files = [files["thr"], files["thr"], files["sto"], files["sto"]]
+    with pytest.raises(common.FigureError, match="one dataset file per model"):
+        likelihood_table.make(csvs, [model] * 4, data_files=data_files[:3])
+    result = likelihood_table.make(csvs, [model] * 4, data_files=data_files)
+    drawn = result.table[result.table["kind"] == "drawn"]
+    assert [str(b).split(":")[0] for b in drawn["binarisation"]] == [
+        "thresholded",
+        "thresholded",
+        "stochastic",
+        "stochastic",
+        "stochastic",  # the published row
+    ]
+    rows = result.table[result.table["kind"] == "claim"]
+    vs_published = rows[rows["claim"].str.endswith("_minus_published_cd25")]
+    assert list(vs_published["value"]) == pytest.approx([-3.66, -5.66, 0.34, -0.66])
+    alike = vs_published["detail"].str.startswith(
+        ("TAP minus the published -86.34 nats: like", "CD-25 minus the published -86.34 nats: like")
+    )
+    assert list(alike) == [False, False, True, True]
+    # The model files share one dataset name here: every row is one group, TAP vs the best CD.
+    assert len(rows[rows["claim"] == "tap_minus_best_sampling_baseline"]) == 1
+
+
 def test_config_names_existing_rbms():
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     validate(config, SCHEMA)

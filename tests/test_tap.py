@@ -564,3 +564,88 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
     first = tap.solve(m, x, damping=0.5, tol=tol, max_iter=2000)
     loose = _continued(m, first, damping=0.95, tol=tol, max_iter=2000)
     assert loose.converged.all() and float(residual(loose).max()) > 100 * bound
+
+
+def _state_with_variances(c):
+    """A TAPState of one row whose variances are ``c`` (one list per layer); means at 0.5."""
+    c = [torch.tensor([v], dtype=DT) for v in c]
+    a = [torch.full_like(t, 0.5) for t in c]
+    zeros = [torch.zeros_like(t) for t in c]
+    ones = torch.ones(1, dtype=torch.long)
+    return tap.TAPState(a, c, zeros, list(zeros), ones, torch.ones(1, dtype=torch.bool))
+
+
+def test_onsager_strength_by_hand():
+    """max_i c_i sum_j W_ij^2 c_j, worked out by hand on a 2-2 RBM and a 2-2-1 machine."""
+    W0 = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=DT)
+    W1 = torch.tensor([[2.0], [1.0]], dtype=DT)
+    rbm = BoltzmannMachine((Bernoulli(torch.zeros(2, dtype=DT)),) * 2, (W0,))
+    state = _state_with_variances([[0.1, 0.2], [0.3, 0.5]])
+    # visible: 0.1 (1 0.3 + 4 0.5) = 0.23, 0.2 (9 0.3 + 16 0.5) = 2.14;
+    # hidden: 0.3 (1 0.1 + 9 0.2) = 0.57, 0.5 (4 0.1 + 16 0.2) = 1.8.
+    assert tap.onsager_strength(rbm, state).item() == pytest.approx(2.14)
+    assert tap.onsager_strength(rbm, state, per_coupling=True)[0].item() == pytest.approx(2.14)
+    priors = tuple(Bernoulli(torch.zeros(n, dtype=DT)) for n in (2, 2, 1))
+    deep = BoltzmannMachine(priors, (W0, W1))
+    state = _state_with_variances([[0.1, 0.2], [0.3, 0.5], [0.4]])
+    # middle layer sums both neighbours: 0.3 (1.9 + 4 0.4) = 1.05, 0.5 (3.6 + 0.4) = 2.0;
+    # top: 0.4 (4 0.3 + 1 0.5) = 0.68; the visible 2.14 is the largest.
+    assert tap.onsager_strength(deep, state).item() == pytest.approx(2.14)
+    first, second = tap.onsager_strength(deep, state, per_coupling=True)
+    assert first.item() == pytest.approx(2.14) and second.item() == pytest.approx(0.68)
+    # The clamped visible layer (c = 0) adds nothing; scaling W by s scales it by s^2.
+    state = _state_with_variances([[0.0, 0.0], [0.3, 0.5]])
+    assert tap.onsager_strength(rbm, state).item() == pytest.approx(0.0)
+    state = _state_with_variances([[0.1, 0.2], [0.3, 0.5]])
+    half = BoltzmannMachine(rbm.priors, (0.5 * W0,))
+    assert tap.onsager_strength(half, state).item() == pytest.approx(2.14 / 4)
+
+
+def test_onsager_strength_uniform_closed_form_and_spectral_bound():
+    """Uniform couplings w and variances p (visible), q (hidden): w^2 p q max(Nv, Nh); on TAP
+    solutions of a random RBM, it bounds the spectral radius of S_ij = c_i W_ij^2 c_j."""
+    nv, nh, w, p, q = 3, 5, 0.7, 0.2, 0.25
+    rbm = BoltzmannMachine(
+        (Bernoulli(torch.zeros(nv, dtype=DT)), Bernoulli(torch.zeros(nh, dtype=DT))),
+        (torch.full((nv, nh), w, dtype=DT),),
+    )
+    state = _state_with_variances([[p] * nv, [q] * nh])
+    assert tap.onsager_strength(rbm, state).item() == pytest.approx(w * w * p * q * max(nv, nh))
+    g = _gen(3)
+    machine = _random_machine(Bernoulli, (6, 4), 0.8, g)
+    x = torch.bernoulli(torch.full((5, 6), 0.5, dtype=DT), generator=g)
+    states = tap.solve(machine, x, tol=1e-12, max_iter=2000)
+    strength = tap.onsager_strength(machine, states)
+    W2 = machine.W * machine.W
+    for k in range(5):
+        cv, ch = states.c[0][k], states.c[1][k]
+        S = torch.zeros(10, 10, dtype=DT)
+        S[:6, 6:] = cv[:, None] * W2 * ch[None, :]
+        S[6:, :6] = S[:6, 6:].T
+        radius = torch.linalg.eigvalsh(S).abs().max()
+        assert 0 < radius <= strength[k] + 1e-12
+        assert strength[k] == pytest.approx(S.sum(1).max().item())
+        assert tap.onsager_spectral_radius(machine, states)[k] == pytest.approx(
+            radius.item(), rel=1e-8
+        )
+
+
+def test_onsager_spectral_radius_of_a_three_layer_machine():
+    """The power iteration's rho against the eigenvalues of the whole S (all layers) for random
+    variances of a 4-3-2 machine, and 0 where every variance is 0."""
+    g = _gen(11)
+    machine = _random_machine(Bernoulli, (4, 3, 2), 1.3, g)
+    c = [torch.rand(3, n, dtype=DT, generator=g) * 0.25 for n in (4, 3, 2)]
+    state = tap.TAPState(c, c, c, c, torch.ones(3, dtype=torch.long), torch.ones(3).bool())
+    rho = tap.onsager_spectral_radius(machine, state)
+    W2 = [W * W for W in machine.weights]
+    for k in range(3):
+        S = torch.zeros(9, 9, dtype=DT)
+        S[:4, 4:7] = c[0][k][:, None] * W2[0] * c[1][k][None, :]
+        S[4:7, 7:] = c[1][k][:, None] * W2[1] * c[2][k][None, :]
+        S = S + S.T
+        assert rho[k] == pytest.approx(torch.linalg.eigvalsh(S).abs().max().item(), rel=1e-8)
+        assert rho[k] <= tap.onsager_strength(machine, state)[k] + 1e-12
+    zero = [torch.zeros_like(t) for t in c]
+    empty = tap.TAPState(zero, zero, zero, zero, state.iterations, state.converged)
+    assert torch.equal(tap.onsager_spectral_radius(machine, empty), torch.zeros(3, dtype=DT))

@@ -414,6 +414,58 @@ def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
     expected = tap.log_likelihood(m, x, states.select(reps), per_unit=True).mean()
     assert result["n_unique"] == reps.numel()
     assert result["tap_ll"] == pytest.approx(float(expected), abs=1e-9)
+    # Every fixed point came from the second pass: none is left without it.
+    assert result["n_unique_retry_only"] == result["n_unique"]
+    assert math.isnan(result["tap_ll_first_pass"])
+    strength = tap.onsager_strength(m, states.select(reps))  # solved otherwise: to 1e-4
+    assert result["tap_validity"] == pytest.approx(float(strength.max()), rel=1e-4)
+
+
+def test_evaluation_first_pass_curve_and_validity():
+    """Rows that converge at damping 0.5 give the same log-likelihood with and without the
+    second pass's fixed points (there are none), and the validity numbers are the largest and
+    median Onsager strength of the unique solutions."""
+    x = bars_and_stripes()
+    m = training.build_machine(SPEC, x, 0.3, training.seeded_generator(3, "eval"))
+    s = settings(max_iter=2000, tol=1e-12, retry_damping=0.95)
+    result = training.evaluate_tap_log_likelihood(m, x, s)
+    assert result["n_converged_retry"] == 0 and result["n_unique_retry_only"] == 0
+    assert result["tap_ll_first_pass"] == pytest.approx(result["tap_ll"], abs=1e-12)
+    states = tap.solve(m, x, damping=0.5, tol=1e-12, max_iter=2000)
+    reps, _, _ = tap.unique(states, s.dedup_tol)
+    strength = tap.onsager_strength(m, states.select(reps))
+    assert result["tap_validity"] == pytest.approx(float(strength.max()), rel=1e-6)
+    assert result["tap_validity_median"] == pytest.approx(float(strength.median()), rel=1e-6)
+    assert 0 < result["tap_validity_median"] <= result["tap_validity"]
+    rho = tap.onsager_spectral_radius(m, states.select(reps))
+    assert result["tap_validity_rho"] == pytest.approx(float(rho.max()), rel=1e-6)
+    assert result["tap_validity_rho_median"] == pytest.approx(float(rho.median()), rel=1e-6)
+    assert result["tap_validity_rho"] <= result["tap_validity"] + 1e-12  # the bound
+
+
+def test_first_pass_curve_leaves_out_second_pass_fixed_points():
+    """Solutions reached only by rows marked as second-pass (iterations > max_iter) are left
+    out of tap_ll_first_pass, which equals eq. 39 computed from the others directly."""
+    from tapmachine.machine import BoltzmannMachine
+    from tapmachine.priors import Bernoulli
+
+    x = bars_and_stripes()
+    W = 2.0 * torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    zeros = torch.zeros(22, dtype=torch.float64)
+    m = BoltzmannMachine((Bernoulli(zeros[:16]), Bernoulli(zeros[16:])), (W,))
+    states = tap.solve(m, x, damping=0.5, tol=1e-12, max_iter=2000)
+    reps, inverse, _ = tap.unique(states, 1e-2)
+    assert reps.numel() >= 2, "the test needs several fixed points"
+    unique = states.select(reps)
+    ll = float(tap.log_likelihood(m, x, unique, per_unit=True).mean())
+    # Mark every row of solution 0 as reached in the second pass.
+    states.iterations[inverse == 0] = 2001
+    out = training._pass_and_validity(m, states, inverse, unique, ll, max_iter=2000)
+    assert out["n_unique_retry_only"] == 1
+    kept = torch.arange(reps.numel()) != 0
+    expected = tap.log_likelihood(m, x, unique.select(kept), per_unit=True).mean()
+    assert out["tap_ll_first_pass"] == pytest.approx(float(expected), abs=1e-10)
+    assert out["tap_ll_first_pass"] != pytest.approx(ll, abs=1e-6)
 
 
 def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_path, monkeypatch):

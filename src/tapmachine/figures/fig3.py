@@ -7,7 +7,20 @@ slopes before and after a breakpoint -- epoch 20 when the run has at least 40 ep
 midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of a straight line
 over the late segment (near 1: constant slope). An epoch whose evaluation found no TAP solution
 (``tap_ll`` NaN) is a gap in the curve, counted in the title and the table, and left out of the
-fits.
+fits. "Then at a near-constant slope" is judged as the curve still rising after the breakpoint
+(late slope > 0); the epoch of the curve's peak is given beside it.
+
+Where ``metrics.csv`` has them (``DIAGNOSTICS``), the CSV carries per epoch: the TAP-validity
+diagnostic of the evaluation's solutions (``tap_validity``, the largest over the unique
+solutions of max_i c_i sum_j W_ij^2 c_j, ``tap.onsager_strength``, and its median; and
+``tap_validity_rho``, the spectral radius of c_i W_ij^2 c_j that it bounds,
+``tap.onsager_spectral_radius``), the number of converged-training steps with no converged row
+that used all rows as they stood (``train_unconverged_steps``), and the curve without the fixed
+points only the evaluation's second pass (``retry_damping``) reached (``tap_ll_first_pass``,
+``n_unique_retry_only``). The figure draws that curve dashed where it differs, the diagnostic in
+a lower panel, and says in its title from which epoch a model's spectral radius reaches 1 or its
+training had such steps: the epochs where the curve is outside what second-order TAP and
+converged training describe.
 """
 
 from __future__ import annotations
@@ -29,7 +42,18 @@ from tapmachine.figures.common import (
     table,
 )
 
-__all__ = ["make", "breakpoint_epoch", "segment_fit"]
+__all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "DIAGNOSTICS"]
+
+#: Per-epoch columns of metrics.csv carried into the CSV when present (NaN otherwise).
+DIAGNOSTICS = (
+    "tap_validity",
+    "tap_validity_median",
+    "tap_validity_rho",
+    "tap_validity_rho_median",
+    "train_unconverged_steps",
+    "tap_ll_first_pass",
+    "n_unique_retry_only",
+)
 
 
 def breakpoint_epoch(last_epoch: int) -> tuple[int, str]:
@@ -77,10 +101,10 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
         curves.append(df.sort_values("epoch"))
 
     datasets = list(dict.fromkeys(i.dataset for i in infos))
-    fig = new_figure(4.6 * len(datasets), 3.8)
-    axes = fig.subplots(1, len(datasets), squeeze=False)[0]
-    drawn, claims = [], []
-    for ax, dataset in zip(axes, datasets, strict=True):
+    fig = new_figure(4.6 * len(datasets), 5.6)
+    grid = fig.subplots(2, len(datasets), squeeze=False, height_ratios=[2.2, 1.0], sharex="col")
+    drawn, claims, limits = [], [], []
+    for ax, low, dataset in zip(grid[0], grid[1], datasets, strict=True):
         substitute = ""
         for info, df in zip(infos, curves, strict=True):
             if info.dataset != dataset:
@@ -92,7 +116,18 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
             nh = info.sizes[1] if len(info.sizes) > 1 else "?"
             (line,) = ax.plot(e, m, marker="." if len(e) < 30 else None, label=f"{info.name}")
             ax.fill_between(e, m - s, m + s, color=line.get_color(), alpha=0.25, linewidth=0)
-            for ei, mi, si in zip(e, m, s, strict=True):
+            extra = {
+                c: df[c].to_numpy(float) if c in df else np.full(len(e), np.nan)
+                for c in DIAGNOSTICS
+            }
+            first = extra["tap_ll_first_pass"]
+            if np.isfinite(first).any() and not np.allclose(first, m, equal_nan=True):
+                ax.plot(e, first, color=line.get_color(), ls="--", lw=0.9)
+            if np.isfinite(extra["tap_validity_rho"]).any():
+                low.plot(e, extra["tap_validity_rho"], color=line.get_color(), label=info.name)
+            if np.isfinite(extra["tap_validity"]).any():
+                low.plot(e, extra["tap_validity"], color=line.get_color(), ls=":", lw=0.8)
+            for i, (ei, mi, si) in enumerate(zip(e, m, s, strict=True)):
                 drawn.append(
                     {
                         "model": info.name,
@@ -101,20 +136,32 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
                         "epoch": int(ei),
                         "tap_ll": mi,
                         "tap_ll_stderr": si,
+                        **{c: extra[c][i] for c in DIAGNOSTICS},
                     }
                 )
             claims += _claims(info.name, e, m)
+            claims += _diagnostic_claims(info.name, e, m, extra)
+            limits.append(_limit_note(info.name, e, extra))
         ax.set_title(dataset_label(dataset, substitute), fontsize=9)
-        ax.set_xlabel("epoch")
         ax.set_ylabel("TAP log-likelihood per unit")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
+        low.axhline(1.0, color="0.4", lw=0.8, ls=":")
+        low.set_xlabel("epoch")
+        low.set_ylabel("TAP validity", fontsize=7)
+        low.set_yscale("symlog", linthresh=1.0)
+        low.grid(alpha=0.3)
     substitutes = sorted({i.substitute for i in infos if i.substitute})
     fig.suptitle(
         "Fig. 3: normalised TAP log-likelihood (mean +- standard error over training images)\n"
         f"models {', '.join(i.name for i in infos)} on {', '.join(datasets)}"
         + (f" [SUBSTITUTE data: {'; '.join(substitutes)}]" if substitutes else "")
-        + _title_note(curves),
+        + "\ndashed: without the fixed points only the second pass (retry_damping) reached; "
+        "below: TAP validity, largest over the solutions of the spectral radius of "
+        "c_i W_ij^2 c_j (solid; >= 1: outside Plefka's condition) and of its bound "
+        "max_i c_i sum_j W_ij^2 c_j (dotted)"
+        + _title_note(curves)
+        + "".join(f"\n{n}" for n in limits if n),
         fontsize=9,
     )
     return FigureResult(
@@ -123,6 +170,93 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
         infos,
         params={"metrics_files": [str(Path(f)) for f in metrics_files]},
     )
+
+
+def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
+    """A title line naming the first epoch at which a model's TAP-validity diagnostic reaches 1
+    and the first at which its training had steps without a converged row; "" if neither."""
+    parts = []
+    invalid = epochs[extra["tap_validity_rho"] >= 1.0]
+    if invalid.size:
+        parts.append(f"spectral radius of c_i W_ij^2 c_j >= 1 from epoch {int(invalid.min())}")
+    fallback = epochs[extra["train_unconverged_steps"] > 0]
+    if fallback.size:
+        parts.append(f"training steps without a converged row from epoch {int(fallback.min())}")
+    return f"{model}: {'; '.join(parts)}" if parts else ""
+
+
+def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict) -> list[dict]:
+    """Context rows from the per-epoch diagnostics a metrics.csv has (none for older ones)."""
+    rows = []
+    validity = extra["tap_validity"]
+    if np.isfinite(validity).any():
+        over = epochs[validity >= 1.0]
+        rows += [
+            claim(
+                "max_tap_validity",
+                float(np.nanmax(validity)),
+                model,
+                "largest max_i c_i sum_j W_ij^2 c_j over epochs and solutions (>= 1: second-order "
+                "TAP may be outside its range of validity)",
+                int(epochs[np.nanargmax(validity)]),
+            ),
+            claim(
+                "epochs_tap_validity_at_least_1",
+                int(over.size),
+                model,
+                f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),
+            ),
+        ]
+    rho = extra["tap_validity_rho"]
+    if np.isfinite(rho).any():
+        over = epochs[rho >= 1.0]
+        rows += [
+            claim(
+                "max_tap_validity_rho",
+                float(np.nanmax(rho)),
+                model,
+                "largest spectral radius of c_i W_ij^2 c_j over epochs and solutions (>= 1: "
+                "outside Plefka's condition for the second-order expansion)",
+                int(epochs[np.nanargmax(rho)]),
+            ),
+            claim(
+                "epochs_tap_validity_rho_at_least_1",
+                int(over.size),
+                model,
+                f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),
+            ),
+        ]
+    steps = extra["train_unconverged_steps"]
+    if np.isfinite(steps).any():
+        hit = epochs[steps > 0]
+        rows.append(
+            claim(
+                "epochs_with_unconverged_training_steps",
+                int(hit.size),
+                model,
+                f"of {len(epochs)}; {int(np.nansum(steps))} steps in all used every row as it "
+                "stood at train_max_iter" + (f", from epoch {int(hit.min())}" if hit.size else ""),
+            )
+        )
+    first = extra["tap_ll_first_pass"]
+    retry = extra["n_unique_retry_only"]
+    if np.isfinite(retry).any():
+        differ = epochs[retry > 0]
+        rows.append(
+            claim(
+                "epochs_with_second_pass_fixed_points",
+                int(differ.size),
+                model,
+                "epochs whose evaluation has fixed points only the second pass reached; largest "
+                "change of the curve without them "
+                + (
+                    f"{float(np.nanmax(np.abs(first - ll))):.4g}"
+                    if np.isfinite(first).any()
+                    else "n/a"
+                ),
+            )
+        )
+    return rows
 
 
 def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
@@ -158,7 +292,19 @@ def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
             held=bool(ll[-1] > ll[0]),
         ),
         claim("slope_before_breakpoint", s_early, model, f"per epoch, epochs <= {b}; {rule}"),
-        claim("slope_after_breakpoint", s_late, model, f"per epoch, epochs >= {b}; {rule}"),
+        claim(
+            "slope_after_breakpoint",
+            s_late,
+            model,
+            f"per epoch, epochs >= {b}; {rule}; still rising at a near-constant slope: > 0",
+            held=bool(s_late > 0) if np.isfinite(s_late) else None,
+        ),
+        claim(
+            "peak_epoch",
+            int(epochs[int(np.argmax(ll))]),
+            model,
+            f"epoch of the highest value, {float(ll.max()):.4g}; the last epoch is {last}",
+        ),
         claim(
             "slope_ratio_early_over_late",
             ratio,
@@ -175,3 +321,21 @@ def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
         claim("breakpoint_epoch", b, model, rule),
         *gaps,
     ]
+
+
+def rejudge(figure_table):
+    """A Fig. 3 table (its CSV, read by pandas) with its claim rows computed again by this
+    module from its own drawn rows (each model's curve and, where present, its diagnostics),
+    for a run whose metrics are not at hand; the drawing is not redone."""
+    t = figure_table
+    drawn = t[t["kind"] == "drawn"]
+    claims = []
+    for model, curve in drawn.groupby("model", sort=False):
+        curve = curve.sort_values("epoch")
+        e, m = curve["epoch"].to_numpy(float), curve["tap_ll"].to_numpy(float)
+        extra = {
+            c: curve[c].to_numpy(float) if c in curve else np.full(len(e), np.nan)
+            for c in DIAGNOSTICS
+        }
+        claims += _claims(model, e, m) + _diagnostic_claims(model, e, m, extra)
+    return table(drawn.drop(columns="kind"), claims)

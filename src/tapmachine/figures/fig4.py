@@ -9,8 +9,16 @@ field to peak magnitude 1 before the measure (the project's earlier, scale-free 
 Fields are shown scaled to [-1, 1] (viridis: dark blue -1, green 0, yellow +1), as in the paper.
 
 Claims (reproduction.md): localised and stroke-like fields on MNIST (visual; the table gives the
-spread of every model) and more localisation with larger Nh (the Spearman correlation between
-Nh and the median spread among the models of one dataset: negative).
+spread of every model) and more localisation with larger Nh, judged twice: by the Spearman
+correlation between Nh and the median raw l_0.1 spread among the models of one dataset, and
+between Nh and their median ``support_fraction`` (both negative: held). The raw l_0.1 spread
+grows with the size of the weights (scaling W by s multiplies it by s^0.1), so models whose
+weights grew to different sizes differ in it whatever their shape; the support fraction is
+scale-free. Of the scale-free measures, it is preferred to l_0.1 of the field scaled to unit
+peak: that one rests on a single pixel (the peak) and counts the small weights every trained
+field keeps at (0.01..0.05)^0.1 = 0.63..0.74 of a full pixel (see ``effective_support`` below),
+while (sum|w|)^2 / (Nv sum w^2) weighs each pixel by its weight and is exactly k/Nv for a flat
+field on k pixels.
 
 The fraction of localised fields (the paper ranks by l_0.1 and gives no threshold; this is the
 project's summary): a field is localised when it occupies less of the image than the data do,
@@ -55,6 +63,8 @@ __all__ = [
     "image_support",
     "hidden_activation",
     "SPREADS",
+    "trend_claims",
+    "rejudge",
 ]
 
 GROUPS = ("most localised", "most spread", "most active", "least active")
@@ -142,6 +152,64 @@ def _spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def trend_claims(models) -> list[dict]:
+    """'More localisation with larger Nh' per dataset, on both measures: ``models`` holds
+    (dataset, Nh, median raw l_0.1 spread per pixel, median support fraction) per model; each
+    Spearman correlation with Nh is held when negative (NaN, no verdict, below 3 models)."""
+    claims = []
+    for dataset in dict.fromkeys(m[0] for m in models):
+        members = [m for m in models if m[0] == dataset]
+        nh = [m[1] for m in members]
+        for name, column, what in (
+            ("spearman_hidden_units_vs_median_spread", 2, "median raw l_0.1 spread"),
+            (
+                "spearman_hidden_units_vs_median_support_fraction",
+                3,
+                "median support fraction (scale-free)",
+            ),
+        ):
+            rho = _spearman(nh, [m[column] for m in members])
+            claims.append(
+                claim(
+                    name,
+                    rho,
+                    "",
+                    f"dataset {dataset}, {what}: negative = more localisation with larger Nh "
+                    f"({len(members)} models; NaN with fewer than 3)",
+                    held=(rho < 0) if math.isfinite(rho) else None,
+                )
+            )
+    return claims
+
+
+def rejudge(figure_table):
+    """A Fig. 4 table (its CSV, read by pandas) with its trend rows computed again by this
+    module from its per-model rows (``median_spread_per_pixel``, ``median_support_fraction``,
+    ``hidden_units``; each model's dataset from its drawn rows)."""
+    t = figure_table
+    rows = t[t["kind"] == "claim"]
+    kept = rows[~rows["claim"].astype(str).str.startswith("spearman_hidden_units_vs_")]
+    datasets = t[t["kind"] == "drawn"].groupby("model")["dataset"].first()
+
+    def value(name, model):
+        return float(rows[(rows["claim"] == name) & (rows["model"] == model)]["value"].iloc[0])
+
+    models = [
+        (
+            datasets[m],
+            value("hidden_units", m),
+            value("median_spread_per_pixel", m),
+            value("median_support_fraction", m),
+        )
+        for m in dict.fromkeys(kept["model"].dropna())
+        if m in datasets.index
+    ]
+    return table(
+        t[t["kind"] == "drawn"].drop(columns="kind"),
+        [*kept.to_dict("records"), *trend_claims(models)],
+    )
+
+
 def make(
     model_files: list,
     data_files: list,
@@ -159,7 +227,7 @@ def make(
     if len(model_files) != len(data_files) or not model_files:
         raise FigureError("fig4 needs one dataset file per model.pt (and at least one model)")
     infos, rows, claims, few = [], [], [], []
-    panels = []
+    panels, fractions = [], {}
     for pfile, dfile in zip(model_files, data_files, strict=True):
         info = model_info(pfile)
         ds = load_dataset(dfile)
@@ -250,22 +318,15 @@ def make(
             claim("hidden_units", W.shape[1], info.name, ""),
         ]
         infos.append((info, float(np.median(measure) / nv), W.shape[1]))
+        fractions[info.name] = occupied
         if info.substitute:
             few.append(f"{info.name}: {ds.x_train.shape[0]} substitute training images")
 
-    for dataset in dict.fromkeys(i.dataset for i, _, _ in infos):
-        members = [(nh, s) for i, s, nh in infos if i.dataset == dataset]
-        rho = _spearman([m[0] for m in members], [m[1] for m in members])
-        claims.append(
-            claim(
-                "spearman_hidden_units_vs_median_spread",
-                rho,
-                "",
-                f"dataset {dataset}: negative = more localisation with larger Nh "
-                f"({len(members)} models; NaN with fewer than 3)",
-                held=(rho < 0) if math.isfinite(rho) else None,
-            )
-        )
+    models = [
+        (i.dataset, nh, spread_median, float(np.median(fractions[i.name])))
+        for i, spread_median, nh in infos
+    ]
+    claims += trend_claims(models)
 
     n = len(panels)
     height = 0.9 + 0.78 * n

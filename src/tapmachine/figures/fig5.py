@@ -12,8 +12,12 @@ gap criterion on the sorted unique free energies: a new band starts at every gap
 ``BAND_MIN_SHARE`` (5%) of the unique solutions are not counted. The paper's own words are
 "at all training epochs, there exist two significant modes in the free energy distribution"
 (Sec. VII.3), which a distribution can show without a gap: modes are counted on the histogram's
-kernel density estimate (``count_modes``), and the claim holds when every epoch with at least
-``MODES_MIN_SOLUTIONS`` unique solutions has two or more.
+kernel density estimate (``count_modes``) twice, once with each unique solution counted once (the
+paper's histogram) and once with each weighted by its basin size, the number of data
+initialisations that reached it (``multiplicity``): near copies of one fixed point, split by the
+stopping tolerance, can make a mode of the unweighted count that few initialisations reach. Each
+claim holds only when every epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two
+or more (``verdict_claims``): "at all training epochs" means all of them, for bands as for modes.
 
 The count depends on the stopping tolerance as well as on the model: rows stopped short of a
 fixed point can land more than ``dedup_tol`` from one another and count twice. Each epoch's
@@ -39,7 +43,18 @@ from tapmachine.figures.common import (
     table,
 )
 
-__all__ = ["make", "count_bands", "count_modes", "gaussian_kde", "load_epochs", "default_slices"]
+__all__ = [
+    "make",
+    "count_bands",
+    "count_modes",
+    "gaussian_kde",
+    "epoch_shape",
+    "shape_claims",
+    "verdict_claims",
+    "rejudge",
+    "load_epochs",
+    "default_slices",
+]
 
 BAND_GAP = 0.10
 BAND_MIN_SHARE = 0.05
@@ -68,21 +83,29 @@ def count_bands(values, gap: float = BAND_GAP, min_share: float = BAND_MIN_SHARE
     return len(kept), kept
 
 
-def gaussian_kde(values, grid) -> np.ndarray | None:
+def gaussian_kde(values, grid, weights=None) -> np.ndarray | None:
     """Gaussian KDE with Scott's bandwidth (``scipy.stats.gaussian_kde``), as a density on
-    ``grid``; None if degenerate (fewer than two values or no spread: scipy raises there)."""
+    ``grid``; ``weights`` (one per value, e.g. basin sizes) weigh the kernels, and Scott's rule
+    then uses the effective count (sum w)^2 / sum w^2. None if degenerate (fewer than two
+    values or no spread: scipy raises there)."""
     from scipy.stats import gaussian_kde as kde
 
     v = np.asarray(values, dtype=np.float64)
     if v.size < 2 or not v.std() > 0:
         return None
-    return kde(v, bw_method="scott")(np.asarray(grid, dtype=np.float64))
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    return kde(v, bw_method="scott", weights=w)(np.asarray(grid, dtype=np.float64))
 
 
 def count_modes(
-    values, min_height: float = MODE_MIN_HEIGHT, max_dip: float = MODE_MAX_DIP, points: int = 512
+    values,
+    min_height: float = MODE_MIN_HEIGHT,
+    max_dip: float = MODE_MAX_DIP,
+    points: int = 512,
+    weights=None,
 ) -> list[float]:
-    """Locations of the significant modes of ``values``' Gaussian KDE (Scott's bandwidth).
+    """Locations of the significant modes of ``values``' Gaussian KDE (Scott's bandwidth;
+    ``weights``: one per value, as in ``gaussian_kde``).
 
     A local maximum of the density on a grid over the values' range (padded by 5%) counts when
     it is at least ``min_height`` of the highest one; of two neighbouring ones, both count only
@@ -90,12 +113,14 @@ def count_modes(
     for both. Empty for degenerate values (``gaussian_kde`` None).
     """
     v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)
+    finite = np.isfinite(v)
+    v, w = v[finite], w[finite]
     if v.size < 2:
         return []
     pad = 0.05 * (v.max() - v.min())
     grid = np.linspace(v.min() - pad, v.max() + pad, points)
-    y = gaussian_kde(v, grid)
+    y = gaussian_kde(v, grid, None if weights is None else w)
     if y is None:
         return []
     inner = np.arange(1, points - 1)
@@ -175,6 +200,139 @@ def default_slices(epochs: list[int], n: int = 4) -> list[int]:
     return [epochs[i] for i in picks]
 
 
+def epoch_shape(free_energies, multiplicity) -> dict:
+    """Bands and modes of one epoch's unique free energies: ``n_bands`` and ``bands``
+    (``count_bands``), and where there are at least ``MODES_MIN_SOLUTIONS`` unique solutions
+    the modes of their KDE counted two ways (``count_modes``): ``modes``, each unique solution
+    once (the paper's histogram of unique solutions), and ``modes_weighted``, each weighted by
+    its basin size, the number of data initialisations that reached it (``multiplicity``); None
+    with fewer solutions."""
+    Fu = np.asarray(free_energies, dtype=np.float64)
+    n_bands, band_list = count_bands(Fu)
+    enough = Fu.size >= MODES_MIN_SOLUTIONS
+    return {
+        "n_bands": n_bands,
+        "bands": band_list,
+        "modes": count_modes(Fu) if enough else None,
+        "modes_weighted": count_modes(Fu, weights=multiplicity) if enough else None,
+    }
+
+
+def _modes_detail(modes) -> str:
+    return ", ".join(f"{m:.4g}" for m in modes) if modes is not None else "too few solutions"
+
+
+def shape_claims(model: str, epoch: int, shape: dict) -> list[dict]:
+    """The per-epoch band and mode rows of ``epoch_shape``."""
+    kde = (
+        f"KDE peaks >= {MODE_MIN_HEIGHT:.0%} of the highest, a dip below {MODE_MAX_DIP:.0%} between"
+    )
+
+    def count(modes):
+        return len(modes) if modes is not None else math.nan
+
+    return [
+        claim(
+            "n_bands",
+            shape["n_bands"],
+            model,
+            f"gap > {BAND_GAP:.0%} of range, bands >= {BAND_MIN_SHARE:.0%} of solutions: "
+            + "; ".join(f"[{lo:.4g}, {hi:.4g}] x{n}" for lo, hi, n in shape["bands"]),
+            epoch,
+        ),
+        claim(
+            "n_modes",
+            count(shape["modes"]),
+            model,
+            f"{kde}, each unique solution once: {_modes_detail(shape['modes'])}",
+            epoch,
+        ),
+        claim(
+            "n_modes_weighted",
+            count(shape["modes_weighted"]),
+            model,
+            f"{kde}, each unique solution weighted by its basin (initialisations reaching it): "
+            f"{_modes_detail(shape['modes_weighted'])}",
+            epoch,
+        ),
+    ]
+
+
+def verdict_claims(
+    model: str,
+    epochs: list[int],
+    counts: list[int],
+    fractions: list[float],
+    shapes: list[dict],
+    near_copies: list[float],
+) -> list[dict]:
+    """The rows that test the paper's claims over all harvested epochs of one model.
+
+    "Two significant modes at all training epochs" is tested as written: held only when every
+    epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two or more (bands, modes
+    and basin-weighted modes alike); an epoch with fewer has no distribution to count, and with
+    no such epoch there is no verdict.
+    """
+    from scipy.stats import spearmanr
+
+    growth = (
+        float(spearmanr(epochs, counts).statistic)
+        if len(epochs) > 2 and len(set(counts)) > 1
+        else math.nan
+    )
+    eligible = [s for s in shapes if s["modes"] is not None]
+    of = f"of {len(eligible)} epochs with >= {MODES_MIN_SOLUTIONS} unique solutions"
+
+    def all_epochs(name: str, what: str, key, detail: str) -> dict:
+        n = int(sum(key(s) >= 2 for s in eligible))
+        return claim(
+            name,
+            n,
+            model,
+            f"{of}; paper: two significant modes at all training epochs (binary-MNIST): {what}"
+            + detail,
+            held=(n == len(eligible)) if eligible else None,
+        )
+
+    return [
+        claim("n_unique_first_epoch", counts[0], model, "paper: 1", epochs[0], counts[0] == 1),
+        claim(
+            "n_unique_last_epoch",
+            counts[-1],
+            model,
+            "paper: grows",
+            epochs[-1],
+            counts[-1] > counts[0],
+        ),
+        claim("spearman_epoch_vs_n_unique", growth, model, "grows: > 0", held=bool(growth > 0)),
+        claim(
+            "max_unique_fraction",
+            max(fractions),
+            model,
+            "paper: < 0.1 at every epoch (Nh = 100)" + _copies_note(fractions, near_copies),
+            held=max(fractions) < 0.1,
+        ),
+        all_epochs(
+            "epochs_with_two_or_more_bands",
+            "bands by the gap criterion",
+            lambda s: s["n_bands"],
+            "",
+        ),
+        all_epochs(
+            "epochs_with_two_or_more_modes",
+            "KDE modes, each unique solution once",
+            lambda s: len(s["modes"]),
+            "",
+        ),
+        all_epochs(
+            "epochs_with_two_or_more_modes_weighted",
+            "KDE modes, unique solutions weighted by basin size",
+            lambda s: len(s["modes_weighted"]),
+            "",
+        ),
+    ]
+
+
 def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     """Fig. 5 from the solutions files of one model (any order)."""
     from tapmachine.harvest import NEAR_COPY_DISTANCE, separation_stats
@@ -187,18 +345,16 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         raise FigureError(f"fig5 slices {unknown} were not harvested (harvested: {epochs})")
 
     drawn, claims = [], []
-    helm, counts, fractions, bands, near_copies, modes = [], [], [], [], [], {}
+    helm, counts, fractions, shapes, near_copies = [], [], [], [], []
     for s in sols:
         Fu = np.asarray(s["unique_free_energy"], dtype=np.float64)
         mult = np.asarray(s["multiplicity"])
         K = int(s["converged"].shape[0])
-        n_bands, band_list = count_bands(Fu)
+        shape = epoch_shape(Fu, mult)
         helm.append(float(Fu.mean()) if Fu.size else math.nan)
         counts.append(int(Fu.size))
         fractions.append(Fu.size / K)
-        bands.append(n_bands)
-        if Fu.size >= MODES_MIN_SOLUTIONS:
-            modes[s["epoch"]] = count_modes(Fu)
+        shapes.append(shape)
         for g, (F, m) in enumerate(zip(Fu, mult, strict=True)):
             drawn.append(
                 {
@@ -218,23 +374,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
             claim("helmholtz_estimate", helm[-1], info.name, "mean F of unique solutions", e),
             claim("free_energy_std", float(Fu.std()) if Fu.size else math.nan, info.name, "", e),
-            claim(
-                "n_bands",
-                n_bands,
-                info.name,
-                f"gap > {BAND_GAP:.0%} of range, bands >= {BAND_MIN_SHARE:.0%} of solutions: "
-                + "; ".join(f"[{lo:.4g}, {hi:.4g}] x{n}" for lo, hi, n in band_list),
-                e,
-            ),
-            claim(
-                "n_modes",
-                len(modes[e]) if e in modes else math.nan,
-                info.name,
-                f"KDE peaks >= {MODE_MIN_HEIGHT:.0%} of the highest, a dip below "
-                f"{MODE_MAX_DIP:.0%} between: "
-                + (", ".join(f"{m:.4g}" for m in modes[e]) if e in modes else "too few solutions"),
-                e,
-            ),
+            *shape_claims(info.name, e, shape),
             claim("n_not_converged", n_nc, info.name, "excluded", e),
             claim(
                 "min_separation",
@@ -254,53 +394,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
                 e,
             ),
         ]
-    from scipy.stats import spearmanr
-
-    growth = (
-        float(spearmanr(epochs, counts).statistic)
-        if len(epochs) > 2 and len(set(counts)) > 1
-        else math.nan
-    )
-    claims += [
-        claim("n_unique_first_epoch", counts[0], info.name, "paper: 1", epochs[0], counts[0] == 1),
-        claim(
-            "n_unique_last_epoch",
-            counts[-1],
-            info.name,
-            "paper: grows",
-            epochs[-1],
-            counts[-1] > counts[0],
-        ),
-        claim(
-            "spearman_epoch_vs_n_unique",
-            growth,
-            info.name,
-            "grows: > 0",
-            held=bool(growth > 0),
-        ),
-        claim(
-            "max_unique_fraction",
-            max(fractions),
-            info.name,
-            "paper: < 0.1 at every epoch (Nh = 100)" + _copies_note(fractions, near_copies),
-            held=max(fractions) < 0.1,
-        ),
-        claim(
-            "epochs_with_two_or_more_bands",
-            int(sum(b >= 2 for b in bands)),
-            info.name,
-            f"of {len(epochs)} harvested epochs; paper: two bands on binary-MNIST",
-            held=any(b >= 2 for b in bands),
-        ),
-        claim(
-            "epochs_with_two_or_more_modes",
-            int(sum(len(m) >= 2 for m in modes.values())),
-            info.name,
-            f"of {len(modes)} epochs with >= {MODES_MIN_SOLUTIONS} unique solutions; paper: two "
-            "significant modes of the free-energy distribution at all epochs (binary-MNIST)",
-            held=bool(modes) and all(len(m) >= 2 for m in modes.values()),
-        ),
-    ]
+    claims += verdict_claims(info.name, epochs, counts, fractions, shapes, near_copies)
 
     fig = new_figure(max(7.0, 2.6 * len(slices)), 6.2)
     gs = fig.add_gridspec(2, len(slices), height_ratios=[1.3, 1.0])
@@ -325,6 +419,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     more = right.get_legend_handles_labels()
     top.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="best")
     by_epoch = {s["epoch"]: s for s in sols}
+    legend_drawn = False
     for j, e in enumerate(slices):
         ax = fig.add_subplot(gs[1, j])
         Fu = np.asarray(by_epoch[e]["unique_free_energy"], dtype=np.float64)
@@ -342,8 +437,22 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             grid = np.linspace(lo - pad, hi + pad, 300)
             kde = gaussian_kde(Fu, grid)
             if kde is not None:
-                ax.plot(grid, kde, color="tab:red", lw=1)
-        ax.set_title(f"epoch {e}: {Fu.size} unique", fontsize=8)
+                ax.plot(grid, kde, color="tab:red", lw=1, label="KDE")
+                weights = np.asarray(by_epoch[e]["multiplicity"], dtype=np.float64)
+                ax.plot(
+                    grid,
+                    gaussian_kde(Fu, grid, weights),
+                    color="0.2",
+                    lw=1,
+                    ls="--",
+                    label="KDE by basin size",
+                )
+                if not legend_drawn:
+                    ax.legend(fontsize=6)
+                    legend_drawn = True
+        copies = near_copies[epochs.index(e)]
+        share = f", {copies:.0%} near copies" if np.isfinite(copies) else ""
+        ax.set_title(f"epoch {e}: {Fu.size} unique{share}", fontsize=8)
         ax.set_xlabel("F", fontsize=8)
         ax.tick_params(labelsize=7)
     fig.suptitle(
@@ -366,3 +475,47 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             "mode_max_dip": MODE_MAX_DIP,
         },
     )
+
+
+#: Per-epoch claim rows that ``rejudge`` computes again from the drawn free energies.
+_SHAPE_ROWS = ("n_bands", "n_modes", "n_modes_weighted")
+
+
+def rejudge(figure_table):
+    """A Fig. 5 table (its CSV, read by pandas) with its band and mode rows and its verdicts
+    computed again by this module from its own drawn rows (each unique solution's free energy
+    and multiplicity), for a run whose solutions files were not kept. The other per-epoch rows
+    (counts, fractions, separations) are kept as they are; the drawing is not redone."""
+    import pandas as pd
+
+    t = figure_table
+    drawn = t[t["kind"] == "drawn"]
+    rows = t[t["kind"] == "claim"]
+    per_epoch = rows[rows["epoch"].notna() & rows["claim"].isin(["n_unique"])]
+    models = set(per_epoch["model"])
+    if len(models) != 1:
+        raise FigureError(f"fig5 table: expected the rows of one model, got {sorted(models)}")
+    model = models.pop()
+    epochs = sorted(int(e) for e in per_epoch["epoch"])
+
+    def value(name, e):
+        hit = rows[(rows["claim"] == name) & (rows["epoch"] == e)]["value"]
+        return float(hit.iloc[0]) if len(hit) else math.nan
+
+    kept = rows[rows["epoch"].notna() & ~rows["claim"].isin(_SHAPE_ROWS)]
+    kept = kept[~kept["claim"].isin(["n_unique_first_epoch", "n_unique_last_epoch"])]
+    new_rows, shapes, counts, fractions, near = [], [], [], [], []
+    for e in epochs:
+        mine = drawn[drawn["epoch"] == e]
+        shape = epoch_shape(mine["free_energy"].to_numpy(float), mine["multiplicity"].to_numpy())
+        shapes.append(shape)
+        counts.append(int(value("n_unique", e)))
+        fractions.append(value("unique_fraction", e))
+        near.append(value("near_copy_fraction", e))
+        old = kept[kept["epoch"] == e].to_dict("records")
+        at = next((i for i, r in enumerate(old) if r["claim"] == "n_not_converged"), len(old))
+        new_rows += old[:at] + shape_claims(model, e, shape) + old[at:]
+    new_rows += verdict_claims(model, epochs, counts, fractions, shapes, near)
+    claims = pd.DataFrame(new_rows)
+    claims["kind"] = "claim"
+    return pd.concat([drawn, claims], ignore_index=True, sort=False)[list(t.columns)]

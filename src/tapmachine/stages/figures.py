@@ -41,7 +41,7 @@ def _fig12(m, a):
 
 
 def _likelihood_table(m, a):
-    return m.make(a.scores, a.model_files, not a.no_reference)
+    return m.make(a.scores, a.model_files, not a.no_reference, a.data)
 
 
 def _ucd_fig1(m, a):
@@ -209,6 +209,7 @@ def claims_report(args) -> None:
         args.section,
         models if models.is_dir() else None,
         args.logs,
+        args.rejudge,
     )
     print(f"wrote {out} (claim rows of {folder})")
 
@@ -237,6 +238,12 @@ def register(subparsers) -> None:
         default=None,
         help="replace only the part between <!-- claims:SECTION --> and <!-- /claims:SECTION -->"
         " of --out (e.g. docs/results.md)",
+    )
+    c.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="compute the claim rows of fig3, fig4 and fig5 again from their CSVs' drawn rows "
+        "(the current verdicts of a run whose inputs are gone, e.g. docs/results/paper)",
     )
     c.set_defaults(func=claims_report)
     s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")
@@ -271,6 +278,9 @@ def register(subparsers) -> None:
     tab.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
     tab.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
     tab.add_argument("--no-reference", action="store_true", help="omit the published row")
+    tab.add_argument(
+        "--data", nargs="+", default=None, help="dataset .npz per model (binarisation)"
+    )
     u1 = figs.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
     u1.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
     us = figs.add_parser("ucd_samples", help="second paper, Fig. 2: samples, UCD-LMI vs PCD")

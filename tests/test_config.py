@@ -176,3 +176,14 @@ def test_paper_config_has_its_own_results_directory():
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     default = validate(load("config.yaml"), SCHEMA)
     assert (paper["run"]["name"], default["run"]["name"]) == ("paper", "default")
+
+
+def test_ucd_cpu_config_is_the_hidden_equals_visible_demonstration():
+    config = validate(load("workflow/config/ucd_cpu.yaml"), SCHEMA)
+    dbm = config["ucd"]["dbm"]
+    assert config["run"]["name"] == "ucd_cpu"
+    assert set(dbm["datasets"]) == {"binary_mnist", "binary_fashion_mnist"}
+    entries = {**dbm["models"], **dbm["ablation"]}
+    assert {m["method"] for m in entries.values()} == {"ucd_lmi", "dbm_pcd", "centered_pcd"}
+    assert all(m["hidden"] == [784, 784] for m in entries.values())
+    assert len(dbm["ablation"]) == 4

@@ -682,8 +682,9 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
     in units of S = Nv N1 + N1 N2 (all couplings once) per chain: local search 2 per step (each
     block update computes the fields of its layers), the Gibbs sweep 2, per marginalised target
     about 4 for the energies and statistics of X_0 and 10 per further coupling step (tau - 1).
-    The local-search sweep (both block updates of ``batch`` chains, 2 S per chain) is timed alone:
-    its rate over the matmul rate on (batch x Nv) @ (Nv x N1) is the goal ratio (>= 0.8).
+    The local-search sweep (both block updates of ``batch`` chains, 2 S per chain) is timed alone
+    (best of 10, as the matmul reference): its rate over the matmul rate on (batch x Nv) @
+    (Nv x N1) is the goal ratio (>= 0.8).
     The paper's size (6,272-6,272-6,272, batch 1,000) is projected unless run (``--ucd-sizes``):
     memory per step = weights + velocity + gradient (3 x 4 bytes per coupling) + the states of
     both phases (float32), and hours for 100,000 steps = measured seconds x (paper S / this S) x
@@ -735,13 +736,13 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
     target = Target.joint(machine)
     chains = target.uniform(target.blank(batch), g)
     block_update(target, block_update(target, chains, 0), 1)  # warm-up
-    sweeps = 5
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(sweeps):
+    sweep_seconds = float("inf")  # best of 10, as the matmul reference is a best
+    for _ in range(10):
+        _sync(device)
+        t0 = time.perf_counter()
         chains = block_update(target, block_update(target, chains, 0), 1)
-    _sync(device)
-    sweep_seconds = (time.perf_counter() - t0) / sweeps
+        _sync(device)
+        sweep_seconds = min(sweep_seconds, time.perf_counter() - t0)
     S = sum(a * b for a, b in zip(sizes, sizes[1:], strict=False))
     per_chain = 2 * (mt["pos_T_mean"] + mt["neg_T_mean"]) + 2 * 2 + 2 * 2 * 4
     per_chain += 2 * 10 * ((mt["pos_tau_mean"] - 1) + (mt["neg_tau_mean"] - 1))

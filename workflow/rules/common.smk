@@ -188,14 +188,15 @@ def ucd_dbm_mem_mb(wildcards):
 
 
 def ucd_dbm_runtime(wildcards, attempt):
-    """Minutes for one DBM's training: 3 times the CPU cost measured at 784-784-784 (about
-    1.2e-9 s per row and coupling a step; benchmarks/run.py ucd_train_step), at least 30,
-    times the attempt (a job killed at its limit comes back with more)."""
+    """Minutes for one DBM's training: 3 times the cost at one CPU thread measured at
+    784-784-784 (about 1.2e-9 s per row and coupling a step; docs/ucd.md), a hundredth of it on a
+    GPU (unmeasured here), at least 30, times the attempt (a job killed at its limit comes back
+    with more)."""
     spec = json.loads(ucd_dbm_spec(wildcards))
     sizes = [max(784, *spec["hidden"]), *spec["hidden"]]  # visible: MNIST's, or as wide as h
     couplings = sum(a * b for a, b in zip(sizes, sizes[1:]))
     steps = spec["epochs"] * (UCD_DBM["n_train"] // spec["batch_size"])
-    seconds = 1.2e-9 * spec["batch_size"] * couplings * steps
+    seconds = 1.2e-9 * spec["batch_size"] * couplings * steps / (100 if GPUS else 1)
     return attempt * max(30, int(3 * seconds / 60))
 
 

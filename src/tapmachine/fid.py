@@ -39,7 +39,7 @@ class Classifier(nn.Module):
     of them) of rows of H*W pixels; ``logits`` gives the class scores.
     """
 
-    def __init__(self, shape, channels=(16, 32), features: int = 128, classes: int = 10):
+    def __init__(self, shape, channels=(32, 64), features: int = 128, classes: int = 10):
         super().__init__()
         h, w = (int(n) for n in shape)
         side = h if w == 8 * h else w  # the 8-bit layout is decoded to H x H
@@ -69,11 +69,11 @@ class Classifier(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierSettings:
-    channels: tuple = (16, 32)
+    channels: tuple = (32, 64)
     features: int = 128
-    epochs: int = 2
-    batch_size: int = 128
-    learning_rate: float = 1e-3
+    epochs: int = 3
+    batch_size: int = 64
+    learning_rate: float = 2e-3
 
 
 def train_classifier(

@@ -58,14 +58,15 @@ COLLAPSE_FRACTION = 0.5
 DIVERSE_FRACTION = 0.9
 HAMMING_FRACTION = 0.5
 
-#: The title line when a panel collapsed (fewer than ``COLLAPSE_FRACTION`` distinct).
-COLLAPSE_NOTE = "collapsed: fewer than half of the samples distinct"
+#: The title line naming the panels that collapsed (fewer than ``COLLAPSE_FRACTION`` distinct).
+COLLAPSE_NOTE = "collapsed (fewer than half distinct): {models}"
 
 
-def _title(fig, title: str, collapsed: bool) -> None:
-    """The figure's title, with ``COLLAPSE_NOTE`` when collapsed (``common.save`` wraps it to the
-    figure's width)."""
-    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
+def _title(fig, title: str, collapsed: list) -> None:
+    """The figure's title, with ``COLLAPSE_NOTE`` naming the ``collapsed`` models
+    (``common.save`` wraps it to the figure's width)."""
+    note = "\n" + COLLAPSE_NOTE.format(models=", ".join(collapsed)) if collapsed else ""
+    fig.suptitle(title + note, fontsize=9)
 
 
 #: The title line of a table whose DBMs are below the paper's size.
@@ -158,7 +159,7 @@ def samples(
     fig = new_figure(2.6 * len(model_paths), 3.2)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = False
+    collapsed = []
     for i_model, (ax, path) in enumerate(zip(axes, model_paths, strict=True)):
         blob, machine = _load(path, device)
         info = _info(blob)
@@ -168,7 +169,8 @@ def samples(
         images = dbm.to_unit_interval(machine, x).cpu()
         n_distinct = diversity.distinct(images)
         spread = diversity.mean_pairwise_hamming(images)
-        collapsed |= n_distinct / n < COLLAPSE_FRACTION
+        if n_distinct / n < COLLAPSE_FRACTION:
+            collapsed.append(info.name)
         nearest = torch.full((n,), float("nan"), dtype=torch.float64)
         data_spread = float("nan")
         if data_paths is not None:
@@ -268,7 +270,7 @@ def completion(
     fig = new_figure(2.4 * len(model_paths), 4.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = False
+    collapsed = []
     for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
         blob, machine = _load(path, device)
         info = _info(blob)
@@ -291,7 +293,8 @@ def completion(
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
         halves = filled[:, mask].cpu().numpy()
         n_distinct = len({halves[i].tobytes() for i in range(n)})
-        collapsed |= n_distinct / n < COLLAPSE_FRACTION
+        if n_distinct / n < COLLAPSE_FRACTION:
+            collapsed.append(info.name)
         ax.set_title(
             f"{info.name}\n{_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
             "masked | completed | truth",

@@ -363,11 +363,12 @@ def _kendall(a, b) -> float:
 
 
 def _table_figure(df: pd.DataFrame, columns, title):
+    """The table as a figure; NaN cells (no value: the floor row's likelihoods) drawn as '-'."""
     fig = new_figure(min(12, 1.6 * len(columns) + 1), 0.25 * (len(df) + 1) + 0.7)
     ax = fig.subplots()
     ax.axis("off")
     cells = [
-        [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+        [("-" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
         for row in df[columns].itertuples(index=False)
     ]
     t = ax.table(cellText=cells, colLabels=columns, loc="center", bbox=(0, 0, 1, 1))
@@ -471,7 +472,7 @@ def _with_floor(df: pd.DataFrame) -> pd.DataFrame:
             classifier_accuracy=("classifier_accuracy", "first"),
         )
     )
-    floors["model"], floors["method"] = FLOOR_MODEL, "-"
+    floors["model"], floors["method"], floors["sizes"] = FLOOR_MODEL, "-", "-"
     return pd.concat([df, floors], ignore_index=True).sort_values(
         ["dataset", "classifier_fid"], kind="stable"
     )

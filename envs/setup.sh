@@ -55,11 +55,15 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         index=
     fi
     if [ -n "$index" ]; then
+        echo "setup: installing $torch_spec from $index" >&2
         pip install --timeout 10 --retries 0 --index-url "$index" "$torch_spec"
     else
+        echo "setup: installing $torch_spec from the default index (CUDA builds on Linux)" >&2
         pip install "${constraints[@]}" "$torch_spec"
     fi
 fi
+# Which build was chosen, and whether it sees a GPU (device: cuda needs one where jobs run).
+.venv/bin/python -c 'import torch; print("setup: torch", torch.__version__, "(CUDA %s build)" % torch.version.cuda if torch.version.cuda else "(CPU-only build)", "- CUDA devices visible:", torch.cuda.device_count())' >&2
 # slurm: the SLURM executor plugin; server: psycopg and Flask-WTF for an mlflow server on
 # PostgreSQL with basic-auth.
 pip install "${constraints[@]}" -e ".[test,slurm,server]"

@@ -187,3 +187,14 @@ def test_stochastic_binarisation_needs_its_seed(default):
     derived["sbm"]["transforms"] = [{"name": "bernoulli"}]
     with pytest.raises(ConfigError, match=r"sbm\.transforms\[0\]"):
         validate(config, SCHEMA)
+
+
+def test_ucd_cpu_config_is_the_hidden_equals_visible_demonstration():
+    config = validate(load("workflow/config/ucd_cpu.yaml"), SCHEMA)
+    dbm = config["ucd"]["dbm"]
+    assert config["run"]["name"] == "ucd_cpu"
+    assert set(dbm["datasets"]) == {"binary_mnist", "binary_fashion_mnist"}
+    entries = {**dbm["models"], **dbm["ablation"]}
+    assert {m["method"] for m in entries.values()} == {"ucd_lmi", "dbm_pcd", "centered_pcd"}
+    assert all(m["hidden"] == [784, 784] for m in entries.values())
+    assert len(dbm["ablation"]) == 4

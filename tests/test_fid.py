@@ -18,7 +18,8 @@ def _blobs(n: int, g: torch.Generator):
 def test_frechet_distance_zero_against_itself_and_growing_with_shift():
     g = torch.Generator().manual_seed(0)
     x, y = _blobs(2000, g)
-    net = fid.train_classifier(x, y, fid.ClassifierSettings(hidden=32, features=8, epochs=2), g)
+    settings = fid.ClassifierSettings(channels=(8, 8), features=8, epochs=5, learning_rate=1e-2)
+    net = fid.train_classifier(x, y, (4, 5), settings, g)
     assert fid.accuracy(net, *_blobs(500, g)) > 0.95
     real = x[:1000]
     assert abs(fid.frechet_distance(net, real, real)) < 1e-6
@@ -29,3 +30,15 @@ def test_frechet_distance_zero_against_itself_and_growing_with_shift():
     print("distances", distances)
     assert all(b > a for a, b in zip(distances, distances[1:], strict=False))
     assert distances[-1] > 10 * distances[0]
+
+
+def test_eight_bit_layout_is_decoded_to_grey_levels():
+    """(H, 8 H) rows of bits, most significant first, become H x H grey levels in [0, 1]."""
+    h = 2
+    grey = torch.tensor([[0, 255], [128, 1]])
+    bits = ((grey[..., None] >> torch.arange(7, -1, -1)) & 1).reshape(1, h * 8 * h).float()
+    images = fid.as_images(bits, (h, 8 * h))
+    assert images.shape == (1, 1, h, h)
+    torch.testing.assert_close(images[0, 0], grey.float() / 255.0)
+    plain = fid.as_images(torch.arange(6.0)[None], (2, 3))
+    torch.testing.assert_close(plain[0, 0], torch.arange(6.0).reshape(2, 3))

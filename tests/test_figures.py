@@ -666,3 +666,71 @@ def test_save_wraps_a_title_wider_than_its_figure(tmp_path):
         f"Fig. 3: {words} models a, b, c, d on binary_mnist".split()
     )
     assert short.get_suptitle() == "Fig. 3\nshort"
+
+
+def test_ucd_table1_floor_row_and_coupling_claims_table2_full_reference(tmp_path):
+    import json
+
+    from tapmachine.figures import ucd_dbm
+
+    def write(model, method, fid, sizes, **extra):
+        row = {"dataset": "binary_mnist", "model": model, "method": method, "spec": "{}"}
+        row.update(classifier_fid=fid, classifier_accuracy=0.99, tap_ll=-0.2, ais_ll=-fid)
+        row.update(sizes=sizes, fid_floor=2.5, **extra)
+        path = tmp_path / f"{model}_{sizes}.json"
+        path.write_text(json.dumps(row))
+        return path
+
+    coupling = dict(tau_mean_mean=1.0, tau_mean_min=1.0, tau_mean_max=1.0, tau_max=1.0)
+    coupling.update(T_mean_mean=8.0, T_mean_min=4.0, T_mean_max=12.0, T_max=27.0)
+    t1 = ucd_dbm.table1(
+        [
+            write("ucd_lmi", "ucd_lmi", 30.0, "784-784-784", **coupling),
+            write("pcd", "dbm_pcd", 90.0, "784-784-784"),
+        ]
+    ).table
+    drawn = t1[t1["kind"] == "drawn"]
+    floor = drawn[drawn["model"] == ucd_dbm.FLOOR_MODEL]
+    assert floor["classifier_fid"].tolist() == [2.5]
+    assert drawn["model"].tolist()[0] == ucd_dbm.FLOOR_MODEL  # lowest FID first
+    claims = t1[t1["kind"] == "claim"].set_index("claim")
+    assert claims.loc["ucd_lmi_best_fid", "held"] == "held"  # the floor is not a method
+    assert claims.loc["fid_floor_test_halves", "value"] == 2.5
+    assert claims.loc["coupling_time_tau_5_to_30", "held"] == "not held"  # tau = 1
+    assert claims.loc["local_search_steps_T", "value"] == 8.0
+    t2 = ucd_dbm.table2(
+        [
+            write("full", "ucd_lmi", 40.0, "784-500-500"),
+            write("no_centering", "ucd_lmi", 50.0, "784-500-500"),
+            write("no_marginalise", "ucd_lmi", 35.0, "784-500-500"),
+        ]
+    ).table
+    verdicts = dict(
+        t2.loc[t2["claim"] == "removal_worsens_fid", ["model", "held"]].itertuples(index=False)
+    )
+    assert verdicts == {"no_centering": "held", "no_marginalise": "not held"}
+    assert t2.loc[t2["claim"] == "ablation_at_one_size", "held"].tolist() == ["held"]
+
+
+def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
+    import torch
+
+    from tapmachine.figures import ucd_dbm
+
+    ucd = {"method": "ucd_lmi", "sizes": (784, 784, 784), "spec": {}}
+    pcd = {"method": "dbm_pcd", "sizes": (784, 784, 784), "spec": {"ucd": {"centering": False}}}
+    far = torch.full((36,), 40.0, dtype=torch.float64)
+
+    def verdict(blob, n_distinct, spread, nearest):
+        rows = ucd_dbm._sample_claims(blob, "m", 36, n_distinct, spread, 130.0, nearest)
+        return [r["held"] for r in rows if r["claim"].startswith("fig2_")]
+
+    assert verdict(ucd, 36, 90.0, far) == ["held"]
+    assert verdict(ucd, 36, 40.0, far) == ["not held"]  # distinct, but all alike
+    assert verdict(ucd, 30, 90.0, far) == ["not held"]  # too few distinct
+    copy = far.clone()
+    copy[3] = 0.0
+    assert verdict(ucd, 36, 90.0, copy) == ["not held"]  # a training image copied
+    assert verdict(pcd, 1, 0.0, far) == ["held"]  # PCD collapsed: the paper's Fig. 2a
+    rows = ucd_dbm._sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
+    assert rows[-1]["held"] == "not held" and "does not fail at this size" in rows[-1]["detail"]

@@ -85,7 +85,7 @@ TINY = {
             "fid_samples": 200,
             "ll_images": 20,
             "ais": {"n_runs": 8, "n_betas": 50, "mean_field_steps": 5},
-            "classifier": {"n_train": 5000, "hidden": 64, "features": 16, "epochs": 2},
+            "classifier": {"n_train": 5000, "channels": [8, 16], "features": 16, "epochs": 2},
             "models": {
                 "ucd_lmi": {"method": "ucd_lmi", "hidden": [16, 16], "epochs": 1, "batch_size": 50},
                 "pcd": {"method": "dbm_pcd", "hidden": [16, 16], "epochs": 1, "batch_size": 50},
@@ -133,7 +133,7 @@ FIGURES = [
     *DENOISE_FIGURES,
 ]
 #: The classifier of the classifier FID on 5,000 binary-MNIST images, 2 epochs: at least this
-#: test accuracy (measured 0.815 here; 0.944 with the default 20,000 images and 3 epochs).
+#: test accuracy (measured 0.852 with 8 and 16 channels; 0.992 with the default config's CNN).
 CLASSIFIER_FLOOR = 0.75
 
 

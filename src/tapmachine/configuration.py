@@ -15,7 +15,7 @@ import yaml
 from jsonschema.exceptions import best_match
 from snakemake.utils import validate as snakemake_validate
 
-__all__ = ["ConfigError", "RAW_DATASETS", "validate", "dataset_names"]
+__all__ = ["ConfigError", "RAW_DATASETS", "validate", "dataset_names", "check_device"]
 
 RAW_DATASETS = ("mnist", "fashion_mnist", "faces")
 
@@ -241,3 +241,26 @@ def _check_harvest_and_figures(config: dict) -> None:
                 f"harvest.{fig7['model']}.n_init = {n_init} (fig7 uses the harvest's "
                 "initialisations)"
             )
+
+
+def check_device(device: str) -> None:
+    """ConfigError (one line) when ``device`` is cuda and this machine's torch sees no CUDA device.
+
+    The workflow calls it where jobs run on this machine, so the run fails before any job.
+    """
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        raise ConfigError(
+            f"config error at device: {device!r}, but torch {torch.__version__} ({build} build) "
+            "sees no CUDA device here; set device: cpu or run on a GPU node"
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"config error at device: {device!r}, but only {torch.cuda.device_count()} CUDA "
+            "device(s) are visible"
+        )

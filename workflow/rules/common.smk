@@ -5,7 +5,7 @@ from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
 
-from tapmachine.configuration import RAW_DATASETS, validate
+from tapmachine.configuration import RAW_DATASETS, check_device, validate
 from tapmachine.files import set_aside_damaged
 from tapmachine.stages.workflow import jobs_run_checkout
 
@@ -37,6 +37,9 @@ for _section, _given in SECTIONS.items():
         )
 
 validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+# device: cuda where jobs run on this machine but torch sees no GPU: one line, before any job.
+if workflow.local_exec:
+    check_device(config["device"])
 
 # Results per config (`run: {name: ...}`): every output under results/{name}/, datasets shared.
 RUN_NAME = config["run"]["name"]
@@ -211,9 +214,29 @@ def ucd_dbm_mem_mb(wildcards):
     return 2000 + 8 * max(spec["hidden"])
 
 
+def ucd_dbm_runtime(wildcards, attempt):
+    """Minutes for one DBM's training: 3 times the cost at one CPU thread measured at
+    784-784-784 (about 1.2e-9 s per row and coupling a step; docs/ucd.md), a hundredth of it on a
+    GPU (unmeasured here), at least 30, times the attempt (a job killed at its limit comes back
+    with more)."""
+    spec = json.loads(ucd_dbm_spec(wildcards))
+    sizes = [max(784, *spec["hidden"]), *spec["hidden"]]  # visible: MNIST's, or as wide as h
+    couplings = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    steps = spec["epochs"] * (UCD_DBM["n_train"] // spec["batch_size"])
+    seconds = 1.2e-9 * spec["batch_size"] * couplings * steps / (100 if GPUS else 1)
+    return attempt * max(30, int(3 * seconds / 60))
+
+
 UCD_TABLE1 = [(d, m) for d in UCD_DATASETS for m in UCD_DBM["models"]]
+# Table 2's reference: the ablation's own `full` entry (the ablation at another size than the
+# main models), else ucd_lmi.
 UCD_TABLE2 = (
-    [(UCD_ABLATION_DATASET, m) for m in ("ucd_lmi", *UCD_DBM["ablation"])]
+    [
+        (UCD_ABLATION_DATASET, m)
+        for m in (
+            (() if "full" in UCD_DBM["ablation"] else ("ucd_lmi",)) + tuple(UCD_DBM["ablation"])
+        )
+    ]
     if SECTIONS["ucd.dbm"]
     else []
 )

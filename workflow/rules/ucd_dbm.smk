@@ -1,7 +1,8 @@
 # UCD-LMI (second paper), DBMs without pretraining: training (UCD-LMI, PCD, centered PCD, the
 # ablation), the FID classifier per dataset, scores (classifier FID + TAP log-likelihood), Figs. 2-3
 # and Tables 1-2. Settings: config `ucd.dbm` (workflow/schemas/config.schema.yaml); the paper's
-# sizes (6,272-6,272-6,272, 100,000 steps) need --configfile workflow/config/paper.yaml.
+# sizes (6,272-6,272-6,272, 100,000 steps) need --configfile workflow/config/paper.yaml. With
+# device: cuda, training, scoring, sampling and completion run on the GPU and request one.
 
 # Only with a user-given archive (no default path): the md5 is checked before opening.
 if UCD_DBM["cifar10_archive"]:
@@ -45,16 +46,19 @@ rule ucd_train_dbm:
     threads: 1
     resources:
         mem_mb=ucd_dbm_mem_mb,
-        runtime=60,
+        runtime=ucd_dbm_runtime,
+        gpu=GPUS,
     params:
         spec=ucd_dbm_spec,
         outdir=lambda w: ucd_dbm_dir(w.dataset, w.model),
         n_train=UCD_DBM["n_train"],
         seed=config["seed"],
+        device=config["device"],
     shell:
         "tapmachine ucd train-dbm --model {wildcards.model} --spec {params.spec:q} "
         "--data {input.data} --out-dir {params.outdir} --n-train {params.n_train} "
-        "--seed {params.seed} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
+        "--seed {params.seed} --device {params.device} --threads {threads} "
+        "--tracking {input.tracking} > {log} 2>&1"
 
 
 rule ucd_classifier:
@@ -99,24 +103,27 @@ rule ucd_score:
     threads: 1
     resources:
         mem_mb=3000,
-        runtime=30,
+        runtime=lambda w, attempt: 30 * attempt,
+        gpu=GPUS,
     params:
         samples=UCD_DBM["fid_samples"],
         ll_images=UCD_DBM["ll_images"],
         ais=UCD_DBM["ais"],
         seed=config["seed"],
+        device=config["device"],
     shell:
         "tapmachine ucd score --model {input.model} --classifier {input.classifier} "
         "--data {input.data} --out {output.score} --samples {params.samples} "
         "--ll-images {params.ll_images} --ais-runs {params.ais[n_runs]} "
         "--ais-betas {params.ais[n_betas]} "
         "--mean-field-steps {params.ais[mean_field_steps]} --seed {params.seed} "
-        "--threads {threads} --tracking {input.tracking} > {log} 2>&1"
+        "--device {params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 
 rule draw_ucd_samples:
     input:
         models=[f"{ucd_dbm_dir(d, m)}/model.pt" for d, m in UCD_FIG_MODELS],
+        data=[dataset_file(d) for d, _ in UCD_FIG_MODELS],
         tracking=TRACKING,
     output:
         **figure_outputs("ucd_samples"),
@@ -129,13 +136,15 @@ rule draw_ucd_samples:
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=10,
+        runtime=lambda w, attempt: 10 * attempt,
+        gpu=GPUS,
     params:
         seed=config["seed"],
+        device=config["device"],
     shell:
-        "tapmachine figure ucd_samples --models {input.models} --seed {params.seed} "
-        "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
-        "--tracking {input.tracking} > {log} 2>&1"
+        "tapmachine figure ucd_samples --models {input.models} --data {input.data} "
+        "--seed {params.seed} --device {params.device} --png {output.png} --pdf {output.pdf} "
+        "--csv {output.csv} --tracking {input.tracking} > {log} 2>&1"
 
 
 rule draw_ucd_completion:
@@ -154,13 +163,15 @@ rule draw_ucd_completion:
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=10,
+        runtime=lambda w, attempt: 10 * attempt,
+        gpu=GPUS,
     params:
         seed=config["seed"],
+        device=config["device"],
     shell:
         "tapmachine figure ucd_completion --models {input.models} --data {input.data} "
-        "--seed {params.seed} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
-        "--tracking {input.tracking} > {log} 2>&1"
+        "--seed {params.seed} --device {params.device} --png {output.png} --pdf {output.pdf} "
+        "--csv {output.csv} --tracking {input.tracking} > {log} 2>&1"
 
 
 rule draw_ucd_table1:

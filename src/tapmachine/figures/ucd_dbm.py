@@ -1,18 +1,24 @@
 """Second paper, Figs. 2-3 and Tables 1-2: what DBMs trained by UCD-LMI and the baselines do.
 
 - ``samples`` (Fig. 2): samples by local search from uniform states (Sec. 4.4), one panel per
-  (dataset, model); CSV rows per sample: local-search steps T and the fraction of pixels on;
-  claim per model: the fraction of distinct samples (a collapsed model gives few distinct local
-  modes; its quality is judged by the FID of Table 1).
+  (dataset, model); CSV rows per sample: local-search steps T, the fraction of pixels on and the
+  Hamming distance to the nearest training image; claims per model (``ucd.diversity``): distinct
+  samples of n, mean pairwise Hamming distance against the data's (n test images), distance to
+  the nearest training image (0 = a copy); verdicts: UCD-LMI's samples are diverse and no copies
+  (Fig. 2b), PCD without pretraining fails (Fig. 2a: collapsed or not diverse).
 - ``completion`` (Fig. 3): test images with the lower half masked, completed by local search on
   the clamped model (``ucd.generate.complete``); rows: masked input, completion, truth. CSV: per
   image the per-pixel error of the completed half; claim: mean error per model against the error
-  of filling the half with the training mean (a baseline that ignores the visible half).
+  of filling the half with the training mean (a baseline that ignores the visible half); verdict:
+  close to, not equal to, the truth (0 < error < the mean fill's).
 - ``table1`` / ``table2``: classifier FID (``tapmachine.fid``; NOT the paper's Inception FID) of
   every DBM, with the TAP log-likelihood of test images (first paper, App. E) beside it in
-  Table 1, and whether the two measures rank the methods alike (Kendall's tau per dataset).
-  Verdicts on the paper's claims: UCD-LMI has the lowest FID (Table 1), and removing any one
-  component raises it (Table 2); the titles say where the DBMs are below the paper's size.
+  Table 1, and whether the two measures rank the methods alike (Kendall's tau per dataset); the
+  FID of two halves of the test set as the floor row; the coupling time tau and local-search
+  steps T of training (Sec. 5: "from 5 to 30"). Verdicts on the paper's claims: UCD-LMI has the
+  lowest FID (Table 1), and removing any one component raises it (Table 2, against the full
+  model at the ablation's size: ``full`` when the ablation has one, else ``ucd_lmi``); the titles
+  say where the DBMs are below the paper's size.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from tapmachine.figures.common import table as make_table
 
 __all__ = ["samples", "completion", "table1", "table2"]
 
-FID_LABEL = "classifier FID (small MLP features; not Inception FID)"
+FID_LABEL = "classifier FID (small CNN features; not Inception FID)"
 PAPER_SIZES = (6272, 6272, 6272)
 
 
@@ -47,29 +53,24 @@ def _size_note(blob) -> str:
 
 #: Below this fraction of distinct samples (or completions) a model counts as collapsed.
 COLLAPSE_FRACTION = 0.5
+#: Diverse (Fig. 2b): at least this fraction distinct, and a mean pairwise Hamming distance at
+#: least ``HAMMING_FRACTION`` of the data's.
+DIVERSE_FRACTION = 0.9
+HAMMING_FRACTION = 0.5
 
-#: The title line for collapsed models below paper size.
-COLLAPSE_NOTE = (
-    "reduced size: the local modes collapse onto a few images; the paper's variety needs its size "
-    "(paper.yaml: 6,272 units per layer, 100,000 steps)"
-)
-
-
-def _title(fig, title: str, collapsed: bool) -> None:
-    """The figure's title, with ``COLLAPSE_NOTE`` when collapsed (``common.save`` wraps it to the
-    figure's width)."""
-    fig.suptitle(title + ("\n" + COLLAPSE_NOTE if collapsed else ""), fontsize=9)
+#: The title line naming the panels that collapsed (fewer than ``COLLAPSE_FRACTION`` distinct).
+COLLAPSE_NOTE = "collapsed (fewer than half distinct): {models}"
 
 
-def _reduced(blob) -> bool:
-    return blob["sizes"] != PAPER_SIZES
+def _title(fig, title: str, collapsed: list) -> None:
+    """The figure's title, with ``COLLAPSE_NOTE`` naming the ``collapsed`` models
+    (``common.save`` wraps it to the figure's width)."""
+    note = "\n" + COLLAPSE_NOTE.format(models=", ".join(collapsed)) if collapsed else ""
+    fig.suptitle(title + note, fontsize=9)
 
 
 #: The title line of a table whose DBMs are below the paper's size.
-TABLE_SIZE_NOTE = (
-    "REDUCED size ({sizes}; paper: 6272-6272-6272, 100,000 steps): the paper's ranking needs "
-    "its size"
-)
+TABLE_SIZE_NOTE = "REDUCED size ({sizes}; paper: 6272-6272-6272, 100,000 steps)"
 
 
 def _table_size_note(df: pd.DataFrame) -> str:
@@ -83,8 +84,9 @@ def _table_size_note(df: pd.DataFrame) -> str:
     return "\n" + TABLE_SIZE_NOTE.format(sizes=", ".join(reduced)) if reduced else ""
 
 
-def _load(path):
-    """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine."""
+def _load(path, device="cpu"):
+    """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine
+    (on ``device``)."""
     from tapmachine.modelfile import ModelFile, ModelFileError
 
     try:
@@ -101,7 +103,7 @@ def _load(path):
         "sizes": model.sizes,
         **model.extras,
     }
-    return blob, model.machine()
+    return blob, model.machine(device=device)
 
 
 def image_grid(images, shape, cols: int):
@@ -138,28 +140,49 @@ def _info(blob) -> ModelInfo:
     )
 
 
-def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
-    """Fig. 2: ``n`` samples per model by local search from uniform random states."""
-    from tapmachine import training
-    from tapmachine.ucd import dbm, generate
+def samples(
+    model_paths, data_paths=None, seed: int = 0, n: int = 36, device: str = "cpu"
+) -> FigureResult:
+    """Fig. 2: ``n`` samples per model by local search from uniform random states.
 
-    fig = new_figure(2.6 * len(model_paths), 3.0)
+    ``data_paths`` (one dataset file per model): the nearest training image of every sample and
+    the data's mean pairwise Hamming distance (first ``n`` test images); without them those
+    claims are left out.
+    """
+    import torch
+
+    from tapmachine import data, training
+    from tapmachine.ucd import dbm, diversity, generate
+
+    if data_paths is not None and len(data_paths) != len(model_paths):
+        raise FigureError("give one dataset file per model")
+    fig = new_figure(2.6 * len(model_paths), 3.2)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = False
-    for ax, path in zip(axes, model_paths, strict=True):
-        blob, machine = _load(path)
+    collapsed = []
+    for i_model, (ax, path) in enumerate(zip(axes, model_paths, strict=True)):
+        blob, machine = _load(path, device)
         info = _info(blob)
         infos.append(info)
-        g = training.seeded_generator(seed, "ucd_samples", info.name)
+        g = training.seeded_generator(seed, "ucd_samples", info.name, device=device)
         x, T = generate.sample(machine, n, g)
-        images = dbm.to_unit_interval(machine, x).cpu().numpy()
-        ax.imshow(_grid(images, blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
-        n_distinct = len({images[i].tobytes() for i in range(n)})
-        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
+        images = dbm.to_unit_interval(machine, x).cpu()
+        n_distinct = diversity.distinct(images)
+        spread = diversity.mean_pairwise_hamming(images)
+        if n_distinct / n < COLLAPSE_FRACTION:
+            collapsed.append(info.name)
+        nearest = torch.full((n,), float("nan"), dtype=torch.float64)
+        data_spread = float("nan")
+        if data_paths is not None:
+            ds = data.load_dataset(data_paths[i_model])
+            if ds.name != blob["dataset"]:
+                raise FigureError(f"{path} was trained on {blob['dataset']}, not {ds.name}")
+            nearest = diversity.nearest_hamming(images, torch.as_tensor(ds.x_train))
+            data_spread = diversity.mean_pairwise_hamming(torch.as_tensor(ds.x_test[:n]))
+        ax.imshow(_grid(images.numpy(), blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
         ax.set_title(
             f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}\n"
-            f"{n_distinct} distinct of {n}",
+            f"{n_distinct} distinct of {n}; Hamming {spread:.0f} (data {data_spread:.0f})",
             fontsize=7,
         )
         ax.axis("off")
@@ -171,16 +194,71 @@ def samples(model_paths, seed: int = 0, n: int = 36) -> FigureResult:
                     "sample": i,
                     "T": int(T[i]),
                     "on_fraction": float(images[i].mean()),
+                    "nearest_train_hamming": float(nearest[i]),
                 }
             )
-        claims.append(
-            claim("distinct_sample_fraction", n_distinct / n, info.name, "distinct local modes / n")
-        )
+        claims += _sample_claims(blob, info.name, n, n_distinct, spread, data_spread, nearest)
     _title(fig, "DBM samples by local search from noise (Fig. 2)", collapsed)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
-def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResult:
+def _sample_claims(blob, name, n, n_distinct, spread, data_spread, nearest) -> list:
+    """Fig. 2's numbers for one model and, for UCD-LMI and the plain PCD baseline, the verdict."""
+    copies = int((nearest == 0).sum())
+    rows = [
+        claim("distinct_sample_fraction", n_distinct / n, name, f"{n_distinct} distinct of {n}"),
+        claim(
+            "mean_pairwise_hamming",
+            spread,
+            name,
+            f"samples' mean pairwise Hamming distance; data's (first {n} test images) "
+            f"{data_spread:.1f}",
+        ),
+    ]
+    if not _all_nan(nearest):
+        rows.append(
+            claim(
+                "nearest_training_hamming",
+                float(nearest.mean()),
+                name,
+                f"mean over samples; min {float(nearest.min()):.0f}; copies (0): {copies}",
+            )
+        )
+    diverse = n_distinct >= DIVERSE_FRACTION * n and not (spread < HAMMING_FRACTION * data_spread)
+    sizes = _size_note(blob).replace("\n", " ")
+    if blob["method"] == "ucd_lmi":
+        rows.append(
+            claim(
+                "fig2_ucd_lmi_samples_diverse",
+                n_distinct / n,
+                name,
+                f"{n_distinct}/{n} distinct, Hamming {spread:.0f} vs data {data_spread:.0f}, "
+                f"{copies} copies of training images ({sizes})",
+                held=diverse and copies == 0,
+            )
+        )
+    elif blob["method"] == "dbm_pcd" and not blob["spec"].get("ucd", {}).get("centering", True):
+        failed = n_distinct < COLLAPSE_FRACTION * n or spread < HAMMING_FRACTION * data_spread
+        rows.append(
+            claim(
+                "fig2_pcd_without_pretraining_fails",
+                n_distinct / n,
+                name,
+                f"{n_distinct}/{n} distinct, Hamming {spread:.0f} vs data {data_spread:.0f} "
+                f"({sizes})" + ("" if failed else ": PCD does not fail at this size"),
+                held=failed,
+            )
+        )
+    return rows
+
+
+def _all_nan(x) -> bool:
+    return bool(np.isnan(np.asarray(x, dtype=float)).all())
+
+
+def completion(
+    model_paths, data_paths, seed: int = 0, n: int = 8, device: str = "cpu"
+) -> FigureResult:
     """Fig. 3: lower halves of ``n`` test images completed by local search; truth beside."""
     import torch
 
@@ -192,9 +270,9 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
     fig = new_figure(2.4 * len(model_paths), 4.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = False
+    collapsed = []
     for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
-        blob, machine = _load(path)
+        blob, machine = _load(path, device)
         info = _info(blob)
         infos.append(info)
         ds = data.load_dataset(dpath)
@@ -203,9 +281,9 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         h, w = ds.image_shape
         truth = torch.as_tensor(ds.x_test[:n], dtype=machine.dtype)
         mask = generate.lower_half_mask(h, w)
-        g = training.seeded_generator(seed, "ucd_completion", info.name)
+        g = training.seeded_generator(seed, "ucd_completion", info.name, device=device)
         out, steps = generate.complete(machine, dbm.data_for(machine, truth), mask, g)
-        filled = dbm.to_unit_interval(machine, out[0])
+        filled = dbm.to_unit_interval(machine, out[0]).cpu()
         masked = truth.clone()
         masked[:, mask] = 0.5
         err = (filled[:, mask] != truth[:, mask]).double().mean(1)
@@ -215,7 +293,8 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
         halves = filled[:, mask].cpu().numpy()
         n_distinct = len({halves[i].tobytes() for i in range(n)})
-        collapsed |= _reduced(blob) and n_distinct / n < COLLAPSE_FRACTION
+        if n_distinct / n < COLLAPSE_FRACTION:
+            collapsed.append(info.name)
         ax.set_title(
             f"{info.name}\n{_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
             "masked | completed | truth",
@@ -239,6 +318,17 @@ def completion(model_paths, data_paths, seed: int = 0, n: int = 8) -> FigureResu
                 info.name,
                 f"pixel error {float(err.mean()):.4f} vs thresholded-mean fill "
                 f"{float(base.mean()):.4f}",
+            )
+        )
+        exact = int((err == 0).sum())
+        claims.append(
+            claim(
+                "fig3_completion_close_not_equal",
+                float(err.mean()),
+                info.name,
+                f"error of the completed half {float(err.mean()):.4f} (truth: 0; mean fill "
+                f"{float(base.mean()):.4f}); {exact} of {n} equal to the truth",
+                held=0.0 < float(err.mean()) < float(base.mean()),
             )
         )
         claims.append(
@@ -273,11 +363,12 @@ def _kendall(a, b) -> float:
 
 
 def _table_figure(df: pd.DataFrame, columns, title):
+    """The table as a figure; NaN cells (no value: the floor row's likelihoods) drawn as '-'."""
     fig = new_figure(min(12, 1.6 * len(columns) + 1), 0.25 * (len(df) + 1) + 0.7)
     ax = fig.subplots()
     ax.axis("off")
     cells = [
-        [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+        [("-" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
         for row in df[columns].itertuples(index=False)
     ]
     t = ax.table(cellText=cells, colLabels=columns, loc="center", bbox=(0, 0, 1, 1))
@@ -308,6 +399,8 @@ def table1(score_paths) -> FigureResult:
     (mean-field lower bound on the data term minus AIS ln Z, nats per image) per DBM, with the
     rank agreement of each pair of measures (Kendall tau; 1 = the same ranking of the methods)."""
     df = _scores(score_paths).sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
+    if "sizes" not in df:
+        df["sizes"] = "unknown"
     if "ais_ll" not in df:
         df["ais_ll"] = np.nan
     df[AIS_LABEL] = df["ais_ll"]
@@ -340,6 +433,7 @@ def table1(score_paths) -> FigureResult:
                     f"highest AIS log-likelihood bound: {top['model']} ({top['ais_ll']:.4g})",
                 )
             )
+        claims += _floor_claims(sub, ds) + _coupling_claims(sub, ds)
     cols = [
         "dataset",
         "model",
@@ -349,26 +443,115 @@ def table1(score_paths) -> FigureResult:
         "tap_ll",
         AIS_LABEL,
     ]
+    cols.insert(3, "sizes")
     fig = _table_figure(
-        df,
+        _with_floor(df),
         cols,
         f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E);\n"
         "AIS log-likelihood, nats/image: mean-field lower bound on ln sum_h e^-E minus AIS ln Z "
         "(S&H 2009), an estimated lower bound" + _table_size_note(df),
     )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
-    return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})
+    return FigureResult(fig, make_table(_with_floor(df), claims), infos, {"fid": FID_LABEL})
+
+
+#: The floor row's model name in Table 1: the test set's two halves against each other.
+FLOOR_MODEL = "floor: test halves"
+
+
+def _with_floor(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's rows and, per dataset, the FID of two halves of the test set (score files'
+    ``fid_floor``) as a row of its own: the value a perfect model would come near."""
+    if "fid_floor" not in df:
+        return df
+    floors = (
+        df.dropna(subset=["fid_floor"])
+        .groupby("dataset", as_index=False)
+        .agg(
+            classifier_fid=("fid_floor", "first"),
+            classifier_accuracy=("classifier_accuracy", "first"),
+        )
+    )
+    floors["model"], floors["method"], floors["sizes"] = FLOOR_MODEL, "-", "-"
+    return pd.concat([df, floors], ignore_index=True).sort_values(
+        ["dataset", "classifier_fid"], kind="stable"
+    )
+
+
+def _floor_claims(sub: pd.DataFrame, ds: str) -> list:
+    if "fid_floor" not in sub or sub["fid_floor"].isna().all():
+        return []
+    floor = float(sub["fid_floor"].dropna().iloc[0])
+    best = float(sub["classifier_fid"].min())
+    return [
+        claim(
+            "fid_floor_test_halves",
+            floor,
+            ds,
+            f"FID of two halves of the test set; best model {best:.3g} ({best / floor:.3g}x)",
+        )
+    ]
+
+
+#: Sec. 5: "the coupling time of our UCD-LMI falls within the range from 5 to 30".
+PAPER_TAU_RANGE = (5.0, 30.0)
+
+
+def _coupling_claims(sub: pd.DataFrame, ds: str) -> list:
+    """tau (coupling time) and T (local-search steps) over training of the UCD-LMI models."""
+    rows = []
+    lo, hi = PAPER_TAU_RANGE
+    for r in sub[sub["method"] == "ucd_lmi"].itertuples():
+        tau = getattr(r, "tau_mean_mean", float("nan"))
+        if tau != tau:  # a score file without the training's tau
+            continue
+        name = f"{ds}/{r.model}"
+        rows.append(
+            claim(
+                "coupling_time_tau_5_to_30",
+                tau,
+                name,
+                f"mean tau per step over training {tau:.3g} (range of step means "
+                f"{r.tau_mean_min:.3g}-{r.tau_mean_max:.3g}, largest {r.tau_max:.0f})",
+                held=lo <= tau <= hi,
+            )
+        )
+        T = getattr(r, "T_mean_mean", float("nan"))
+        if T == T:
+            rows.append(
+                claim(
+                    "local_search_steps_T",
+                    T,
+                    name,
+                    f"mean T per step over training {T:.3g} (range of step means "
+                    f"{r.T_mean_min:.3g}-{r.T_mean_max:.3g}, largest {r.T_max:.0f})",
+                )
+            )
+    return rows
 
 
 def table2(score_paths) -> FigureResult:
     """Table 2: the ablation (MNIST), each component removed in turn; classifier FID."""
     df = _scores(score_paths).reset_index(drop=True)
+    if "sizes" not in df:
+        df["sizes"] = "unknown"
     claims = []
-    full = df[df["model"] == "ucd_lmi"]
+    reference = "full" if (df["model"] == "full").any() else "ucd_lmi"
+    full = df[df["model"] == reference]
     if len(full):
         ref = float(full["classifier_fid"].iloc[0])
+        claims.append(
+            claim(
+                "ablation_at_one_size",
+                float(df["sizes"].nunique() == 1),
+                "",
+                f"sizes {', '.join(sorted(df['sizes'].astype(str).unique()))}; "
+                f"reference: {reference}",
+                held=df["sizes"].nunique() == 1,
+            )
+        )
         for r in df.itertuples():
-            if r.model != "ucd_lmi":
+            if r.model != reference:
                 claims.append(
                     claim(
                         "removal_worsens_fid",
@@ -383,7 +566,7 @@ def table2(score_paths) -> FigureResult:
     df[AIS_LABEL] = df["ais_ll"]
     # The model's name says which component is removed; its full spec stays in the CSV (a JSON
     # cell would overflow the drawn table).
-    cols = ["dataset", "model", "method", "classifier_fid", "tap_ll", AIS_LABEL]
+    cols = ["dataset", "model", "method", "sizes", "classifier_fid", "tap_ll", AIS_LABEL]
     fig = _table_figure(df, cols, f"Ablation (Table 2): {FID_LABEL}" + _table_size_note(df))
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})

@@ -49,11 +49,11 @@ def _ucd_fig1(m, a):
 
 
 def _ucd_samples(m, a):
-    return m.samples(a.models, a.seed)
+    return m.samples(a.models, a.data, a.seed, device=a.device)
 
 
 def _ucd_completion(m, a):
-    return m.completion(a.models, a.data, a.seed)
+    return m.completion(a.models, a.data, a.seed, device=a.device)
 
 
 def _ucd_table1(m, a):
@@ -285,6 +285,7 @@ def register(subparsers) -> None:
     u1.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
     us = figs.add_parser("ucd_samples", help="second paper, Fig. 2: samples, UCD-LMI vs PCD")
     us.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
+    us.add_argument("--data", nargs="+", default=None, help="dataset .npz per model (copies)")
     uc = figs.add_parser("ucd_completion", help="second paper, Fig. 3: lower halves completed")
     uc.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
     uc.add_argument("--data", nargs="+", required=True, help="dataset .npz per model")
@@ -294,6 +295,8 @@ def register(subparsers) -> None:
         f.add_argument("--scores", nargs="+", required=True, help="score JSONs of `ucd score`")
     for f in (us, uc, ut1, ut2):
         f.add_argument("--seed", type=int, default=0)
+    for f in (us, uc):
+        f.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     for f in (f3, f4, f5, f6, f7, f12, tab, u1, us, uc, ut1, ut2):
         f.add_argument("--png", required=True)
         f.add_argument("--pdf", required=True)

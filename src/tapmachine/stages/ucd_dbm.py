@@ -89,7 +89,12 @@ def _epoch_image(machine, x01, shape, generator, path):
     axes = fig.subplots(1, 2)
     for ax, imgs, title, cols in (
         (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
-        (axes[1], torch_cat(x01[:16], dbm.to_unit_interval(machine, recon)), "data | recon.", 8),
+        (
+            axes[1],
+            torch_cat(x01[:16], dbm.to_unit_interval(machine, recon).cpu()),
+            "data | recon.",
+            8,
+        ),
     ):
         ax.imshow(image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
         ax.set_title(title, fontsize=8)
@@ -112,8 +117,15 @@ def train_dbm(
     n_train: int | None = None,
     manifest=None,
     progress: bool = False,
+    device: str = "cpu",
 ):
-    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``."""
+    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``.
+
+    The machine is drawn on the CPU (the same initial machine on every device), then moved to
+    ``device``; training draws from a generator on ``device`` (on the CPU: the same generator).
+    """
+
+    import torch
 
     from tapmachine import modelfile, tracking, training
     from tapmachine.files import write_csv
@@ -134,14 +146,17 @@ def train_dbm(
     label = f"{ds.name}/{name}"
     generator = training.seeded_generator(seed, "ucd_dbm", label, "train")
     machine = dbm.build_dbm([x_all.shape[1], *hidden], generator, options, settings.weight_init_std)
+    if torch.device(device).type != "cpu":
+        machine = machine.to(device)
+        generator = _device_generator(generator, device)
     x = dbm.data_for(machine, x_all)
     # Rows of steps.csv written before an interruption: kept below the first step run now.
     earlier = _read_steps(outdir / "steps.csv")
     steps: list[dict] = []
-    run_info = {"seed": seed, "n_train": int(x.shape[0])}
+    run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
     params = train_params(name, ds.name, spec, machine.sizes, run_info)
     tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
-    img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images")
+    img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
     run_name = f"train_{ds.name}_{name}"
     with tracking.start_run(manifest, "ucd", run_name, params, tags, system_metrics=True) as run:
 
@@ -197,6 +212,17 @@ def train_dbm(
     return machine
 
 
+def _device_generator(generator, device):
+    """A generator on ``device`` seeded from the CPU ``generator`` (torch draws on a device only
+    from a generator of that device)."""
+    import torch
+
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
 def train_params(name: str, dataset: str, spec: dict, sizes, run: dict | None = None) -> dict:
     """The params of a DBM's training run (experiment ``ucd``): model, dataset, ``run`` (seed
     and number of training rows of this job), the config entry ``spec`` and the layer sizes.
@@ -224,14 +250,21 @@ def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:
 
 
 def _tau_histogram(steps: list[dict]) -> dict:
-    """Mean tau per step (both phases) in bins, for the report; the raw values are in steps.csv."""
+    """tau and T over training: range and mean of the per-step means (both phases) and the
+    largest per-chain value, for the report; the raw values are in steps.csv."""
     taus = [s["tau_mean"] for s in steps if "tau_mean" in s]
     if not taus:
         return {}
+    Ts = [s["T_mean"] for s in steps if "T_mean" in s]
     return {
         "tau_mean_min": min(taus),
         "tau_mean_max": max(taus),
-        "tau_max": max(s.get("neg_tau_max", 1.0) for s in steps),
+        "tau_mean_mean": sum(taus) / len(taus),
+        "tau_max": max(max(s.get("neg_tau_max", 1.0), s.get("pos_tau_max", 1.0)) for s in steps),
+        "T_mean_min": min(Ts),
+        "T_mean_max": max(Ts),
+        "T_mean_mean": sum(Ts) / len(Ts),
+        "T_max": max(max(s.get("neg_T_max", 0.0), s.get("pos_T_max", 0.0)) for s in steps),
         "corrected_fraction_mean": sum(s["corrected_fraction"] for s in steps) / len(steps),
     }
 
@@ -247,6 +280,8 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     ds = data.load_dataset(data_path)
     cs = dict(settings)
     n_train = cs.pop("n_train", None)
+    if "channels" in cs:
+        cs["channels"] = tuple(cs["channels"])
     try:
         cfg = fid.ClassifierSettings(**cs)
     except TypeError as exc:
@@ -257,14 +292,21 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     g = training.seeded_generator(seed, "ucd_classifier", ds.name)
     params = {"dataset": ds.name, **settings}
     with tracking.start_run(manifest, "ucd", f"classifier_{ds.name}", params) as run:
-        net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), cfg, g)
+        t0 = time.perf_counter()
+        net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), ds.image_shape, cfg, g)
+        seconds = time.perf_counter() - t0
         acc = fid.accuracy(net, ds.x_test, ds.y_test)
-        run.log_metrics({"test_accuracy": acc})
-        blob = {"state": net.state_dict(), "config": net.config, "test_accuracy": acc}
+        run.log_metrics({"test_accuracy": acc, "train_seconds": seconds})
+        blob = {
+            "state": net.state_dict(),
+            "config": net.config,
+            "test_accuracy": acc,
+            "train_seconds": seconds,
+        }
         atomic_write(Path(out), lambda fh: torch.save(blob, fh))
         write_params(out, params)  # <dataset>.params.json: for tapmachine track
         run.log_artifact(out)
-    print(f"classifier on {ds.name}: test accuracy {acc:.4f}")
+    print(f"classifier on {ds.name}: test accuracy {acc:.4f}, trained in {seconds:.0f} s")
     return acc
 
 
@@ -292,6 +334,7 @@ def score(
     ais_runs: int = 100,
     ais_betas: int = 1000,
     mean_field_steps: int = 30,
+    device: str = "cpu",
 ):
     """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood and AIS
     log-likelihood (mean-field lower bound minus AIS ln Z, ``ucd.ais``) of ``n_ll`` test images.
@@ -313,23 +356,27 @@ def score(
             raise UCDDBMError(f"{key} must be an integer >= {low}, got {value!r}")
     model = ModelFile.load(model_path)
     blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
-    machine = model.machine()
+    machine = model.machine(device=device)
     ds, x_train, x_test = _load_binary(data_path)
+    x_train, x_test = x_train.to(device), x_test.to(device)
     net, acc = load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
-    g = training.seeded_generator(seed, "ucd_score", label)
+    g = training.seeded_generator(seed, "ucd_score", label, device=device)
     t0 = time.perf_counter()
     samples, T = generate.sample(machine, n_samples, g)
-    images = dbm.to_unit_interval(machine, samples)
+    images = dbm.to_unit_interval(machine, samples).cpu()
     n_real = min(n_samples, x_test.shape[0])
-    distance = fid.frechet_distance(net, x_test[:n_real], images)
+    distance = fid.frechet_distance(net, x_test[:n_real].cpu(), images)
+    # the floor: two disjoint halves of the test set at the same size (at most half of it)
+    n_floor = min(n_real, x_test.shape[0] // 2)
+    floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
     settings = training.TrainSettings(max_iter=200, tol=1e-8)
     # NaN when TAP converges from none of the images (the table then says "nan")
     ll = training.evaluate_tap_log_likelihood(
         machine, dbm.data_for(machine, x_test[:n_ll]), settings
     )
     t_ais = time.perf_counter()
-    ais_gen = training.seeded_generator(seed, "ucd_score", label, "ais")
+    ais_gen = training.seeded_generator(seed, "ucd_score", label, "ais", device=device)
     log_z = ais.dbm_ais_log_partition(
         machine,
         dbm.data_for(machine, x_train),
@@ -351,6 +398,8 @@ def score(
         "classifier_accuracy": acc,
         "fid_samples": int(n_samples),
         "fid_real": int(n_real),
+        "fid_floor": floor,
+        "fid_floor_images": int(n_floor),
         "tap_ll": ll["tap_ll"],
         "tap_ll_stderr": ll["tap_ll_stderr"],
         "tap_ll_images": int(n_ll),
@@ -414,6 +463,7 @@ def _cmd_train(args) -> None:
         args.n_train,
         args.tracking,
         progress=True,  # the job's log shows each epoch's bar and the job's ETA
+        device=args.device,
     )
 
 
@@ -440,6 +490,7 @@ def _cmd_score(args) -> None:
         args.ais_runs,
         args.ais_betas,
         args.mean_field_steps,
+        args.device,
     )
 
 
@@ -459,6 +510,7 @@ def register(ucd_sub) -> None:
     t.add_argument("--n-train", type=_positive_int, default=None)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     t.add_argument("--tracking", default=None)
     t.set_defaults(func=_cmd_train)
     c = ucd_sub.add_parser("classifier", help="train the classifier of the classifier FID")
@@ -481,6 +533,7 @@ def register(ucd_sub) -> None:
     s.add_argument("--mean-field-steps", type=_positive_int, default=30)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_score)
     a = ucd_sub.add_parser("cifar10", help="binary CIFAR-10 from the official archive (md5 first)")

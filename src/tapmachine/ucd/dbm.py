@@ -63,8 +63,8 @@ DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
 #: Version of the DBM methods' arithmetic, part of their resume fingerprint beside
 #: ``training.NUMERICS_VERSION`` (which RBM runs share, so a DBM-only change leaves RBM
 #: checkpoints resumable). 2: the mean-field positive phase updates every hidden layer (it
-#: skipped the top one).
-NUMERICS_VERSION = 2
+#: skipped the top one). 3: the Gibbs sweep after local search draws its block order per chain.
+NUMERICS_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +210,12 @@ def init_state(
         )
     if method == "centered_pcd":
         state.offsets = [x_train.mean(0)] + [
-            torch.full((n,), 0.0 if isinstance(p, Spin) else 0.5, dtype=machine.dtype)
+            torch.full(
+                (n,),
+                0.0 if isinstance(p, Spin) else 0.5,
+                dtype=machine.dtype,
+                device=machine.device,
+            )
             for n, p in zip(machine.sizes[1:], machine.priors[1:], strict=False)
         ]
     return state

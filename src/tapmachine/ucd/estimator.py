@@ -10,7 +10,8 @@ marginalised form averages the estimates for the even and the odd layers with th
 summed out (eq. 27), with the same expectation and (Sec. 4.2) a smaller variance.
 
 UCD-LMI (Alg. 2) starts the coupling near a local mode: local search (Algs. 1, 5), one Gibbs
-sweep, then X_0 = Y_0 = that state and the MH coupling (Algs. 3, 4).
+sweep (block order drawn per chain, as Alg. 1 draws it), then X_0 = Y_0 = that state and the MH
+coupling (Algs. 3, 4).
 
 Two details of Alg. 3 as implemented here:
 
@@ -217,7 +218,8 @@ def initial_state(
         zeros = torch.zeros(n, dtype=torch.long, device=target.machine.device)
         return state, zeros, zeros.bool()
     found = local_search(target, state, generator, max_steps=search_cap)
-    return gibbs_sweep(target, found.state, generator), found.steps, found.capped
+    state = gibbs_sweep(target, found.state, generator, random_order=True)
+    return state, found.steps, found.capped
 
 
 def _estimate(

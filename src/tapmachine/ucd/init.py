@@ -6,6 +6,11 @@
 - Orthogonal weights (Sec. 4.3): W drawn uniformly (Haar) from the (semi-)orthogonal matrices
   (Mezzadri 2006: QR of a Gaussian matrix with the signs of R's diagonal folded into Q), so that
   W^T W = I (Nv >= Nh) or W W^T = I (Nv < Nh). The paper gives no further scale: ``gain`` = 1.
+- Units and step size: with s = 2b - 1 the spin machine (W, U) is the {0, 1} machine
+  (4W, 2U - 2 W 1 - 2 W^T 1) (``spin_to_binary``). Since dL/dW = 4 dL/dW' for W' = 4W, an SGD
+  step of size lr on W moves W' by 16 lr dL/dW' (plus field terms): 16 times the step a {0, 1}
+  machine takes at the same lr. The paper's lr 1e-2 goes with {0, 1} units (the authors'
+  released code), so config ``learning_rate`` of the spin models is smaller (README departures).
 - Biases (App. B): drawn from Logistic(0, 0.5), to break the symmetry E(v, h) = E(-v, -h) that
   zero biases give spins.
 """
@@ -20,7 +25,7 @@ from torch import Tensor
 from tapmachine.machine import BoltzmannMachine
 from tapmachine.priors import Bernoulli, Spin
 
-__all__ = ["orthogonal", "logistic", "to_spin", "random_machine"]
+__all__ = ["orthogonal", "logistic", "to_spin", "random_machine", "spin_to_binary"]
 
 
 def orthogonal(
@@ -79,3 +84,24 @@ def random_machine(
     ]
     priors = [cls(b) for b in biases]
     return BoltzmannMachine(priors=tuple(priors), weights=tuple(weights))
+
+
+def spin_to_binary(machine: BoltzmannMachine) -> BoltzmannMachine:
+    """The {0, 1} machine with the same distribution as a {-1, +1} one (s = 2b - 1).
+
+    -E = sum_l s_l^T W_l s_{l+1} + sum_l U_l^T s_l; substituting s = 2b - 1 gives, up to a
+    constant, sum_l b_l^T (4 W_l) b_{l+1} + sum_l b_l^T U'_l with
+    U'_l = 2 U_l - 2 W_l 1 - 2 W_{l-1}^T 1 (the terms of the layers that exist).
+    """
+    if not all(isinstance(p, Spin) for p in machine.priors):
+        raise ValueError("spin_to_binary needs a machine of {-1, +1} (Spin) units")
+    weights = machine.weights
+    fields = []
+    for l, prior in enumerate(machine.priors):
+        u = 2.0 * prior.U
+        if l < len(weights):
+            u = u - 2.0 * weights[l].sum(1)
+        if l > 0:
+            u = u - 2.0 * weights[l - 1].sum(0)
+        fields.append(Bernoulli(u))
+    return BoltzmannMachine(priors=tuple(fields), weights=tuple(4.0 * w for w in weights))

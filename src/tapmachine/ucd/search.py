@@ -106,17 +106,39 @@ def local_search(
     return SearchResult(state, steps, capped)
 
 
-@torch.no_grad()
-def gibbs_sweep(target: Target, xs: list, generator: torch.Generator) -> list:
-    """One block Gibbs sweep of the free layers, odd then even (eqs. 3-5); clamped layers stay.
-
-    Alg. 2 runs it once from the local mode so that the initial distribution of the coupling is
-    not confined to local modes (Sec. 3.3).
-    """
-    _check_plain(target)
+def _sweep(target: Target, xs: list, generator: torch.Generator, first: int) -> list:
     out = list(xs)
-    for parity in (1, 0):
+    for parity in (first, 1 - first):
         for l in target.free:
             if l % 2 == parity:
                 out[l] = target.machine.sample_layer(l, out, generator)
+    return out
+
+
+@torch.no_grad()
+def gibbs_sweep(
+    target: Target, xs: list, generator: torch.Generator, random_order: bool = False
+) -> list:
+    """One block Gibbs sweep of the free layers (eqs. 3-5); clamped layers stay.
+
+    By default odd then even, the fixed kernel the Gibbs coupling needs. With ``random_order``
+    each chain draws u ~ U[0, 1) and sweeps the even block first when u < 0.5, as Alg. 1 orders
+    its blocks: Alg. 2 runs this once from the local mode so that the initial distribution of the
+    coupling is not confined to local modes (Sec. 3.3).
+    """
+    _check_plain(target)
+    if not random_order:
+        return _sweep(target, xs, generator, 1)
+    m = target.machine
+    n = xs[target.free[0]].shape[0]
+    u = torch.rand(n, generator=generator, dtype=m.dtype, device=m.device)
+    first = torch.where(u < 0.5, 0, 1)
+    out = [None if x is None else x.clone() for x in xs]
+    for parity in (0, 1):  # two groups of chains, not a loop over chains
+        rows = (first == parity).nonzero().squeeze(-1)
+        if rows.numel() == 0:
+            continue
+        swept = _sweep(target, take(xs, rows), generator, parity)
+        for l in target.free:
+            out[l].index_copy_(0, rows, swept[l])
     return out

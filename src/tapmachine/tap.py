@@ -48,6 +48,7 @@ __all__ = [
     "log_likelihood",
     "data_log_term",
     "unique",
+    "unique_free_energy",
     "tap_gradients",
 ]
 
@@ -913,4 +914,35 @@ def unique(states: TAPState, tol: float) -> tuple[Tensor, Tensor, Tensor]:
     inverse[rows[perm]] = group
     representatives = rows[perm[torch.tensor(reps, dtype=torch.long)]]
     counts = torch.tensor(counts, dtype=torch.long)
+    return representatives.to(device), inverse.to(device), counts.to(device)
+
+
+def unique_free_energy(
+    free_energy: Tensor, converged: Tensor, tol: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Group converged solutions whose TAP free energies (``free_energy``, (K,)) lie within
+    ``tol`` of their group's lowest: walking the converged rows by increasing F (ties by row),
+    each row not yet assigned starts a group that takes every row with F <= its F + tol. The
+    outputs are those of ``unique`` (groups numbered by increasing F, representative = the
+    group's lowest-F row, -1 for rows not converged)."""
+    device = free_energy.device
+    K = free_energy.shape[0]
+    inverse = torch.full((K,), -1, dtype=torch.long)
+    rows = torch.nonzero(converged.cpu(), as_tuple=True)[0]
+    F = free_energy.detach().cpu().double()[rows]
+    order = torch.from_numpy(np.lexsort((rows.numpy(), F.numpy())))
+    F = F[order].contiguous()
+    starts = []
+    p = 0
+    while p < F.numel():  # one pass per group, not per row
+        starts.append(p)
+        p = int(torch.searchsorted(F, F[p] + tol, right=True))
+    starts_t = torch.tensor(starts, dtype=torch.long)
+    group = torch.zeros(F.numel(), dtype=torch.long)
+    if F.numel():
+        group[starts_t[1:]] = 1
+        group = group.cumsum(0)
+    inverse[rows[order]] = group
+    counts = torch.bincount(group, minlength=len(starts)) if F.numel() else starts_t
+    representatives = rows[order[starts_t]] if F.numel() else starts_t
     return representatives.to(device), inverse.to(device), counts.to(device)

@@ -525,13 +525,14 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
     m = max(memory, 1)
     z = None
     dG = dR = g_prev = r_prev = rn_prev = n_hist = None
+    pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet finished
     for t in range(1, max_iter + 1):
         if t > 1:
             step = sweep(keep, keep)
-            done = step / n_iterated < tol
+            done = (step / n_iterated < tol) & pending
         g = _pack(a, c, order)
         if t == max_iter:
-            finish(torch.arange(g.shape[0], device=device), t, done)
+            finish(torch.nonzero(pending, as_tuple=True)[0], t, done)
             break
         if t == 1:
             # The first sweep is Alg. 1's (placeholders undamped): the mixing starts after it.
@@ -547,14 +548,14 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
                 # n_hist > 0: this iterate was mixed (a plain damped step is always accepted)
                 accept = (n_hist == 0) | (rn <= growth * rn_prev) | done
                 slot = (t - 3) % m
-                upd = accept[:, None]
-                dG[:, slot] = torch.where(upd, g - g_prev, dG[:, slot])
-                dR[:, slot] = torch.where(upd, r - r_prev, dR[:, slot])
+                dG[:, slot] = g - g_prev  # rejected rows' history is cleared just below
+                dR[:, slot] = r - r_prev
                 n_hist = torch.where(accept, (n_hist + 1).clamp_(max=m), 0)
-                if not bool(accept.all()):
-                    fallbacks[active[~accept]] += 1
-                    dG[~accept] = 0.0
-                    dR[~accept] = 0.0
+                rejected = torch.nonzero(~accept, as_tuple=True)[0]
+                if rejected.numel():
+                    fallbacks[active[rejected]] += 1
+                    dG[rejected] = 0.0
+                    dR[rejected] = 0.0
             gram = torch.bmm(dR, dR.transpose(1, 2)).double()
             rhs = torch.bmm(dR, r.unsqueeze(2)).double()
             scale = gram.diagonal(dim1=1, dim2=2).sum(1) * (reg / m) + 1e-300
@@ -566,10 +567,10 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
             size = torch.linalg.vector_norm(corr, dim=1)
             shrink = torch.where(size > limit, limit / size.clamp_min(1e-300), 1.0)
             z_next = torch.addcmul(g, corr, shrink.unsqueeze(1), value=-1.0)
-            if t > 2:
-                z_next = torch.where(accept[:, None], z_next, g_prev)
+            if t > 2 and rejected.numel():
+                z_next[rejected] = g_prev[rejected]
             z_next = torch.clamp(z_next, lower, upper)
-            if t == 2:
+            if t == 2 or not rejected.numel():
                 g_prev, r_prev, rn_prev = g, r, rn
             else:
                 g_prev = torch.where(accept[:, None], g, g_prev)
@@ -577,9 +578,15 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
                 rn_prev = torch.where(accept, rn, rn_prev)
         if bool(done.any()):
             finish(torch.nonzero(done, as_tuple=True)[0], t, done)
-            left = ~done
-            if not bool(left.any()):
+            pending &= ~done
+            n_left = int(pending.sum())
+            if n_left == 0:
                 break
+        # Finished rows keep iterating (their results are stored) until they are a sixteenth
+        # of the working set: compacting the history at every convergence costs more.
+        if 16 * (pending.numel() - int(pending.sum())) >= pending.numel():
+            left = pending
+            pending = pending[left]
             active = active[left]
             A, B = [x[left] for x in A], [x[left] for x in B]
             a, c = [x[left] for x in a], [x[left] for x in c]

@@ -325,28 +325,77 @@ def bench_priors(device, quick: bool) -> dict:
 # paper_profile: projected wall time of the binary-MNIST paper targets
 # ----------------------------------------------------------------------------------------------
 
-#: Mean TAP iterations where the count depends on the trained model, measured in the paper run
-#: (workflow/config/paper.yaml, 2026-11-24). Converged training (tol 1e-8, cap 100): 94-99 a step
-#: over each model's epochs so far (bmnist_h25/h50/h100/h500: 93.8, 94.1, 96.3, 98.5). The
-#: harvest of bmnist_h100 (tol 1e-8, cap 5000, second pass at 0.95, float64): 290-325 from
-#: epoch 5 to 47 (47 at epoch 1), on 500 rows of each checkpoint.
-PAPER_ITERATIONS = {"train_converge": 98, "harvest": 300}
-#: Mean TAP iterations of one model's per-epoch evaluation (tol 1e-8, cap 500, second pass at
-#: 0.95 to tol/100), a 100-epoch mean from the paper run: bmnist_h100 304 over its 47 epochs so
-#: far, flat from epoch 5; bmnist_h500 425 over 46 (440-470 from epoch 11); bmnist_h25 and h50
-#: (first 1,000 rows of every 5th epoch to 65) 761 and 434, rising to 980-995 and 730-820 over
-#: epochs 45-65, taken to stay there to epoch 100; the CD/PCD models (1,000 rows of every 20th
-#: epoch) 404, 348, 347. The count grows as the model sharpens: rows stop converging at damping
-#: 0.5 and take the second pass.
-PAPER_EVAL_ITERATIONS = {
-    "bmnist_h25": 840,
-    "bmnist_h50": 550,
-    "bmnist_h100": 305,
-    "bmnist_h500": 450,
-    "bmnist_h500_cd1": 405,
-    "bmnist_h500_cd25": 350,
-    "bmnist_h500_pcd": 350,
-}
+#: Rows from which ``paper_profile`` counts TAP iterations on each checkpoint.
+PROFILE_ROWS = 100
+
+
+def measured_iterations(cfg: dict, checkpoints: Path, quick: bool) -> dict:
+    """Mean TAP iterations per row that the paper targets' jobs pay, counted on the
+    ``tap_solve`` checkpoints (trained if missing, ``_checkpoints``) at each of their epochs
+    (early, middle, late) and averaged over them, ``PROFILE_ROWS`` training images each:
+
+    - ``train_converge`` per model: one converged training step (Alg. 1 or ``tap.solver`` from
+      a batch, tol ``train_tol``, cap ``train_max_iter``);
+    - ``eval`` per model: the per-epoch evaluation (tol, cap ``max_iter``, second pass at
+      ``retry_damping``; second-pass iterations included);
+    - ``harvest``: bmnist_h100's harvest (float64, its tol, max_iter, second pass, plus the
+      polishing iterations of converged rows).
+
+    Models are matched to the checkpoints by hidden units; the CD/PCD models (784 x 500) are
+    counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here)."""
+    from tapmachine import harvest as harvest_module
+
+    ckpts = _checkpoints(checkpoints, quick)
+    x, _ = binary_mnist(PROFILE_ROWS)
+    models = cfg["models"]
+    by_units = {
+        nh: [path for n, _, path in ckpts if SOLVE_MODELS[n] == nh] for nh in (25, 50, 100, 500)
+    }
+    train, evals = {}, {}
+    for name, spec in models.items():
+        nh = spec["hidden"][0]["units"] if len(spec.get("hidden", [])) == 1 else None
+        if spec.get("dataset") != "binary_mnist" or nh not in by_units:
+            continue
+        settings = training.TrainSettings.from_spec(spec)
+        t_counts, e_counts = [], []
+        for path in by_units[nh]:
+            machine = training.load_model(path, dtype=torch.float32)
+            xs = x.to(torch.float32)
+            if settings.method == "tap" and settings.train_iterations == "converge":
+                st = tap.solve(
+                    machine,
+                    xs[: settings.batch_size],
+                    damping=settings.damping,
+                    tol=settings.train_tol,
+                    max_iter=settings.train_max_iter,
+                    solver=settings.solver,
+                )
+                t_counts.append(float(st.iterations.double().mean()))
+            st = tap.solve_with_retry(
+                machine,
+                xs,
+                damping=settings.damping,
+                tol=settings.tol,
+                max_iter=settings.max_iter,
+                retry_damping=settings.retry_damping,
+                solver=settings.solver,
+            )
+            e_counts.append(float(st.iterations.double().mean()))
+        if t_counts:
+            train[name] = sum(t_counts) / len(t_counts)
+        evals[name] = sum(e_counts) / len(e_counts)
+    h = cfg["harvest"]["bmnist_h100"]
+    settings = harvest_module.HarvestSettings(
+        **{k: v for k, v in h.items() if k not in ("epochs", "dtype")}
+    )
+    h_counts = []
+    for path in by_units[100]:
+        machine = training.load_model(path, dtype=torch.float64)
+        arrays = harvest_module.harvest(machine, x.double(), settings)
+        h_counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
+    return {"train_converge": train, "eval": evals, "harvest": sum(h_counts) / len(h_counts)}
+
+
 #: Targets of the profile (workflow/config/paper.yaml).
 PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table")
 
@@ -381,9 +430,9 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
     iterations; CD/PCD directly), one TAP iteration over 10,000 rows (per-epoch evaluation and
     harvest), one AIS temperature with 100 runs, and the pseudo-likelihood of 100 images. The
     projection multiplies them by the counts in the config (epochs, 600 minibatches of 60,000
-    images, schedule length, initialisations) and by ``PAPER_ITERATIONS`` and
-    ``PAPER_EVAL_ITERATIONS`` where the number of
-    TAP iterations depends on the trained model. ``serial_hours`` is the sum of all jobs;
+    images, schedule length, initialisations) and by the TAP iterations per row counted on
+    trained checkpoints (``measured_iterations``) where that number depends on the model.
+    ``serial_hours`` is the sum of all jobs;
     ``wall_hours_2_cores`` spreads the single-threaded jobs over 2 cores (the longest chain,
     bmnist_h500 training then its per-epoch scoring, is a lower bound and is reported too).
     Fig. 12's scoring takes TAP's ln Z from training's per-epoch evaluation when that is the same
@@ -395,15 +444,17 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see _timed)
     try:
-        return _paper_profile(quick)
+        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS))
     finally:
         torch.set_num_threads(threads)
 
 
-def _paper_profile(quick: bool) -> dict:
+def _paper_profile(quick: bool, checkpoints: Path) -> dict:
     from tapmachine import estimators, likelihood
 
     cfg = _paper_config()
+    counts = measured_iterations(cfg, checkpoints, quick)
+    eval_iterations = counts["eval"]
     models, harvest_cfg, lik = cfg["models"], cfg["harvest"], cfg["likelihood"]
     x, source = binary_mnist(None if not quick else 12000)
     n_train = 60000
@@ -442,7 +493,7 @@ def _paper_profile(quick: bool) -> dict:
             per_iter = max(0.0, (eleven - one) / 10)
             iters = settings.train_iterations
             if iters == "converge":
-                iters = PAPER_ITERATIONS["train_converge"]
+                iters = counts["train_converge"][name]
             per_batch = one + per_iter * (iters - 1)
             fixed3[name] = settings.epochs * (one + 2 * per_iter) * (n_train // settings.batch_size)
         else:
@@ -463,7 +514,7 @@ def _paper_profile(quick: bool) -> dict:
             lambda rbm=rbm, probe=probe: tap.solve(rbm, probe, tol=0.0, max_iter=1), reps
         )
         per_eval_iter *= settings.eval_samples / rows
-        eval_epoch = per_eval_iter * PAPER_EVAL_ITERATIONS[name]
+        eval_epoch = per_eval_iter * eval_iterations[name]
         train_epoch = per_batch * n_batches
         jobs[f"train {name}"] = settings.epochs * (train_epoch + eval_epoch)
         detail[name] = {
@@ -487,7 +538,7 @@ def _paper_profile(quick: bool) -> dict:
     xd = x[:rows].double()
     per_iter = _timed(lambda: tap.solve(rbm, xd, tol=0.0, max_iter=1), reps)
     per_iter *= h["n_init"] / rows
-    jobs["harvest bmnist_h100"] = len(h["epochs"]) * per_iter * PAPER_ITERATIONS["harvest"]
+    jobs["harvest bmnist_h100"] = len(h["epochs"]) * per_iter * counts["harvest"]
     detail["harvest"] = {
         "epochs": len(h["epochs"]),
         "n_init": h["n_init"],
@@ -537,7 +588,7 @@ def _paper_profile(quick: bool) -> dict:
     reused = not likelihood.evaluation_differs(trained, fig12_settings)
     parts = score_seconds(lik["fig12"], models[fig12_model]["hidden"][0]["units"])
     # what the reuse saves, measured in this run
-    tap_solved = parts["tap_per_iteration"] * PAPER_EVAL_ITERATIONS[fig12_model]
+    tap_solved = parts["tap_per_iteration"] * eval_iterations[fig12_model]
     per_epoch = parts["ais"] + parts["pl"] + (0.0 if reused else tap_solved)
     n_scored = (
         models[fig12_model]["epochs"]
@@ -559,7 +610,7 @@ def _paper_profile(quick: bool) -> dict:
         table_settings = likelihood.ScoreSettings.from_config(lik["table"], spec)
         trained = dataclasses.asdict(training.TrainSettings.from_spec(spec))
         same = not likelihood.evaluation_differs(trained, table_settings)
-        tap_s = 0.0 if same else parts["tap_per_iteration"] * PAPER_EVAL_ITERATIONS[name]
+        tap_s = 0.0 if same else parts["tap_per_iteration"] * eval_iterations[name]
         jobs[f"score_final {name}"] = parts["ais"] + parts["pl"] + tap_s
         table_reused += [name] if same else []
     detail["table_scoring"] = {**parts, "tap_reused_for": table_reused}
@@ -582,7 +633,8 @@ def _paper_profile(quick: bool) -> dict:
         "gflops": None,
         "ratio_to_matmul": None,
         "targets": list(PAPER_TARGETS),
-        "assumed_iterations": {**PAPER_ITERATIONS, "eval": PAPER_EVAL_ITERATIONS},
+        "measured_iterations": counts,
+        "iterations_from": f"checkpoints {checkpoints} (epochs {list(SOLVE_EPOCHS)})",
         "jobs_hours": {k: v / 3600 for k, v in sorted(jobs.items(), key=lambda kv: -kv[1])},
         "detail": detail,
         "serial_hours": serial / 3600,

@@ -540,6 +540,7 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
             n_z = g.shape[1]
             dG = torch.zeros(g.shape[0], m, n_z, dtype=dtype, device=device)
             dR = torch.zeros_like(dG)
+            gram = torch.zeros(g.shape[0], m, m, dtype=torch.float64, device=device)
             n_hist = torch.zeros(g.shape[0], dtype=torch.long, device=device)
         else:
             r = g - z
@@ -549,18 +550,27 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
                 accept = (n_hist == 0) | (rn <= growth * rn_prev) | done
                 slot = (t - 3) % m
                 dG[:, slot] = g - g_prev  # rejected rows' history is cleared just below
-                dR[:, slot] = r - r_prev
+                new = torch.sub(r, r_prev)
+                dR[:, slot] = new
+                # the Gram matrix of dR kept up to date: only the new column's products
+                prods = torch.bmm(dR, torch.stack([new, r], dim=2)).double()
+                gram[:, slot, :] = prods[:, :, 0]
+                gram[:, :, slot] = prods[:, :, 0]
+                rhs = prods[:, :, 1:]
                 n_hist = torch.where(accept, (n_hist + 1).clamp_(max=m), 0)
                 rejected = torch.nonzero(~accept, as_tuple=True)[0]
                 if rejected.numel():
                     fallbacks[active[rejected]] += 1
                     dG[rejected] = 0.0
                     dR[rejected] = 0.0
-            gram = torch.bmm(dR, dR.transpose(1, 2)).double()
-            rhs = torch.bmm(dR, r.unsqueeze(2)).double()
-            scale = gram.diagonal(dim1=1, dim2=2).sum(1) * (reg / m) + 1e-300
-            gram.diagonal(dim1=1, dim2=2).add_(scale.unsqueeze(1))
-            gamma = torch.linalg.solve(gram, rhs)
+                    gram[rejected] = 0.0
+                    rhs[rejected] = 0.0
+            else:
+                rhs = torch.zeros(g.shape[0], m, 1, dtype=torch.float64, device=device)
+            system = gram.clone()
+            scale = system.diagonal(dim1=1, dim2=2).sum(1) * (reg / m) + 1e-300
+            system.diagonal(dim1=1, dim2=2).add_(scale.unsqueeze(1))
+            gamma = torch.linalg.solve(system, rhs)
             gamma = torch.where(torch.isfinite(gamma).all(1, keepdim=True), gamma, 0.0)
             corr = torch.bmm(gamma.transpose(1, 2).to(dtype), dG).squeeze(1)
             limit = rn.sqrt() * _ANDERSON_STEP
@@ -591,6 +601,7 @@ def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
             A, B = [x[left] for x in A], [x[left] for x in B]
             a, c = [x[left] for x in a], [x[left] for x in c]
             z_next, dG, dR, n_hist = z_next[left], dG[left], dR[left], n_hist[left]
+            gram = gram[left]
             if g_prev is not None:
                 g_prev, r_prev, rn_prev = g_prev[left], r_prev[left], rn_prev[left]
             if tilt is not None:

@@ -1,8 +1,15 @@
 # tapmachine: TAP machines (Tramel et al. 2018) and UCD-LMI (Taniguchi et al. 2023) as one workflow.
 # Run `snakemake --cores N`; the papers' sizes: `--configfile workflow/config/paper.yaml`.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# Every job inherits one BLAS/OpenMP thread; jobs given more cores pass --threads {threads} and
+# raise torch's count themselves, so no job runs more threads than its cores (with 2 threads on
+# a core another job held, a TAP epoch took 60 times as long).
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 # `snakemake --report report.html`: every figure with its caption (workflow/report/).

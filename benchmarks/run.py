@@ -325,28 +325,81 @@ def bench_priors(device, quick: bool) -> dict:
 # paper_profile: projected wall time of the binary-MNIST paper targets
 # ----------------------------------------------------------------------------------------------
 
-#: Mean TAP iterations where the count depends on the trained model, measured in the paper run
-#: (workflow/config/paper.yaml, 2026-11-24). Converged training (tol 1e-8, cap 100): 94-99 a step
-#: over each model's epochs so far (bmnist_h25/h50/h100/h500: 93.8, 94.1, 96.3, 98.5). The
-#: harvest of bmnist_h100 (tol 1e-8, cap 5000, second pass at 0.95, float64): 290-325 from
-#: epoch 5 to 47 (47 at epoch 1), on 500 rows of each checkpoint.
-PAPER_ITERATIONS = {"train_converge": 98, "harvest": 300}
-#: Mean TAP iterations of one model's per-epoch evaluation (tol 1e-8, cap 500, second pass at
-#: 0.95 to tol/100), a 100-epoch mean from the paper run: bmnist_h100 304 over its 47 epochs so
-#: far, flat from epoch 5; bmnist_h500 425 over 46 (440-470 from epoch 11); bmnist_h25 and h50
-#: (first 1,000 rows of every 5th epoch to 65) 761 and 434, rising to 980-995 and 730-820 over
-#: epochs 45-65, taken to stay there to epoch 100; the CD/PCD models (1,000 rows of every 20th
-#: epoch) 404, 348, 347. The count grows as the model sharpens: rows stop converging at damping
-#: 0.5 and take the second pass.
-PAPER_EVAL_ITERATIONS = {
-    "bmnist_h25": 840,
-    "bmnist_h50": 550,
-    "bmnist_h100": 305,
-    "bmnist_h500": 450,
-    "bmnist_h500_cd1": 405,
-    "bmnist_h500_cd25": 350,
-    "bmnist_h500_pcd": 350,
-}
+#: Rows from which ``paper_profile`` counts TAP iterations on each checkpoint.
+PROFILE_ROWS = 100
+
+
+def measured_iterations(cfg: dict, checkpoints: Path, quick: bool) -> dict:
+    """Mean TAP iterations per row that the paper targets' jobs pay, counted on the
+    ``tap_solve`` checkpoints (trained if missing, ``_checkpoints``) at each of their epochs
+    (early, middle, late) and averaged over them, ``PROFILE_ROWS`` training images each:
+
+    - ``train_converge`` per model: one converged training step (Alg. 1 or ``tap.solver`` from
+      a batch, tol ``train_tol``, cap ``train_max_iter``);
+    - ``eval`` per model: the per-epoch evaluation (tol, cap ``max_iter``, second pass at
+      ``retry_damping``; second-pass iterations included);
+    - ``harvest``: bmnist_h100's harvest (float64, its tol, max_iter, second pass, plus the
+      polishing iterations of converged rows).
+
+    Models are matched to the checkpoints by hidden units; the CD/PCD models (784 x 500) are
+    counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here)."""
+    from tapmachine import harvest as harvest_module
+
+    ckpts = _checkpoints(checkpoints, quick)
+    x, _ = binary_mnist(PROFILE_ROWS)
+    models = cfg["models"]
+    by_units = {
+        nh: [path for n, _, path in ckpts if SOLVE_MODELS[n] == nh] for nh in (25, 50, 100, 500)
+    }
+    train, evals, solved = {}, {}, {}
+    for name, spec in models.items():
+        nh = spec["hidden"][0]["units"] if len(spec.get("hidden", [])) == 1 else None
+        if spec.get("dataset") != "binary_mnist" or nh not in by_units:
+            continue
+        settings = training.TrainSettings.from_spec(spec)
+        t_counts, e_counts = [], []
+        for path in by_units[nh]:
+            machine = training.load_model(path, dtype=torch.float32)
+            xs = x.to(torch.float32)
+            if settings.method == "tap" and settings.train_iterations == "converge":
+                st = tap.solve(
+                    machine,
+                    xs[: settings.batch_size],
+                    damping=settings.damping,
+                    tol=settings.train_tol,
+                    max_iter=settings.train_max_iter,
+                    solver=settings.solver,
+                )
+                t_counts.append(float(st.iterations.double().mean()))
+            key = (path, settings.damping, settings.tol, settings.max_iter)
+            key += (settings.retry_damping, settings.solver)
+            if key not in solved:  # the CD/PCD models share bmnist_h500's checkpoints
+                st = tap.solve_with_retry(
+                    machine,
+                    xs,
+                    damping=settings.damping,
+                    tol=settings.tol,
+                    max_iter=settings.max_iter,
+                    retry_damping=settings.retry_damping,
+                    solver=settings.solver,
+                )
+                solved[key] = float(st.iterations.double().mean())
+            e_counts.append(solved[key])
+        if t_counts:
+            train[name] = sum(t_counts) / len(t_counts)
+        evals[name] = sum(e_counts) / len(e_counts)
+    h = cfg["harvest"]["bmnist_h100"]
+    settings = harvest_module.HarvestSettings(
+        **{k: v for k, v in h.items() if k not in ("epochs", "dtype")}
+    )
+    h_counts = []
+    for path in by_units[100]:
+        machine = training.load_model(path, dtype=torch.float64)
+        arrays = harvest_module.harvest(machine, x.double(), settings)
+        h_counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
+    return {"train_converge": train, "eval": evals, "harvest": sum(h_counts) / len(h_counts)}
+
+
 #: Targets of the profile (workflow/config/paper.yaml).
 PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table")
 
@@ -371,7 +424,7 @@ def _paper_config() -> dict:
     return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
 
 
-def bench_paper_profile(device, quick: bool) -> dict:
+def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) -> dict:
     """Projected wall time of the binary-MNIST paper targets from measured per-epoch costs.
 
     Targets: fig3 (binary panel: bmnist_h25/50/100/500), fig4 (its binary models), fig5-7
@@ -381,9 +434,9 @@ def bench_paper_profile(device, quick: bool) -> dict:
     iterations; CD/PCD directly), one TAP iteration over 10,000 rows (per-epoch evaluation and
     harvest), one AIS temperature with 100 runs, and the pseudo-likelihood of 100 images. The
     projection multiplies them by the counts in the config (epochs, 600 minibatches of 60,000
-    images, schedule length, initialisations) and by ``PAPER_ITERATIONS`` and
-    ``PAPER_EVAL_ITERATIONS`` where the number of
-    TAP iterations depends on the trained model. ``serial_hours`` is the sum of all jobs;
+    images, schedule length, initialisations) and by the TAP iterations per row counted on
+    trained checkpoints (``measured_iterations``) where that number depends on the model.
+    ``serial_hours`` is the sum of all jobs;
     ``wall_hours_2_cores`` spreads the single-threaded jobs over 2 cores (the longest chain,
     bmnist_h500 training then its per-epoch scoring, is a lower bound and is reported too).
     Fig. 12's scoring takes TAP's ln Z from training's per-epoch evaluation when that is the same
@@ -395,15 +448,17 @@ def bench_paper_profile(device, quick: bool) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see _timed)
     try:
-        return _paper_profile(quick)
+        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS))
     finally:
         torch.set_num_threads(threads)
 
 
-def _paper_profile(quick: bool) -> dict:
+def _paper_profile(quick: bool, checkpoints: Path) -> dict:
     from tapmachine import estimators, likelihood
 
     cfg = _paper_config()
+    counts = measured_iterations(cfg, checkpoints, quick)
+    eval_iterations = counts["eval"]
     models, harvest_cfg, lik = cfg["models"], cfg["harvest"], cfg["likelihood"]
     x, source = binary_mnist(None if not quick else 12000)
     n_train = 60000
@@ -442,7 +497,7 @@ def _paper_profile(quick: bool) -> dict:
             per_iter = max(0.0, (eleven - one) / 10)
             iters = settings.train_iterations
             if iters == "converge":
-                iters = PAPER_ITERATIONS["train_converge"]
+                iters = counts["train_converge"][name]
             per_batch = one + per_iter * (iters - 1)
             fixed3[name] = settings.epochs * (one + 2 * per_iter) * (n_train // settings.batch_size)
         else:
@@ -463,7 +518,7 @@ def _paper_profile(quick: bool) -> dict:
             lambda rbm=rbm, probe=probe: tap.solve(rbm, probe, tol=0.0, max_iter=1), reps
         )
         per_eval_iter *= settings.eval_samples / rows
-        eval_epoch = per_eval_iter * PAPER_EVAL_ITERATIONS[name]
+        eval_epoch = per_eval_iter * eval_iterations[name]
         train_epoch = per_batch * n_batches
         jobs[f"train {name}"] = settings.epochs * (train_epoch + eval_epoch)
         detail[name] = {
@@ -487,7 +542,7 @@ def _paper_profile(quick: bool) -> dict:
     xd = x[:rows].double()
     per_iter = _timed(lambda: tap.solve(rbm, xd, tol=0.0, max_iter=1), reps)
     per_iter *= h["n_init"] / rows
-    jobs["harvest bmnist_h100"] = len(h["epochs"]) * per_iter * PAPER_ITERATIONS["harvest"]
+    jobs["harvest bmnist_h100"] = len(h["epochs"]) * per_iter * counts["harvest"]
     detail["harvest"] = {
         "epochs": len(h["epochs"]),
         "n_init": h["n_init"],
@@ -537,7 +592,7 @@ def _paper_profile(quick: bool) -> dict:
     reused = not likelihood.evaluation_differs(trained, fig12_settings)
     parts = score_seconds(lik["fig12"], models[fig12_model]["hidden"][0]["units"])
     # what the reuse saves, measured in this run
-    tap_solved = parts["tap_per_iteration"] * PAPER_EVAL_ITERATIONS[fig12_model]
+    tap_solved = parts["tap_per_iteration"] * eval_iterations[fig12_model]
     per_epoch = parts["ais"] + parts["pl"] + (0.0 if reused else tap_solved)
     n_scored = (
         models[fig12_model]["epochs"]
@@ -559,7 +614,7 @@ def _paper_profile(quick: bool) -> dict:
         table_settings = likelihood.ScoreSettings.from_config(lik["table"], spec)
         trained = dataclasses.asdict(training.TrainSettings.from_spec(spec))
         same = not likelihood.evaluation_differs(trained, table_settings)
-        tap_s = 0.0 if same else parts["tap_per_iteration"] * PAPER_EVAL_ITERATIONS[name]
+        tap_s = 0.0 if same else parts["tap_per_iteration"] * eval_iterations[name]
         jobs[f"score_final {name}"] = parts["ais"] + parts["pl"] + tap_s
         table_reused += [name] if same else []
     detail["table_scoring"] = {**parts, "tap_reused_for": table_reused}
@@ -582,7 +637,8 @@ def _paper_profile(quick: bool) -> dict:
         "gflops": None,
         "ratio_to_matmul": None,
         "targets": list(PAPER_TARGETS),
-        "assumed_iterations": {**PAPER_ITERATIONS, "eval": PAPER_EVAL_ITERATIONS},
+        "measured_iterations": counts,
+        "iterations_from": f"checkpoints {checkpoints} (epochs {list(SOLVE_EPOCHS)})",
         "jobs_hours": {k: v / 3600 for k, v in sorted(jobs.items(), key=lambda kv: -kv[1])},
         "detail": detail,
         "serial_hours": serial / 3600,
@@ -1083,6 +1139,165 @@ def bench_adatap(device, quick: bool) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# tap_solve: the accelerated TAP solver against Alg. 1 on trained checkpoints
+# ----------------------------------------------------------------------------------------------
+
+#: Models (Table 1's binary-MNIST RBMs) and epochs (early, middle, late) of ``tap_solve``.
+SOLVE_MODELS = {"bmnist_h25": 25, "bmnist_h50": 50, "bmnist_h100": 100, "bmnist_h500": 500}
+SOLVE_EPOCHS = (1, 10, 30)
+#: Where ``tap_solve`` and ``paper_profile`` find (or train) their checkpoints: DIR/{model}/
+#: epoch_{e}.pt (``--checkpoints``).
+CHECKPOINTS = ROOT / "results" / "bench_checkpoints"
+
+
+def train_checkpoints(directory: Path, epochs: int, quick: bool) -> None:
+    """Train the ``SOLVE_MODELS`` on binary MNIST with Table 1's optimiser (lr 0.005, momentum
+    0.5, l2 0.001, batch 100), 3 TAP iterations per step and no per-epoch evaluation, keeping a
+    checkpoint after every epoch under ``directory/{model}`` (resumed if already there).
+
+    Not the paper's converged training (hours): the weights grow as the paper's do, and the
+    solver comparison needs models at early, middle and late points of training, not the paper's
+    exact parameters."""
+    x, _ = binary_mnist(6000 if quick else None)
+    spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli"}]}
+    for name, nh in SOLVE_MODELS.items():
+        settings = training.TrainSettings(
+            epochs=epochs,
+            batch_size=100,
+            learning_rate=0.005,
+            momentum=0.5,
+            l2=0.001,
+            train_iterations=3,
+            evaluate=False,
+        )
+        model_spec = {**spec, "hidden": [{"prior": "bernoulli", "units": nh}]}
+        g = training.seeded_generator(2026, name, "train")
+        machine = training.build_machine(model_spec, x, settings.weight_init_std, g)
+        training.train(machine, x, settings, g, checkpoint_dir=directory / name, progress=False)
+
+
+def _checkpoints(directory: Path, quick: bool) -> list[tuple[str, int, Path]]:
+    """(model, epoch, path) of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (quick: epochs 1-2),
+    training what is missing."""
+    epochs = (1, 2) if quick else SOLVE_EPOCHS
+    want = [(n, e, directory / n / f"epoch_{e}.pt") for n in SOLVE_MODELS for e in epochs]
+    if not all(path.exists() for _, _, path in want):
+        print(f"training the checkpoints of tap_solve under {directory}", file=sys.stderr)
+        train_checkpoints(directory, max(epochs), quick)
+    return want
+
+
+def _cpu_timed(fn):
+    """(result, CPU seconds of this process): one torch thread's time, not the shared load's."""
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def _quantiles(t: torch.Tensor) -> tuple[float, float]:
+    t = t.double()
+    return float(t.median()), float(torch.quantile(t, 0.9))
+
+
+def _continued(machine, state, **kw):
+    """``tap.solve`` from where ``state`` stopped (its a, c of every layer)."""
+    return tap.solve(
+        machine, state.a[0], c_visible=state.c[0], a_hidden=state.a[1:], c_hidden=state.c[1:], **kw
+    )
+
+
+def _tight(machine, state, solver: str, tol: float, max_iter: int):
+    """``state`` continued by ``solver`` to ``tol``; for Alg. 1, rows still not converged get
+    the 0.95-damped second pass (``tap.solve_with_retry``'s, at its tolerance)."""
+    out = _continued(machine, state, solver=solver, tol=tol, max_iter=max_iter)
+    if solver == "damped" and not bool(out.converged.all()):
+        rows = torch.nonzero(~out.converged, as_tuple=True)[0]
+        retry_tol = tap.retry_tolerance(tol, 0.5, 0.95)
+        again = _continued(
+            machine, out.select(rows), damping=0.95, tol=retry_tol, max_iter=max_iter
+        )
+        for merged, new in zip(out.a, again.a, strict=True):
+            merged[rows] = new
+        out.converged[rows] = again.converged
+    return out
+
+
+def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
+    """Alg. 1 (damped 0.5) against the Anderson solver from the same starts ``x`` (float64).
+
+    Both to ``tol`` (cap ``cap``): iterations per row (median, 90th percentile; unconverged rows
+    count as ``cap``), converged share, CPU seconds. The fixed point each start reaches under
+    Alg. 1 is its damped iterate continued to ``ref_tol`` (up to 2 ``cap`` more iterations, then
+    the 0.95-damped second pass for rows that cycle); each Anderson result is continued by
+    Anderson to ``ref_tol`` too and compared with it (max-abs over all units:
+    ``same_fixed_point_share`` within 1e-4, over rows converged in both): the basin agreement.
+    ``*_stop_error_median``: how far the rows stopped at ``tol`` lie from their own solver's
+    tight fixed point.
+    """
+    kw = {"damping": 0.5, "tol": tol, "max_iter": cap}
+    damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, **kw))
+    fast, t_fast = _cpu_timed(lambda: tap.solve(machine, x, solver="anderson", **kw))
+    ref = _tight(machine, damped, "damped", ref_tol, 2 * cap)
+    fast_ref = _tight(machine, fast, "anderson", ref_tol, 2 * cap)
+    both = ref.converged & fast_ref.converged
+    gap = (ref.magnetisations() - fast_ref.magnetisations()).abs().amax(1)[both]
+
+    def stop_error(stopped, tight):
+        rows = stopped.converged & tight.converged
+        err = (stopped.magnetisations() - tight.magnetisations()).abs().amax(1)[rows]
+        return float(err.median()) if rows.any() else float("nan")
+
+    d_med, d_p90 = _quantiles(damped.iterations)
+    a_med, a_p90 = _quantiles(fast.iterations)
+    return {
+        "rows": int(x.shape[0]),
+        "iterations_damped_median": d_med,
+        "iterations_damped_p90": d_p90,
+        "iterations_anderson_median": a_med,
+        "iterations_anderson_p90": a_p90,
+        "iterations_ratio": d_med / a_med,
+        "seconds_damped": t_damped,
+        "seconds_anderson": t_fast,
+        "seconds_ratio": t_damped / t_fast,
+        "converged_share_damped": float(damped.converged.double().mean()),
+        "converged_share_anderson": float(fast.converged.double().mean()),
+        "reference_converged_share": float(ref.converged.double().mean()),
+        "anderson_tight_converged_share": float(fast_ref.converged.double().mean()),
+        "same_fixed_point_share": float((gap <= 1e-4).double().mean()) if both.any() else None,
+        "same_fixed_point_rows": int(both.sum()),
+        "max_abs_delta_a": float(gap.max()) if both.any() else None,
+        "median_abs_delta_a": float(gap.median()) if both.any() else None,
+        "damped_stop_error_median": stop_error(damped, ref),
+        "anderson_stop_error_median": stop_error(fast, fast_ref),
+    }
+
+
+def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
+    """Anderson mixing against Alg. 1 on trained binary-MNIST checkpoints (issue item 2): one
+    result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
+    first 500 training images, float64, one torch thread, CPU seconds). Checkpoints are read
+    from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        directory = Path(checkpoints or CHECKPOINTS)
+        rows = 100 if quick else 500
+        x, source = binary_mnist(rows)
+        x = x.to(device=device, dtype=torch.float64)
+        out = []
+        for name, epoch, path in _checkpoints(directory, quick):
+            machine = training.load_model(path, device=device, dtype=torch.float64)
+            result = {"name": "tap_solve", "model": name, "epoch": epoch, "data": source}
+            result.update(solver_comparison(machine, x, cap=300 if quick else 1000))
+            result.update(seconds=result["seconds_anderson"], gflops=None, ratio_to_matmul=None)
+            print(json.dumps(result), flush=True)
+            out.append(result)
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "tap_iteration": bench_tap_iteration,
@@ -1091,11 +1306,15 @@ BENCHMARKS = {
     "ais": bench_ais,
     "priors": bench_priors,
     "paper_profile": bench_paper_profile,
+    "tap_solve": bench_tap_solve,
     "adatap": bench_adatap,
     "ucd_coupling": bench_ucd_coupling,
     "ucd_train_step": bench_ucd_train_step,
     "dbm_ais": bench_dbm_ais,
 }
+
+#: Benchmarks that take ``checkpoints`` (``--checkpoints``).
+_USES_CHECKPOINTS = {"tap_solve", "paper_profile"}
 
 
 def main(argv=None) -> int:
@@ -1111,6 +1330,13 @@ def main(argv=None) -> int:
         help="ucd_train_step's layer sizes, e.g. 784,784,784 (default) or 6272,6272,6272",
     )
     p.add_argument("--ucd-batch", type=int, default=None, help="ucd_train_step's batch (1,000)")
+    p.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        help=f"tap_solve, paper_profile: DIR/{{model}}/epoch_{{e}}.pt to read or train "
+        f"(default {CHECKPOINTS.relative_to(ROOT)})",
+    )
     args = p.parse_args(argv)
     if args.ucd_sizes:
         UCD_STEP["sizes"] = [int(n) for n in args.ucd_sizes.split(",")]
@@ -1137,12 +1363,19 @@ def main(argv=None) -> int:
     if torch.device(args.device).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name()
     for name in args.names or list(BENCHMARKS):
-        result = BENCHMARKS[name](args.device, args.quick)
-        result.update(env)
-        result["quick"] = args.quick
-        print(json.dumps(result), flush=True)
-        with tracking.start_run(manifest, "benchmarks", name, params=env) as run:
-            run.log_metrics({k: v for k, v in result.items() if isinstance(v, int | float)})
+        fn = BENCHMARKS[name]
+        if name in _USES_CHECKPOINTS:
+            results = fn(args.device, args.quick, checkpoints=args.checkpoints)
+        else:
+            results = fn(args.device, args.quick)
+        printed = isinstance(results, list)  # one line per checkpoint, printed as measured
+        for result in results if printed else [results]:
+            result.update(env)
+            result["quick"] = args.quick
+            if not printed:
+                print(json.dumps(result), flush=True)
+            with tracking.start_run(manifest, "benchmarks", name, params=env) as run:
+                run.log_metrics({k: v for k, v in result.items() if isinstance(v, int | float)})
     return 0
 
 

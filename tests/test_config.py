@@ -49,6 +49,7 @@ def test_defaults_are_filled(default):
         "max_iter": 500,
         "retry_damping": 0.95,
         "dedup_tol": 0.01,
+        "solver": "damped",
     }
     assert config["tracking"]["store"] == "results/mlflow"
     assert config["data"]["faces"]["cbcl_archive"] is None

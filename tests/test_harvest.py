@@ -157,10 +157,19 @@ def test_separation_stats_by_hand():
 def test_loose_tolerance_splits_fixed_points_into_near_copies(prototypes):
     """The prototype machine has 4 fixed points reached from its 300 images. Stopped at MSE
     1e-6, rows short of them land more than dedup_tol apart and count as 7 "unique" solutions,
-    most of them near copies of another; at 1e-12 the 4 lie O(1) apart, with no near copy."""
+    most of them near copies of another; at 1e-12 the 4 lie O(1) apart, with no near copy. Rows
+    stopped at 1e-6 and polished to 1e-12 before merging (the default) give the same 4, with
+    the same starts mapped to each."""
     machine, x = prototypes
-    loose = harvest.harvest(machine, x, HarvestSettings(n_init=None, tol=1e-6, max_iter=5000))
+    unpolished = HarvestSettings(n_init=None, tol=1e-6, max_iter=5000, polish_tol=None)
+    loose = harvest.harvest(machine, x, unpolished)
     tight = harvest.harvest(machine, x, HarvestSettings(n_init=None, tol=1e-12, max_iter=5000))
+    for solver in ("anderson", "damped"):
+        settings = HarvestSettings(n_init=None, tol=1e-6, max_iter=5000, polish_solver=solver)
+        polished = harvest.harvest(machine, x, settings)
+        assert polished["polished"].all() and harvest.summarise(polished)["n_unpolished"] == 0
+        np.testing.assert_array_equal(polished["inverse"], tight["inverse"])
+        np.testing.assert_allclose(polished["a_hidden"], tight["a_hidden"], atol=1e-5)
     s_loose, s_tight = harvest.summarise(loose), harvest.summarise(tight)
     assert s_tight["n_unique"] == 4 and s_loose["n_unique"] > 4
     assert s_tight["near_copy_fraction"] == 0 and s_tight["min_separation"] > 0.5
@@ -264,6 +273,10 @@ def test_harvest_defaults_are_filled():
         "damping": 0.5,
         "retry_damping": 0.95,
         "dtype": "float64",
+        "merge_rule": "magnetisations",
+        "solver": "damped",
+        "polish_tol": 1e-12,
+        "polish_solver": "anderson",
     }
 
 
@@ -335,3 +348,37 @@ def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_pa
         assert [m.step for m in client.get_metric_history(r.info.run_id, "n_unique")] == [2]
     assert set(client.get_run(train_run.run_id).data.metrics) == {"tap_ll"}
     assert len(client.get_metric_history(train_run.run_id, "tap_ll")) == 1
+
+
+def test_merge_rules_on_hand_made_solutions():
+    """Copies 1e-3 apart merge and solutions 0.1 apart stay distinct, under both rules: max-abs
+    distance of the means within dedup_tol 0.01, or free energies within 1e-2 of their group's
+    lowest. Rows not converged are left out."""
+    base = torch.tensor([[0.1, 0.9], [0.5, 0.5], [0.9, 0.2]], dtype=torch.float64)
+    a = torch.cat([base, base + 1e-3, base[:1] + 0.1, base[:1]])
+    F = torch.tensor([-3.0, -2.0, -1.0, -3.0 + 1e-3, -2.0 + 1e-3, -1.0 + 1e-3, -2.9, 5.0])
+    converged = torch.tensor([True] * 7 + [False])
+    zeros = torch.zeros_like(a)
+    state = tap.TAPState(
+        a=[a[:, :1], a[:, 1:]],
+        c=[zeros[:, :1], zeros[:, 1:]],
+        A=[zeros[:, :1], zeros[:, 1:]],
+        B=[zeros[:, :1], zeros[:, 1:]],
+        iterations=torch.ones(8, dtype=torch.long),
+        converged=converged,
+    )
+    want = [0, 1, 2, 0, 1, 2, 3, -1]
+    for rule in harvest.MERGE_RULES:
+        settings = HarvestSettings(merge_rule=rule, dedup_tol=0.01)
+        reps, inverse, counts = harvest.merge(state, F, settings)
+        groups = inverse.tolist()
+        # the same partition as `want` (group numbers may differ between the rules)
+        relabel = {g: w for g, w in zip(groups, want, strict=True)}
+        assert [relabel[g] for g in groups] == want, rule
+        assert len(relabel) == 5 and sorted(counts.tolist()) == [1, 2, 2, 2]
+        assert all(inverse[r] == k for k, r in enumerate(reps.tolist()))
+    # free energy: groups in increasing F, each represented by its lowest row
+    reps, _, _ = tap.unique_free_energy(F, converged, 0.01)
+    assert reps.tolist() == [0, 6, 1, 2]
+    with pytest.raises(HarvestError):
+        HarvestSettings(merge_rule="nearest")

@@ -196,6 +196,11 @@ def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
     # The default run's identity is the one of settings without the new fields at all.
     new = {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique"}
     new.add("retry_damping")
+    new.add("solver")
+    # Another TAP solver changes the numbers of a converged run and its evaluation.
+    assert training._fingerprint(m, x, dataclasses.replace(conv, solver="anderson")) != (
+        training._fingerprint(m, x, conv)
+    )
 
     class Before:
         @staticmethod

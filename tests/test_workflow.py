@@ -586,3 +586,23 @@ def test_logs_and_benchmarks_are_split_per_config_run(tmp_path):
         assert path.startswith(
             ("logs/other/", "logs/data/", "benchmarks/other/", "benchmarks/data/")
         ), path
+
+
+def test_no_job_runs_more_torch_threads_than_its_cores():
+    """Jobs given more than one core pass --threads {threads} (the stage then calls
+    torch.set_num_threads); every other job inherits one OpenMP/MKL thread from the Snakefile."""
+    import re
+
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert 'os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")' in snakefile
+    checked = 0
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"\n(?=\s*rule )", path.read_text()):
+            name = re.match(r"\s*rule (\w+)", block)
+            threads = re.search(r"threads:\s*(\S+)", block)
+            if not (name and threads):
+                continue
+            checked += 1
+            if threads.group(1) != "1":
+                assert "--threads {threads}" in block, f"{path.name}: rule {name.group(1)}"
+    assert checked > 10

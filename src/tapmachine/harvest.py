@@ -32,6 +32,10 @@ hidden layers side by side):
     layer_sizes, image_shape     unit counts per layer; (H, W) of the visible layer
     dedup_tol, tol, max_iter, damping, retry_damping   the settings that produced the file
                                  (retry_damping NaN: no second pass)
+    merge_rule, solver, polish_solver, polish_tol      merging and solving (polish_tol NaN: not
+                                 polished; ``HarvestSettings``)
+    polished (K,) bool; polish_iterations (K,) int     rows brought to polish_tol, and how many
+                                 iterations that took
     epoch, model, dataset, substitute, train_run_id, harvest_run_id, dtype   provenance
     summary                      JSON of ``summarise`` (counts, Helmholtz estimate, spread, ...)
 """
@@ -74,11 +78,31 @@ class HarvestSettings:
 
     ``n_init=None`` uses every training image. ``chunk_size`` only bounds memory: rows do not
     interact, so the solutions do not depend on it. Rows not converged within ``max_iter`` get a
-    second pass at ``retry_damping`` (``tap.solve_with_retry``; None: none).
+    second pass at ``retry_damping`` (``tap.solve_with_retry``; None: none). ``solver`` runs both
+    passes (``tap.SOLVERS``; Alg. 1's ``damped`` keeps Figs. 5-7's solutions the attractors of
+    the data starts under Alg. 1's dynamics, which another solver need not reach).
+
+    Polishing (``polish``): converged rows are iterated on from where they stopped, by
+    ``polish_solver``, to ``polish_tol`` (None: not polished) before they are merged. A row
+    stopped at the paper's tol 1e-8 near marginal stability lies up to 0.02-0.1 from its fixed
+    point, farther than the merge tolerance, so one fixed point counted as several (the paper
+    run's bmnist_h100 at epoch 40: 2,287 "unique" solutions at tol 1e-8, 623 polished to
+    1e-12). Polishing starts inside the basin the first pass found, so it moves no start to
+    another solution; rows it does not converge stay as the first pass left them (``polished``
+    False).
+
+    Merging (``merge_rule``, tolerance ``dedup_tol``): ``magnetisations`` groups converged rows
+    whose means (all layers) agree within ``dedup_tol`` in max-abs distance (``tap.unique``);
+    ``free_energy`` groups rows whose TAP free energies lie within ``dedup_tol`` of their
+    group's lowest (``tap.unique_free_energy``; about 1e-3 suits it). The paper states no rule.
     """
 
     n_init: int | None = 10000
     dedup_tol: float = 0.01
+    merge_rule: str = "magnetisations"
+    solver: str = "damped"
+    polish_tol: float | None = 1e-12
+    polish_solver: str = "anderson"
     tol: float = 1e-12
     max_iter: int = 2000
     damping: float = 0.5
@@ -92,10 +116,60 @@ class HarvestSettings:
             raise HarvestError(f"dedup_tol and tol must be > 0, got {self.dedup_tol}, {self.tol}")
         if self.max_iter < 1 or self.chunk_size < 1:
             raise HarvestError("max_iter and chunk_size must be >= 1")
+        if self.merge_rule not in MERGE_RULES:
+            raise HarvestError(f"merge_rule must be one of {MERGE_RULES}, got {self.merge_rule!r}")
+        for name in ("solver", "polish_solver"):
+            if getattr(self, name) not in tap.SOLVERS:
+                raise HarvestError(f"{name} must be one of {tap.SOLVERS}")
+        if self.polish_tol is not None and not self.polish_tol > 0:
+            raise HarvestError(f"polish_tol must be > 0 or None, got {self.polish_tol}")
         for name in ("damping", "retry_damping"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise HarvestError(f"{name} must be in [0, 1), got {value}")
+
+
+#: Rules by which converged solutions are merged into unique ones (``HarvestSettings``).
+MERGE_RULES = ("magnetisations", "free_energy")
+
+
+def polish(machine: BoltzmannMachine, state: tap.TAPState, settings: HarvestSettings):
+    """The converged rows of ``state`` iterated on to ``settings.polish_tol`` (see
+    ``HarvestSettings``); returns (state, polished mask, polishing iterations per row)."""
+    K = state.n_rows
+    polished = state.converged.clone()
+    extra = torch.zeros(K, dtype=torch.long, device=state.converged.device)
+    if settings.polish_tol is None or settings.polish_tol >= settings.tol:
+        return state, polished, extra
+    rows = torch.nonzero(state.converged, as_tuple=True)[0]
+    for start in range(0, rows.numel(), settings.chunk_size):
+        idx = rows[start : start + settings.chunk_size]
+        sub = state.select(idx)
+        again = tap.solve(
+            machine,
+            sub.a[0],
+            c_visible=sub.c[0],
+            a_hidden=sub.a[1:],
+            c_hidden=sub.c[1:],
+            damping=settings.damping,
+            tol=settings.polish_tol,
+            max_iter=settings.max_iter,
+            solver=settings.polish_solver,
+        )
+        done = idx[again.converged]
+        for part in ("a", "c", "A", "B"):
+            for merged, new in zip(getattr(state, part), getattr(again, part), strict=True):
+                merged[done] = new[again.converged]
+        polished[idx] = again.converged
+        extra[idx] = again.iterations
+    return state, polished, extra
+
+
+def merge(state: tap.TAPState, free_energy: torch.Tensor, settings: HarvestSettings):
+    """(representatives, inverse, counts) of the converged rows by ``settings.merge_rule``."""
+    if settings.merge_rule == "free_energy":
+        return tap.unique_free_energy(free_energy, state.converged, settings.dedup_tol)
+    return tap.unique(state, settings.dedup_tol)
 
 
 #: Max-abs distance (magnetisations) below which a unique solution counts as a near copy of
@@ -171,12 +245,14 @@ def harvest(
                 tol=settings.tol,
                 max_iter=settings.max_iter,
                 retry_damping=settings.retry_damping,
+                solver=settings.solver,
             )
         )
     state = tap.TAPState.concat(states)
+    state, polished, polish_iterations = polish(machine, state, settings)
     with torch.no_grad():
         F = tap.free_energy(machine, state)
-    reps, inverse, counts = tap.unique(state, settings.dedup_tol)
+    reps, inverse, counts = merge(state, F, settings)
     converged = state.converged.cpu().numpy()
 
     def arr(t, dtype=np.float64):
@@ -198,12 +274,18 @@ def harvest(
         "free_energy": F_np,
         "converged": converged.astype(bool),
         "iterations": state.iterations.cpu().numpy().astype(np.int64),
+        "polished": polished.cpu().numpy().astype(bool),
+        "polish_iterations": polish_iterations.cpu().numpy().astype(np.int64),
         "inverse": inverse.cpu().numpy().astype(np.int64),
         "representatives": reps_np,
         "multiplicity": counts.cpu().numpy().astype(np.int64),
         "unique_free_energy": F_np[reps_np],
         "layer_sizes": np.asarray(machine.sizes, dtype=np.int64),
         "dedup_tol": np.float64(settings.dedup_tol),
+        "merge_rule": np.asarray(settings.merge_rule),
+        "solver": np.asarray(settings.solver),
+        "polish_solver": np.asarray(settings.polish_solver),
+        "polish_tol": np.float64(math.nan if settings.polish_tol is None else settings.polish_tol),
         "tol": np.float64(settings.tol),
         "max_iter": np.int64(settings.max_iter),
         "damping": np.float64(settings.damping),
@@ -239,6 +321,10 @@ def summarise(arrays: dict) -> dict:
         "mean_iterations_converged": float(conv_iters.mean()) if n_conv else math.nan,
         "max_iterations": int(iters.max()),
         "largest_multiplicity": int(arrays["multiplicity"].max()) if G else 0,
+        # rows converged at tol that polishing did not bring to polish_tol (kept as they were)
+        "n_unpolished": int((arrays["converged"] & ~arrays["polished"]).sum())
+        if "polished" in arrays
+        else 0,
         **separation_stats(arrays),
     }
 
@@ -265,8 +351,18 @@ def save_solutions(path, arrays: dict, meta: dict) -> Path:
     return Path(path)
 
 
-_STRINGS = ("model", "dataset", "substitute", "train_run_id", "harvest_run_id", "dtype")
-_SCALARS = ("dedup_tol", "tol", "damping", "retry_damping")
+_STRINGS = (
+    "model",
+    "dataset",
+    "substitute",
+    "train_run_id",
+    "harvest_run_id",
+    "dtype",
+    "merge_rule",
+    "solver",
+    "polish_solver",
+)
+_SCALARS = ("dedup_tol", "tol", "damping", "retry_damping", "polish_tol")
 _INTS = ("max_iter", "epoch")
 
 

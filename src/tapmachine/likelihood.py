@@ -80,6 +80,7 @@ class ScoreSettings:
     max_iter: int = 500
     retry_damping: float | None = 0.95
     dedup_tol: float = 1e-2
+    solver: str = "damped"
 
     @classmethod
     def from_config(cls, section: dict, model_spec: dict | None = None) -> ScoreSettings:
@@ -95,7 +96,7 @@ class ScoreSettings:
             "tap_inits": section.get("tap_inits", cls.tap_inits),
         }
         tap_spec = (model_spec or {}).get("tap", {})
-        for key in ("damping", "tol", "max_iter", "retry_damping", "dedup_tol"):
+        for key in ("damping", "tol", "max_iter", "retry_damping", "dedup_tol", "solver"):
             if key in tap_spec:
                 values[key] = tap_spec[key]
         return cls(**values)
@@ -150,6 +151,7 @@ def tap_log_partition(
         tol=settings.tol,
         max_iter=settings.max_iter,
         retry_damping=settings.retry_damping,
+        solver=settings.solver,
     )
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     unique = states.select(reps)
@@ -171,7 +173,7 @@ TAP_INFO_KEYS = ("log_z_tap", "n_unique", "n_converged", "mean_iterations")
 #: Checkpoint ``settings`` keys (``training.TrainSettings``) that must equal the score settings'.
 _SAME_TAP = ("damping", "tol", "max_iter", "dedup_tol")
 #: Checkpoint settings written before the key existed did the run without its value here.
-_ABSENT_MEANS = {"retry_damping": None}
+_ABSENT_MEANS = {"retry_damping": None, "solver": "damped"}
 
 
 def evaluation_differs(trained: dict, settings: ScoreSettings) -> str:

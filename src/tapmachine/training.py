@@ -10,6 +10,7 @@ results, divergence checks and MLflow logging.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -73,6 +74,10 @@ class TrainSettings:
     method: str = "tap"
     sampling_steps: int = 1
     damping: float = 0.5
+    #: TAP solver of the converged training steps and the per-epoch evaluation (``tap.SOLVERS``):
+    #: Alg. 1's damped iteration, or Anderson mixing on it (same fixed points, fewer iterations;
+    #: ``tap.solve``). Fixed-iteration steps always take Alg. 1's damped iterations.
+    solver: str = "damped"
     train_iterations: int | str = 3
     train_tol: float = 1e-8
     train_max_iter: int = 100
@@ -108,6 +113,8 @@ class TrainSettings:
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
             )
+        if self.solver not in tap.SOLVERS:
+            raise TrainingError(f"tap.solver must be one of {tap.SOLVERS}, not {self.solver!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
         if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
@@ -218,7 +225,7 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
     if settings.method == "tap":
         K = settings.n_solutions or x.shape[0]
         init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
-        solver = tap.solve
+        solver = functools.partial(tap.solve, solver=settings.solver)
         if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
             from tapmachine import adatap
 
@@ -237,7 +244,8 @@ def _gradients(machine, x, settings: TrainSettings, chains, generator, stats=Non
                 stats=stats,
                 solver=solver,
             )
-        states = solver(
+        fixed = tap.solve if settings.inference == "tap" else solver
+        states = fixed(
             machine,
             init,
             damping=settings.damping,
@@ -442,6 +450,7 @@ def evaluate_tap_log_likelihood(
         tol=settings.tol,
         max_iter=settings.max_iter,
         retry_damping=settings.retry_damping,
+        solver=settings.solver,
     )
     reps, inverse, _ = tap.unique(states, settings.dedup_tol)
     counts = {
@@ -714,6 +723,8 @@ def _fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSett
         fields.pop("rho_step", None)
     if fields["inference"] == "tap":  # the default: fingerprints from before the setting existed
         fields.pop("inference")
+    if fields.get("solver") == "damped":  # Alg. 1, as before the setting existed
+        fields.pop("solver")
     # The evaluation's second pass feeds nothing back into training; each history row records
     # what it did (n_converged_retry), so a resumed run may change it.
     fields.pop("retry_damping", None)

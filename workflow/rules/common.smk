@@ -138,7 +138,9 @@ def harvest_settings_args(wildcards):
     return (
         f"{n_init} --dedup-tol {entry['dedup_tol']} --tol {entry['tol']} "
         f"--max-iter {entry['max_iter']} --damping {entry['damping']} "
-        f"--retry-damping {entry['retry_damping']} --dtype {entry['dtype']}"
+        f"--retry-damping {entry['retry_damping']} --dtype {entry['dtype']} "
+        f"--merge-rule {entry['merge_rule']} --solver {entry['solver']} "
+        f"--polish-tol {entry['polish_tol']} --polish-solver {entry['polish_solver']}"
     )
 
 

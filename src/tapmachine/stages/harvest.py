@@ -50,6 +50,10 @@ def run(args) -> None:
         max_iter=args.max_iter,
         damping=args.damping,
         retry_damping=args.retry_damping,
+        merge_rule=args.merge_rule,
+        solver=args.solver,
+        polish_tol=args.polish_tol,
+        polish_solver=args.polish_solver,
     )
     harvest_epoch(
         args.model_file,
@@ -80,6 +84,17 @@ def register(subparsers) -> None:
         default=0.95,
         help="damping of a second pass over rows not converged (none: no second pass)",
     )
+    s.add_argument(
+        "--merge-rule", default="magnetisations", choices=["magnetisations", "free_energy"]
+    )
+    s.add_argument("--solver", default="damped", choices=["damped", "anderson"])
+    s.add_argument(
+        "--polish-tol",
+        type=lambda v: None if v.lower() in ("none", "null") else float(v),
+        default=1e-12,
+        help="converged rows iterated on to this tolerance before merging (none: not polished)",
+    )
+    s.add_argument("--polish-solver", default="anderson", choices=["damped", "anderson"])
     s.add_argument("--out-npz", required=True)
     s.add_argument("--out-csv", required=True)
     s.add_argument("--device", default="cpu")

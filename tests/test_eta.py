@@ -45,8 +45,9 @@ def test_progress_lines_carry_counts_and_an_eta_that_parse_back(capsys, monkeypa
     assert eta.last_status("nothing here") is None
 
 
-def test_quiet_outside_a_job(capsys):
-    assert not eta.ENABLED
+def test_quiet_outside_a_job(capsys, monkeypatch):
+    # a test that ran `cli.main` in this process has switched job mode on: switch it off here
+    monkeypatch.setattr(eta, "ENABLED", False)
     with eta.report(3, "quiet") as p:
         p.advance(3)
     assert capsys.readouterr().err == ""

@@ -62,25 +62,22 @@ def _train(method: str, seed: int, steps: int = 300):
     return start, exact_log_likelihood(out, x)
 
 
-def test_ucd_lmi_raises_exact_likelihood_and_beats_pcd():
+def test_ucd_lmi_and_pcd_raise_exact_likelihood():
     """UCD-LMI raises the exact log-likelihood (enumeration) of a 5-3-2 DBM by more than 0.5 nats
-    on every seed. Against PCD the claim is weaker and the test says so: the MEAN margin
-    (UCD-LMI minus PCD, exact log-likelihood per image) over 4 seeds exceeds 0.2 nats and
-    UCD-LMI is ahead on at least 3 of the 4 seeds, not on all of them (one seed is a tie:
-    measured margins 0.335, -0.008, 0.425, 0.527 at 300 steps)."""
-    margins = []
+    on every seed, and so does PCD from the same start.
+
+    At this size the two end level, so no ordering is asserted: over 12 seeds (300 steps) the
+    margin UCD-LMI minus PCD was 0.03 +- 0.17 nats per image (mean +- standard error; 4 of 12
+    positive) with Alg. 1's random block order in the final Gibbs sweep, and 0.21 +- 0.15 (8 of
+    12) with the fixed odd-then-even order; an earlier 4-seed assertion of a margin was luck of
+    the seeds. The paper's contrast with PCD is judged where it shows, by Fig. 2's verdicts
+    (``figures.ucd_dbm``) on MNIST-sized DBMs."""
     for seed in range(4):
         start, ucd_end = _train("ucd_lmi", seed)
         _, pcd_end = _train("dbm_pcd", seed)
         print(f"seed {seed}: start {start:.3f}, ucd_lmi {ucd_end:.3f}, dbm_pcd {pcd_end:.3f}")
         assert ucd_end > start + 0.5
-        margins.append(ucd_end - pcd_end)
-    margins = torch.tensor(margins)
-    print("margins", margins.tolist())
-    # Measured (4 seeds, 300 steps): margins 0.335, -0.008, 0.425, 0.527 nats per image; PCD's
-    # biased mean-field positive phase loses on average, but one seed is a tie.
-    assert float(margins.mean()) > 0.2
-    assert int((margins > 0).sum()) >= 3
+        assert pcd_end > start + 0.5
 
 
 def _block_minima(machine, v_obs, mask):

@@ -188,39 +188,32 @@ def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
 def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict) -> list[dict]:
     """Context rows from the per-epoch diagnostics a metrics.csv has (none for older ones)."""
     rows = []
-    validity = extra["tap_validity"]
-    if np.isfinite(validity).any():
-        over = epochs[validity >= 1.0]
+    for key, what in (
+        (
+            "tap_validity",
+            "largest max_i c_i sum_j W_ij^2 c_j over epochs and solutions (>= 1: second-order "
+            "TAP may be outside its range of validity)",
+        ),
+        (
+            "tap_validity_rho",
+            "largest spectral radius of c_i W_ij^2 c_j over epochs and solutions (>= 1: "
+            "outside Plefka's condition for the second-order expansion)",
+        ),
+    ):
+        values = extra[key]
+        if not np.isfinite(values).any():
+            continue
+        over = epochs[values >= 1.0]
         rows += [
             claim(
-                "max_tap_validity",
-                float(np.nanmax(validity)),
+                f"max_{key}",
+                float(np.nanmax(values)),
                 model,
-                "largest max_i c_i sum_j W_ij^2 c_j over epochs and solutions (>= 1: second-order "
-                "TAP may be outside its range of validity)",
-                int(epochs[np.nanargmax(validity)]),
+                what,
+                int(epochs[np.nanargmax(values)]),
             ),
             claim(
-                "epochs_tap_validity_at_least_1",
-                int(over.size),
-                model,
-                f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),
-            ),
-        ]
-    rho = extra["tap_validity_rho"]
-    if np.isfinite(rho).any():
-        over = epochs[rho >= 1.0]
-        rows += [
-            claim(
-                "max_tap_validity_rho",
-                float(np.nanmax(rho)),
-                model,
-                "largest spectral radius of c_i W_ij^2 c_j over epochs and solutions (>= 1: "
-                "outside Plefka's condition for the second-order expansion)",
-                int(epochs[np.nanargmax(rho)]),
-            ),
-            claim(
-                "epochs_tap_validity_rho_at_least_1",
+                f"epochs_{key}_at_least_1",
                 int(over.size),
                 model,
                 f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),

@@ -229,7 +229,13 @@ def test_a_second_snakemake_on_the_same_run_is_refused(tmp_path):
         while not list(ckpts.glob("epoch_*.pt")) and time.monotonic() - t0 < 300:
             assert first.poll() is None, first.stdout.read()[-3000:]
             time.sleep(0.1)
-        second = _snakemake(work)
+        # Pause the first snakemake (it keeps its lock; its training job runs on) so that the
+        # second surely starts while the first is unfinished, however fast the machine.
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = _snakemake(work)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         out, _ = first.communicate(timeout=400)
     finally:
         if first.poll() is None:

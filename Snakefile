@@ -37,7 +37,7 @@ include: "workflow/rules/dbm.smk"
 
 
 # One MLflow parent run per experiment for this invocation; at the end a short summary (what was
-# made and where, failures, how to browse the runs). tapmachine.stages.track.
+# made and where, failures, how to browse the runs). tapmachine.pipeline.stages.track.
 onstart:
     _track_stage.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
 

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tapmachine import tap, tracking, training  # noqa: E402
-from tapmachine.machine import RBM  # noqa: E402
-from tapmachine.priors import Bernoulli  # noqa: E402
+from tapmachine.core.machine import RBM  # noqa: E402
+from tapmachine.core.priors import Bernoulli  # noqa: E402
 
 
 def matmul_gflops(m: int, k: int, n: int, device, repeats: int = 30) -> float:
@@ -56,7 +56,7 @@ def binary_mnist(n: int | None = None) -> tuple[torch.Tensor, str]:
     """Binary-MNIST training images from the data stage, else a stand-in with MNIST's density."""
     path = ROOT / "results" / "data" / "binary_mnist.npz"
     if path.exists():
-        from tapmachine.data import load_dataset
+        from tapmachine.io.data import load_dataset
 
         x = torch.as_tensor(load_dataset(path).x_train[:n], dtype=torch.float32)
         return x, "binary_mnist"
@@ -165,7 +165,7 @@ def bench_harvest(device, quick: bool) -> dict:
     per_epoch = seconds * 10000 / k
     # The whole harvest stage as the workflow runs it (float64 by default): solve, free
     # energies and deduplication of the same initialisations.
-    from tapmachine import harvest
+    from tapmachine.tap_paper import harvest
 
     stage_machine = machine.to(dtype=torch.float64)
     _sync(device)
@@ -196,7 +196,7 @@ def bench_ais(device, quick: bool) -> dict:
 
     Operation count per temperature: v W and h W^T (2 x 2 R Nv Nh) for R runs.
     """
-    from tapmachine import estimators
+    from tapmachine.core import estimators
 
     nv, nh, runs = 784, 500, 100
     g = torch.Generator().manual_seed(0)
@@ -274,7 +274,7 @@ def bench_priors(device, quick: bool) -> dict:
     ``gflops`` and ``ratio_to_matmul`` are null for this benchmark. Run with --threads 1 for
     per-thread figures.
     """
-    from tapmachine.priors import TruncatedGaussBernoulli, TruncatedGaussian
+    from tapmachine.core.priors import TruncatedGaussBernoulli, TruncatedGaussian
 
     k, n = (20, 784) if quick else (100, 784)
     repeats = 3 if quick else 7
@@ -343,7 +343,7 @@ def measured_iterations(cfg: dict, checkpoints: Path, quick: bool) -> dict:
 
     Models are matched to the checkpoints by hidden units; the CD/PCD models (784 x 500) are
     counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here)."""
-    from tapmachine import harvest as harvest_module
+    from tapmachine.tap_paper import harvest as harvest_module
 
     ckpts = _checkpoints(checkpoints, quick)
     x, _ = binary_mnist(PROFILE_ROWS)
@@ -418,7 +418,7 @@ def _timed(fn, repeats: int) -> float:
 def _paper_config() -> dict:
     import yaml
 
-    from tapmachine.configuration import validate
+    from tapmachine.pipeline.configuration import validate
 
     cfg = yaml.safe_load((ROOT / "workflow" / "config" / "paper.yaml").read_text())
     return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -454,7 +454,8 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
 
 
 def _paper_profile(quick: bool, checkpoints: Path) -> dict:
-    from tapmachine import estimators, likelihood
+    from tapmachine.core import estimators
+    from tapmachine.tap_paper import likelihood
 
     cfg = _paper_config()
     counts = measured_iterations(cfg, checkpoints, quick)
@@ -481,7 +482,7 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
         batch = x[: settings.batch_size]
         chains = None
         if settings.method == "pcd":
-            from tapmachine import contrastive
+            from tapmachine.core import contrastive
 
             chains = contrastive.PersistentChains.from_data(
                 x[:1000], n_chains=settings.batch_size, generator=g
@@ -669,7 +670,7 @@ def bench_ucd_coupling(device, quick: bool) -> dict:
     correction term (tau > 1).
     """
     from tapmachine import ucd
-    from tapmachine.training import seeded_generator
+    from tapmachine.train.training import seeded_generator
 
     nv, nh = 784, 500
     chains = 200 if quick else 1000
@@ -746,7 +747,7 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
     both phases (float32), and hours for 100,000 steps = measured seconds x (paper S / this S) x
     100,000.
     """
-    from tapmachine import training
+    from tapmachine.train import training
     from tapmachine.ucd import Target, block_update, dbm
 
     sizes = list(UCD_STEP["sizes"])
@@ -914,7 +915,7 @@ def bench_denoise(device, quick: bool) -> dict:
     the best of each is used. On a GPU, wall time. The machine's own load can still slow the
     core (caches, memory bandwidth), which is why repeats are interleaved.
     """
-    from tapmachine import denoise
+    from tapmachine.tap_paper import denoise
 
     nv, nh = 784, 500
     n_images = 200 if quick else 1000
@@ -923,7 +924,7 @@ def bench_denoise(device, quick: bool) -> dict:
     x_train, source = binary_mnist(20000)
     path = ROOT / "results" / "data" / "binary_mnist.npz"
     if path.exists():
-        from tapmachine.data import load_dataset
+        from tapmachine.io.data import load_dataset
 
         x = torch.as_tensor(load_dataset(path).x_test[:n_images], dtype=torch.float32)
     else:
@@ -1103,7 +1104,7 @@ def bench_adatap(device, quick: bool) -> dict:
     (2 Nv Nh^2). The matmul reference is the float32 rate on (Nh x Nv) @ (Nv x Nh). Also the
     time of one TAP iteration at the same batch, and their ratio (the paper: ~3 orders).
     """
-    from tapmachine import adatap
+    from tapmachine.core import adatap
 
     nv, nh = 784, 500
     k = 20 if quick else 100

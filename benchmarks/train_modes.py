@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tapmachine import estimators, likelihood, training  # noqa: E402
-from tapmachine.data import load_dataset  # noqa: E402
+from tapmachine.io.data import load_dataset  # noqa: E402
 
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 100}]}
 

@@ -24,8 +24,8 @@ def cycling_rbm():
     """An 8 x 3 binary RBM (strong random couplings) and 50 random binary rows from which the TAP
     iteration at damping 0.5 converges from none within 2,000 iterations, and at 0.95 from all
     (found by a search over seeds; the tests check both)."""
-    from tapmachine.machine import BoltzmannMachine
-    from tapmachine.priors import Bernoulli
+    from tapmachine.core.machine import BoltzmannMachine
+    from tapmachine.core.priors import Bernoulli
 
     g = torch.Generator().manual_seed(18)
     dt = torch.float64

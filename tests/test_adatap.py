@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tapmachine import adatap, tap
-from tapmachine.machine import RBM, BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussian
+from tapmachine.core import adatap, tap
+from tapmachine.core.machine import RBM, BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
 
 DT = torch.float64
 
@@ -161,7 +161,7 @@ def test_rejects_unsupported_priors_and_shapes():
 def test_converged_training_gradients_use_adatap():
     """inference: adatap with train_iterations: converge: Alg. 2's gradient from adaTAP fixed
     points iterated to train_tol (every row converges here), not from TAP's."""
-    from tapmachine import training
+    from tapmachine.train import training
 
     m = _machine(Bernoulli, (7, 5), 0.4, 3)
     x = _data(m, 6, 4)

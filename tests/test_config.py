@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapmachine.configuration import ConfigError, validate
+from tapmachine.pipeline.configuration import ConfigError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from tapmachine import contrastive as cd
-from tapmachine.estimators import exact_log_partition
-from tapmachine.machine import RBM
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussian
+from tapmachine.core import contrastive as cd
+from tapmachine.core.estimators import exact_log_partition
+from tapmachine.core.machine import RBM
+from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
 
 NV, NH = 6, 4
 

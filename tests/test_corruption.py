@@ -22,9 +22,10 @@ from services import run_bounded
 from test_training import SPEC, bars_and_stripes, settings
 from tiny_ops import prepare
 
-from tapmachine import data, training
-from tapmachine.modelfile import Checkpoint, ModelFile
-from tapmachine.training import TrainingError
+from tapmachine.io import data
+from tapmachine.io.modelfile import Checkpoint, ModelFile
+from tapmachine.train import training
+from tapmachine.train.training import TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +69,7 @@ def test_unreadable_newest_checkpoints_are_named_and_skipped(tmp_path, capsys, r
 _KILLED_WRITER = """
 import os, signal, sys
 sys.path[:0] = [{tests!r}, {src!r}]
-from tapmachine import modelfile
+from tapmachine.io import modelfile
 from test_corruption import _train
 
 real_save = modelfile.torch.save

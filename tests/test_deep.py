@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from tapmachine import pretrain, tap
-from tapmachine.machine import RBM, BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
-from tapmachine.training import TrainSettings, train
+from tapmachine.core import tap
+from tapmachine.core.machine import RBM, BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
+from tapmachine.train import pretrain
+from tapmachine.train.training import TrainSettings, train
 
 DT = torch.float64
 
@@ -74,7 +75,7 @@ def _machine(prior_cls, sizes, scale, seed, positive=True):
 
 def test_enumerator_matches_rbm_closed_form():
     """The helper itself: for an RBM, ln P(x) = -F(x) - ln Z with F summed in closed form."""
-    from tapmachine.estimators import exact_log_partition
+    from tapmachine.core.estimators import exact_log_partition
 
     m = _machine(Bernoulli, (7, 5), 0.5, 0, positive=False)
     x = _configs(m.visible, 7)[:9]
@@ -255,7 +256,7 @@ def test_pretraining_feeds_magnetisations_and_resumes(tmp_path):
 def test_adatap_inference_trains_an_rbm():
     """inference: adatap in the training loop raises the exact log-likelihood, about as much as
     TAP gradients do (App. D: "roughly equivalent")."""
-    from tapmachine.estimators import exact_log_partition
+    from tapmachine.core.estimators import exact_log_partition
 
     x = _tiny_data()
     g = _gen(12)

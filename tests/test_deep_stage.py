@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from tapmachine import curves
-from tapmachine.configuration import ConfigError, validate
+from tapmachine.core.machine import RBM, BoltzmannMachine
+from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import fig10, fig11
-from tapmachine.machine import RBM, BoltzmannMachine
-from tapmachine.priors import Bernoulli
+from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.tap_paper import curves
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -158,7 +158,7 @@ def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_soluti
     converges, and with the second pass the value training's evaluation records."""
     import math
 
-    from tapmachine import training
+    from tapmachine.train import training
 
     m, x = cycling_rbm
     kw = {"tol": 1e-12, "max_iter": 2000}
@@ -193,7 +193,7 @@ def test_outlier_rule():
 
 
 def _model_file(tmp_path, name, sizes):
-    from tapmachine.modelfile import ModelFile
+    from tapmachine.io.modelfile import ModelFile
 
     ps = [Bernoulli(torch.zeros(n)) for n in sizes]
     ws = [torch.zeros(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
@@ -258,7 +258,7 @@ def test_figures_from_synthetic_curves(tmp_path):
     gap = c[c["claim"] == "train_test_gap"].set_index("model")["value"]
     assert gap["d2"] == pytest.approx(0.02)
     # the same figure through the command line: `figure fig11` is dispatched by stages.figures
-    from tapmachine import cli
+    from tapmachine.pipeline import cli
 
     out = tmp_path / "cli"
     paths = [out / f"fig11.{ext}" for ext in ("png", "pdf", "csv")]
@@ -278,9 +278,9 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     import mlflow
     import numpy as np
 
-    from tapmachine import cli, tracking
-    from tapmachine.data import Dataset, save_dataset
-    from tapmachine.stages import train as train_stage
+    from tapmachine.io.data import Dataset, save_dataset
+    from tapmachine.pipeline import cli, tracking
+    from tapmachine.pipeline.stages import train as train_stage
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)

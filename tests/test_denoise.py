@@ -10,9 +10,9 @@ import pytest
 import torch
 from sklearn.metrics import matthews_corrcoef
 
-from tapmachine import denoise
-from tapmachine.machine import RBM
-from tapmachine.priors import Bernoulli, TruncatedGaussBernoulli
+from tapmachine.core.machine import RBM
+from tapmachine.core.priors import Bernoulli, TruncatedGaussBernoulli
+from tapmachine.tap_paper import denoise
 
 DT = torch.float64
 
@@ -315,7 +315,7 @@ def test_euclidean_nearest_neighbour():
 
 
 def test_noisy_initialisations_flip_only_the_fraction():
-    from tapmachine import training
+    from tapmachine.train import training
 
     machine = _rbm(784, 5, 0.0, 0)
     x = torch.bernoulli(torch.full((200, 784), 0.3, dtype=DT), generator=_gen(20))
@@ -331,7 +331,8 @@ def test_noisy_initialisations_flip_only_the_fraction():
 def test_train_noise_changes_only_the_model_term():
     """The data term of the TAP gradient keeps the clean batch: with p = 0.5 on every row the
     initialisations are pure noise, yet the visible-bias gradient's data part is unchanged."""
-    from tapmachine import tap, training
+    from tapmachine.core import tap
+    from tapmachine.train import training
 
     machine = _rbm(30, 6, 0.2, 22)
     x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
@@ -349,7 +350,7 @@ def test_train_noise_changes_only_the_model_term():
 def test_train_noise_feeds_the_converged_mode_too():
     """With train_iterations: converge the noisy initialisations (same draws) are what Alg. 1
     iterates to convergence; the data term keeps the clean batch."""
-    from tapmachine import training
+    from tapmachine.train import training
 
     machine = _rbm(30, 6, 0.2, 22)
     x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
@@ -380,7 +381,7 @@ def test_train_noise_feeds_the_converged_mode_too():
 
 
 def test_train_noise_rejected_for_real_valued_visible_units():
-    from tapmachine import training
+    from tapmachine.train import training
 
     tgb = RBM(
         torch.zeros(3, 2, dtype=DT),
@@ -413,7 +414,7 @@ def test_config_rejects_bad_denoise_values(path, value, key):
 
     import yaml
 
-    from tapmachine.configuration import ConfigError, validate
+    from tapmachine.pipeline.configuration import ConfigError, validate
 
     root = Path(__file__).resolve().parents[1]
     config = copy.deepcopy(yaml.safe_load((root / "config.yaml").read_text()))
@@ -429,8 +430,8 @@ def test_config_rejects_bad_denoise_values(path, value, key):
 
 
 def _tiny_files(tmp_path, real=False):
-    from tapmachine import training
-    from tapmachine.data import Dataset, save_dataset
+    from tapmachine.io.data import Dataset, save_dataset
+    from tapmachine.train import training
 
     g = np.random.default_rng(0)
     if real:
@@ -455,7 +456,7 @@ def _tiny_files(tmp_path, real=False):
 
 def test_stage_bsc_baselines_and_figures(tmp_path):
     from tapmachine.figures import fig8, fig9
-    from tapmachine.stages import denoise as stage
+    from tapmachine.pipeline.stages import denoise as stage
 
     data, model = _tiny_files(tmp_path)
     s = stage.bsc_settings('{"ps": [0.0, 0.1, 0.3, 0.5], "n_images": 40, "fig9_image": 3}')
@@ -480,7 +481,7 @@ def test_stage_bsc_baselines_and_figures(tmp_path):
 
 
 def test_stage_rejects_bad_input_before_writing(tmp_path):
-    from tapmachine.stages import denoise as stage
+    from tapmachine.pipeline.stages import denoise as stage
 
     data, model = _tiny_files(tmp_path)
     with pytest.raises(denoise.DenoiseError, match="ps"):
@@ -502,7 +503,7 @@ def test_stage_rejects_bad_input_before_writing(tmp_path):
 
 def test_stage_real_channel(tmp_path):
     from tapmachine.figures import fig_denoise_real
-    from tapmachine.stages import denoise as stage
+    from tapmachine.pipeline.stages import denoise as stage
 
     data, model = _tiny_files(tmp_path, real=True)
     s = stage.real_settings('{"sigmas": [0.1, 0.4], "n_images": 30}')
@@ -515,7 +516,7 @@ def test_stage_real_channel(tmp_path):
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
-    from tapmachine import cli
+    from tapmachine.pipeline import cli
 
     data, model = _tiny_files(tmp_path)
     argv = [

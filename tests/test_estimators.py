@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.nn.functional import softplus
 
-from tapmachine import estimators as est
-from tapmachine.machine import RBM
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussian
+from tapmachine.core import estimators as est
+from tapmachine.core.machine import RBM
+from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
 
 #: Fixed tolerance (nats) on |AIS - exact| for the enumerable RBMs below, on top of the
 #: requirement that the +-3 stderr band contain the exact value.

@@ -1,4 +1,4 @@
-"""Progress with an ETA in a job's log (tapmachine.eta), and `tapmachine progress` reading the
+"""Progress with an ETA in a job's log (tapmachine.core.eta), and `tapmachine progress` reading the
 running jobs' stage and ETA back from their logs."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import torch
 from test_training import SPEC, bars_and_stripes
 from tiny_ops import prepare
 
-from tapmachine import denoise, estimators, eta, training
-from tapmachine.stages import progress
+from tapmachine.core import estimators, eta
+from tapmachine.pipeline.stages import progress
+from tapmachine.tap_paper import denoise
+from tapmachine.train import training
 from tapmachine.ucd import ais as ucd_ais
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tapmachine import fid
+from tapmachine.ucd import fid
 
 
 def _blobs(n: int, g: torch.Generator):

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import tiny_harvest
 
-from tapmachine import embed
 from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7
+from tapmachine.tap_paper import embed
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +356,7 @@ def test_fig7_all_labels_and_a_subset(run, tmp_path):
 
 
 def test_cli_figure_fig5_and_umap_fig6(run, tmp_path, monkeypatch):
-    from tapmachine import cli
+    from tapmachine.pipeline import cli
 
     monkeypatch.chdir(tmp_path)
     for fig, extra in (("fig5", []), ("fig6", ["--embedding", "umap", "--n-neighbors", "3"])):
@@ -449,8 +449,8 @@ def test_fig4_fraction_localised_claim(run, tmp_path):
     drawn = table[table["kind"] == "drawn"]
     frac = claims(table, "fraction_localised_fields")["value"].iloc[0]
     threshold = claims(table, "localised_threshold")["value"].iloc[0]
-    from tapmachine.data import load_dataset
     from tapmachine.figures.common import load_model_file
+    from tapmachine.io.data import load_dataset
 
     W = load_model_file(run["model"]).machine_state["weights"][0].double().numpy()
     x = load_dataset(run["data"]).x_train[:100]
@@ -464,8 +464,9 @@ def test_fig4_fraction_localised_claim(run, tmp_path):
 def test_claims_report_collects_every_figure(tmp_path):
     from pathlib import Path
 
-    from tapmachine import cli, training
     from tapmachine.figures import claims as claims_report
+    from tapmachine.pipeline import cli
+    from tapmachine.train import training
 
     figs = tmp_path / "results" / "run" / "figures"
     figs.mkdir(parents=True)
@@ -583,8 +584,8 @@ def test_claims_report_collects_every_figure(tmp_path):
 def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
     """A committed figure CSV whose verdict an older rule wrote (here: the unique-fraction
     verdict turned over) reads as written, and with rejudge as the current code judges it."""
-    from tapmachine import cli
     from tapmachine.figures import claims as claims_report
+    from tapmachine.pipeline import cli
 
     figs = tmp_path / "figures"
     figs.mkdir()

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from tapmachine.files import atomic_write, write_csv
+from tapmachine.io.files import atomic_write, write_csv
 
 
 def test_atomic_write_replaces_whole_file_with_open_permissions(tmp_path):
@@ -41,7 +41,7 @@ def test_write_csv_takes_every_key_in_first_seen_order(tmp_path):
 def test_damage_finds_cut_off_archives_and_csvs(tmp_path):
     import numpy as np
 
-    from tapmachine.files import damage, set_aside_damaged
+    from tapmachine.io.files import damage, set_aside_damaged
 
     npz = tmp_path / "a.npz"
     np.savez(npz, x=np.arange(1000))

@@ -11,9 +11,10 @@ import tiny_harvest
 import torch
 import yaml
 
-from tapmachine import harvest, tap
-from tapmachine.configuration import ConfigError, validate
-from tapmachine.harvest import HarvestError, HarvestSettings
+from tapmachine.core import tap
+from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.tap_paper import harvest
+from tapmachine.tap_paper.harvest import HarvestError, HarvestSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -55,7 +56,7 @@ def test_file_holds_every_documented_key(run):
 
 def test_unique_solutions_are_fixed_points(run, prototypes):
     """One more TAP iteration from each unique solution moves it by less than tol (MSE)."""
-    from tapmachine.training import machine_from_state
+    from tapmachine.train.training import machine_from_state
 
     blob = torch.load(
         run["model_dir"] / "checkpoints" / f"epoch_{tiny_harvest.EPOCHS}.pt", weights_only=True
@@ -216,7 +217,7 @@ def test_run_harvest_rejects_missing_or_foreign_checkpoints(run, tmp_path):
 
 
 def test_cli_harvest_writes_both_files(run, tmp_path):
-    from tapmachine import cli
+    from tapmachine.pipeline import cli
 
     out = tmp_path / "epoch_2.npz"
     code = cli.main(
@@ -316,9 +317,9 @@ def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_pa
     adds points to the finished training run."""
     import mlflow
 
-    from tapmachine import tracking
-    from tapmachine.modelfile import ModelFile
-    from tapmachine.stages import harvest as harvest_stage
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.stages import harvest as harvest_stage
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)

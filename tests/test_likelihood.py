@@ -12,14 +12,16 @@ import pytest
 import torch
 import yaml
 
-from tapmachine import estimators, likelihood, tap, tracking
-from tapmachine.configuration import ConfigError, validate
-from tapmachine.data import Dataset, load_dataset, save_dataset
+from tapmachine.core import estimators, tap
+from tapmachine.core.machine import RBM
+from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import common, fig12, likelihood_table
-from tapmachine.machine import RBM
-from tapmachine.priors import Bernoulli
-from tapmachine.stages import likelihood as likelihood_stage
-from tapmachine.stages import train as train_stage
+from tapmachine.io.data import Dataset, load_dataset, save_dataset
+from tapmachine.pipeline import tracking
+from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.stages import likelihood as likelihood_stage
+from tapmachine.pipeline.stages import train as train_stage
+from tapmachine.tap_paper import likelihood
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -270,7 +272,7 @@ def test_likelihood_table_states_the_binarisation(trained, tiny_dataset, tmp_pat
     """Each row states its dataset's binarisation (from the dataset file); only a stochastically
     binarised row is like for like with the published value, and TAP is compared with the
     sampling baselines of its own dataset only."""
-    from tapmachine import data
+    from tapmachine.io import data
 
     source = data.load_dataset(tiny_dataset)
     files = {}
@@ -340,7 +342,7 @@ def test_score_checkpoints_reuses_trainings_tap_log_partition_only_when_identica
 ):
     """Training recorded ln Z_TAP from its first 50 rows at tol 1e-12 (TrainSettings defaults):
     scoring at those settings reuses it and gets the solved row's TAP numbers exactly."""
-    from tapmachine.modelfile import Checkpoint
+    from tapmachine.io.modelfile import Checkpoint
 
     same = dataclasses.replace(
         TINY, tap_inits=50, tol=1e-12, max_iter=500, damping=0.5, dedup_tol=1e-2, ais_runs=10
@@ -425,7 +427,7 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     """TAP converges from none of the rows at damping 0.5 without the second pass: TAP's ln Z and
     log-likelihood are NaN, the other estimates are still computed; with the second pass TAP's
     ln Z is the one training's evaluation records."""
-    from tapmachine import training
+    from tapmachine.train import training
 
     m, x = cycling_rbm
     off = dataclasses.replace(

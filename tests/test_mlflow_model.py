@@ -18,8 +18,10 @@ import pytest
 import torch
 from test_training import SPEC, bars_and_stripes, settings
 
-from tapmachine import mlflow_model, tap, tracking, training
-from tapmachine.modelfile import ModelFile
+from tapmachine.core import tap
+from tapmachine.io.modelfile import ModelFile
+from tapmachine.pipeline import mlflow_model, tracking
+from tapmachine.train import training
 
 #: Loads the model with only the interpreter's own library and site-packages on sys.path (no
 #: .pth files, so no editable install of tapmachine, and no checkout), then writes every output.

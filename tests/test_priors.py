@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import IntegrationWarning, quad
 
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian, truncnorm
+from tapmachine.core.priors import (
+    Bernoulli,
+    Spin,
+    TruncatedGaussBernoulli,
+    TruncatedGaussian,
+    truncnorm,
+)
 
 F64, F32 = torch.float64, torch.float32
 
@@ -488,7 +494,7 @@ def test_moments_broadcast_over_batches():
 
 # -------------------------------------------------------------------------- fast paths
 
-# Regime thresholds of the truncated Gaussian (see the table in tapmachine.priors): the closed
+# Regime thresholds of the truncated Gaussian (see the table in tapmachine.core.priors): the closed
 # form holds for g <= G and width >= W, the two-tail form for g > G and width >= W, the general
 # (careful) regimes everywhere. g is the heavier bound in units of sqrt(2) standard deviations
 # from the mode, width = h sqrt(2 (A + V)) the box in the same units.

@@ -10,9 +10,10 @@ import pytest
 import torch
 import yaml
 
-from tapmachine import cli, training
-from tapmachine.modelfile import ModelFile
-from tapmachine.stages import progress
+from tapmachine.io.modelfile import ModelFile
+from tapmachine.pipeline import cli
+from tapmachine.pipeline.stages import progress
+from tapmachine.train import training
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 4}]}
@@ -50,7 +51,7 @@ def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
         _train(stopped, epochs=7, stop_after=2)
     row = progress.model_progress(stopped)
     assert (row["epochs_done"], row["epochs_total"], row["finished"]) == (2, 7, False)
-    from tapmachine.modelfile import Checkpoint
+    from tapmachine.io.modelfile import Checkpoint
 
     history = Checkpoint.load(stopped / "checkpoints" / "epoch_2.pt").history
     pace = sum(h["epoch_seconds"] for h in history) / 2
@@ -87,7 +88,7 @@ def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
 def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
     """A pass that has rewritten epoch 1's checkpoint with another retry_damping has the later
     epochs still to evaluate: counted, priced at their evaluation's pace, shown in the state."""
-    from tapmachine.modelfile import Checkpoint
+    from tapmachine.io.modelfile import Checkpoint
 
     run = tmp_path / "results" / "paper"
     model_dir = run / "models" / "m"

@@ -18,8 +18,8 @@ import yaml
 from services import run_bounded
 from tiny_ops import prepare
 
-from tapmachine import data
-from tapmachine.modelfile import ModelFile
+from tapmachine.io import data
+from tapmachine.io.modelfile import ModelFile
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.workflow

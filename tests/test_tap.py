@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from tapmachine import tap
-from tapmachine.estimators import exact_log_partition
-from tapmachine.machine import RBM, BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian
+from tapmachine.core import tap
+from tapmachine.core.estimators import exact_log_partition
+from tapmachine.core.machine import RBM, BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian
 
 DT = torch.float64
 # Fields chosen so that every unit has a third cumulant of the same sign and couplings are

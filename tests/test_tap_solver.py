@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from tapmachine import tap, training
-from tapmachine.estimators import exact_log_partition
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin, TruncatedGaussian
+from tapmachine.core import tap
+from tapmachine.core.estimators import exact_log_partition
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
+from tapmachine.train import training
 
 DT = torch.float64
 

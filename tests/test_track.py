@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tapmachine import cli, tracking
+from tapmachine.pipeline import cli, tracking
 
 
 @pytest.fixture(autouse=True)
@@ -110,8 +110,9 @@ def every_stage(results):
     model.pt whose training run never started (no run id)."""
     import torch
 
-    from tapmachine import data, training
-    from tapmachine.modelfile import ModelFile
+    from tapmachine.io import data
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.train import training
 
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
     x = torch.zeros(7, 4, dtype=torch.float64)
@@ -250,10 +251,10 @@ def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
     write, the replayed params are exactly those."""
     import torch
 
-    from tapmachine import training
-    from tapmachine.modelfile import ModelFile
-    from tapmachine.stages.common import write_params
-    from tapmachine.stages.ucd_dbm import train_params
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline.stages.common import write_params
+    from tapmachine.pipeline.stages.ucd_dbm import train_params
+    from tapmachine.train import training
 
     results = every_stage
 
@@ -365,9 +366,9 @@ def _toy_model(path, visible, n_visible=16, name="m", dataset="toy", substitute=
     """A small RBM saved as model.pt (no training run id), with the given visible prior."""
     import torch
 
-    from tapmachine.machine import RBM
-    from tapmachine.modelfile import ModelFile
-    from tapmachine.priors import Bernoulli
+    from tapmachine.core.machine import RBM
+    from tapmachine.core.priors import Bernoulli
+    from tapmachine.io.modelfile import ModelFile
 
     g = torch.Generator().manual_seed(0)
     weights = 0.2 * torch.randn(n_visible, 5, generator=g)
@@ -417,11 +418,12 @@ def test_replayed_denoise_and_figure_runs_have_the_live_params(tmp_path, monkeyp
     import tiny_harvest
     import torch
 
-    from tapmachine import data, harvest
-    from tapmachine.priors import Bernoulli, TruncatedGaussBernoulli
-    from tapmachine.stages import denoise as stage
-    from tapmachine.stages.harvest import harvest_epoch
-    from tapmachine.stages.train import train_model
+    from tapmachine.core.priors import Bernoulli, TruncatedGaussBernoulli
+    from tapmachine.io import data
+    from tapmachine.pipeline.stages import denoise as stage
+    from tapmachine.pipeline.stages.harvest import harvest_epoch
+    from tapmachine.pipeline.stages.train import train_model
+    from tapmachine.tap_paper import harvest
 
     res = tmp_path / "results" / "tiny"
     g = np.random.default_rng(0)
@@ -575,7 +577,7 @@ def test_a_wrong_model_run_id_is_corrected_and_the_training_run_left_alone(
     this store (an id the store never had, a run of another experiment, a training run deleted
     and replayed anew) get the store's training run; one naming another FINISHED training run
     of the same model keeps it. The training run's params, metrics and tags are only read."""
-    from tapmachine.modelfile import ModelFile
+    from tapmachine.io.modelfile import ModelFile
 
     results = every_stage
     store = results.parent / "mlflow"
@@ -636,7 +638,7 @@ def test_figure_runs_are_linked_to_the_training_runs_of_their_models(every_stage
     store's training run; a wrong train_run.<model> is corrected, a missing one (the live run
     had no id to give, as the UCD tables) is left missing."""
     from tapmachine.figures.common import FigureResult, ModelInfo
-    from tapmachine.stages.figures import write_params
+    from tapmachine.pipeline.stages.figures import write_params
 
     results = every_stage
     # Fig. 3 drawn from m, its params.json written as the figure stage writes it
@@ -664,7 +666,7 @@ def test_replayed_ucd_fig1_run_has_the_live_params(tmp_path, monkeypatch, capsys
     """UCD Fig. 1's run of one method, live and replayed from its CSV and params.json: the same
     params (caps, units, gain, seed ... are in no CSV). The per-d `seconds`, a timing, is the
     only metric the replay lacks."""
-    from tapmachine.stages.ucd import run_steps
+    from tapmachine.pipeline.stages.ucd import run_steps
 
     res = tmp_path / "results" / "tiny"
     out = res / "ucd" / "fig1" / "mh_lmi.csv"
@@ -699,8 +701,8 @@ def test_dataset_params_are_the_same_before_saving_and_read_back(tmp_path):
     """A dataset's run params as the data stage logs them and as the replay rebuilds them from
     the .npz: the same strings, also for a dict inside a list of the provenance (the .npz keeps
     it as JSON with sorted keys)."""
-    from tapmachine import data
-    from tapmachine.stages.data import dataset_params
+    from tapmachine.io import data
+    from tapmachine.pipeline.stages.data import dataset_params
 
     x = np.zeros((5, 4), np.uint8)
     provenance = {"transforms": [{"name": "threshold", "level": 0.5}], "parent": {"b": 1, "a": 2}}
@@ -719,9 +721,9 @@ def test_replayed_dataset_runs_have_the_live_params_and_metrics(tmp_path, monkey
     live, then replayed from the data folder alone: the same runs (``data/<name>``,
     ``ucd/data_binary_cifar10``, no ``data`` run of it) with the same params, metrics (the
     dataset's ``mean`` over its first 10,000 training images included) and tags."""
-    from tapmachine import data
-    from tapmachine.stages import ucd_dbm
-    from tapmachine.stages.data import save_and_track
+    from tapmachine.io import data
+    from tapmachine.pipeline.stages import ucd_dbm
+    from tapmachine.pipeline.stages.data import save_and_track
     from tapmachine.ucd import cifar
 
     folder = tmp_path / "results" / "data"

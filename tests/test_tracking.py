@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tapmachine import tracking
+from tapmachine.pipeline import tracking
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +202,7 @@ def test_trained_machine_logged_as_mlflow_model_with_dataset(store, tmp_path):
     import numpy as np
     import torch
 
-    from tapmachine import training
+    from tapmachine.train import training
 
     manifest, info = store
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}

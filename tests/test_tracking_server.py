@@ -22,7 +22,7 @@ import pytest
 from services import free_port, require, require_root_and, run_bounded, wait_http
 from tiny_ops import prepare, targets
 
-from tapmachine.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.workflow
@@ -250,7 +250,7 @@ def test_mlflow_ui_in_headless_chromium(sqlite_run):
     with open(work / "ui.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        from tapmachine.tracking import ui_link
+        from tapmachine.pipeline.tracking import ui_link
 
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/health", timeout=180, proc=proc)
@@ -333,7 +333,7 @@ def test_server_killed_mid_run_loses_no_result_and_replay_restores(tmp_path, pos
         assert live == {**EXPECTED_RUNS, "harvest": 0, "figures": 0}, before
         assert before["train"]["points"] >= EPOCHS * (len(_metrics(work).columns) - 1), before
         env = {**os.environ, "MLFLOW_TRACKING_URI": server.url}
-        track = [sys.executable, "-m", "tapmachine.cli", "track", "--results"]
+        track = [sys.executable, "-m", "tapmachine.pipeline.cli", "track", "--results"]
         track += [str(work / "results" / "ops"), "--data", str(work / "results" / "data")]
         track += ["--store", str(work / "results" / "mlflow")]
         first = run_bounded(track, timeout=300, env=env, cwd=work)

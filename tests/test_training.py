@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from tapmachine import tap, training
-from tapmachine.estimators import exact_log_partition
-from tapmachine.training import TrainingError, TrainSettings
+from tapmachine.core import tap
+from tapmachine.core.estimators import exact_log_partition
+from tapmachine.train import training
+from tapmachine.train.training import TrainingError, TrainSettings
 
 
 def bars_and_stripes(n=4):
@@ -283,8 +284,8 @@ def test_converged_iteration_training_raises_the_exact_log_likelihood():
 
 
 def _random_rbm(seed, nv=8, nh=5, std=0.6):
-    from tapmachine.machine import BoltzmannMachine
-    from tapmachine.priors import Bernoulli
+    from tapmachine.core.machine import BoltzmannMachine
+    from tapmachine.core.priors import Bernoulli
 
     g = torch.Generator().manual_seed(seed)
     W = std * torch.randn(nv, nh, generator=g, dtype=torch.float64)
@@ -295,7 +296,7 @@ def _random_rbm(seed, nv=8, nh=5, std=0.6):
 
 def _tap_ll(machine, x, init, unique_tol):
     """Batch mean of eq. 39 with Alg. 1 converged from ``init`` (unique or all converged rows)."""
-    from tapmachine import tap
+    from tapmachine.core import tap
 
     states = tap.solve(machine, init, damping=0.5, tol=1e-28, max_iter=5000)
     assert bool(states.converged.all())
@@ -347,7 +348,7 @@ def test_eq40_gradient_at_converged_solutions_matches_finite_differences(unique_
 def test_fixed_iterations_are_not_the_converged_gradient():
     """The 3-iteration gradient differs from eq. 40 at converged solutions (the test above
     would fail for it): the two modes are really different estimators."""
-    from tapmachine import tap
+    from tapmachine.core import tap
 
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
@@ -451,8 +452,8 @@ def test_evaluation_first_pass_curve_and_validity():
 def test_first_pass_curve_leaves_out_second_pass_fixed_points():
     """Solutions reached only by rows marked as second-pass (iterations > max_iter) are left
     out of tap_ll_first_pass, which equals eq. 39 computed from the others directly."""
-    from tapmachine.machine import BoltzmannMachine
-    from tapmachine.priors import Bernoulli
+    from tapmachine.core.machine import BoltzmannMachine
+    from tapmachine.core.priors import Bernoulli
 
     x = bars_and_stripes()
     W = 2.0 * torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -477,7 +478,7 @@ def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_
     """retry_damping is not in the fingerprint: a run resumed with another value evaluates its
     earlier epochs again from their checkpoints (rewriting them, so an interrupted pass goes on
     where it stopped), and the history is the one a run with that value throughout records."""
-    from tapmachine.modelfile import Checkpoint
+    from tapmachine.io.modelfile import Checkpoint
 
     x = bars_and_stripes().repeat(3, 1)
     s = settings(epochs=3, max_iter=12, tol=1e-14, retry_damping=None)
@@ -529,8 +530,8 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     import pandas as pd
     import tiny_harvest
 
-    from tapmachine import harvest
     from tapmachine.figures import fig3
+    from tapmachine.tap_paper import harvest
 
     data_file = tiny_harvest.synthetic_dataset(tmp_path / "synth.npz")
     spec = dict(tiny_harvest.SPEC, epochs=2)
@@ -557,7 +558,7 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
 def test_resuming_a_run_evaluated_with_the_loose_second_pass_evaluates_again(tmp_path, monkeypatch):
     """Checkpoints whose rows do not record the second pass's tolerance made that pass at the
     first pass's tol (before tap.retry_tolerance): a resumed run evaluates them again."""
-    from tapmachine.modelfile import Checkpoint
+    from tapmachine.io.modelfile import Checkpoint
 
     x = bars_and_stripes().repeat(3, 1)
     s = settings(epochs=2, max_iter=12, tol=1e-14, retry_damping=0.3)

@@ -13,8 +13,8 @@ import torch
 from scipy import stats
 
 from tapmachine import ucd
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.ucd import Target, UCDSettings
 
 LEVEL = 1e-3
@@ -383,7 +383,7 @@ def test_settings_reject_bad_values():
 
 
 def test_non_binary_units_are_rejected():
-    from tapmachine.priors import TruncatedGaussian
+    from tapmachine.core.priors import TruncatedGaussian
 
     m = BoltzmannMachine(
         (TruncatedGaussian(torch.zeros(3), torch.ones(3), 0.0, 1.0), Bernoulli(torch.zeros(2))),

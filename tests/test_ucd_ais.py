@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tapmachine.priors import Spin
+from tapmachine.core.priors import Spin
 from tapmachine.ucd import ais
 from tapmachine.ucd.init import random_machine
 
@@ -112,7 +112,7 @@ def test_test_log_likelihood_combines_bound_and_log_z():
 
 
 def test_segmented_schedule_reproduces_the_salakhutdinov_schedule():
-    from tapmachine.estimators import salakhutdinov_schedule
+    from tapmachine.core.estimators import salakhutdinov_schedule
 
     torch.testing.assert_close(ais.segmented_schedule(14501), salakhutdinov_schedule())
     s = ais.segmented_schedule(101)

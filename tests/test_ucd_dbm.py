@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tapmachine import training
+from tapmachine.train import training
 from tapmachine.ucd import dbm
 
 SIZES = [5, 3, 2]
@@ -235,7 +235,7 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
     """Training 3 epochs in one go and training 1 epoch, stopping, then asking for 3 from the
     same checkpoint folder give bitwise equal machines (checkpoints: machine, momentum,
     generator, the DBM state's chains and offsets; loaded with weights_only=True)."""
-    from tapmachine.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
     def run(epochs, folder):
         g = training.seeded_generator(0, "test", "resume")

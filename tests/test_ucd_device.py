@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from tapmachine.configuration import ConfigError, check_device
+from tapmachine.pipeline.configuration import ConfigError, check_device
 
 NO_CUDA = "no CUDA device here: the DBM stages on CUDA are not checked (run on a GPU node)"
 
@@ -41,7 +41,7 @@ def test_cuda_config_without_cuda_fails_before_any_job(tmp_path):
 
 
 def _binary_dataset(path, n=300, side=8, seed=0):
-    from tapmachine import data
+    from tapmachine.io import data
 
     rng = np.random.default_rng(seed)
     x = (rng.random((n, side * side)) < 0.3).astype(np.float32)
@@ -70,8 +70,8 @@ def _binary_dataset(path, n=300, side=8, seed=0):
 )
 def test_dbm_training_sampling_and_completion_on_the_device(tmp_path, device):
     from tapmachine.figures import ucd_dbm
-    from tapmachine.modelfile import ModelFile
-    from tapmachine.stages import ucd_dbm as stage
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline.stages import ucd_dbm as stage
 
     _binary_dataset(tmp_path / "binary_test.npz")
     for method, ucd in (("ucd_lmi", {}), ("centered_pcd", {"centering": False})):

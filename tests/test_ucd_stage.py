@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from tapmachine.cli import main
-from tapmachine.configuration import ConfigError, validate
 from tapmachine.figures import ucd_fig1
 from tapmachine.figures.common import FigureError
-from tapmachine.stages.ucd import STEP_FIELDS, UCDError, run_steps
+from tapmachine.pipeline.cli import main
+from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.stages.ucd import STEP_FIELDS, UCDError, run_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tapmachine.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -166,7 +166,7 @@ def finished_run(tmp_path_factory):
 
 
 def test_data_stage_writes_verified_datasets(finished_run):
-    from tapmachine.data import load_dataset
+    from tapmachine.io.data import load_dataset
 
     data = finished_run / "results" / "data"
     mnist = load_dataset(data / "mnist.npz")
@@ -359,7 +359,7 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     names, as the live jobs did; into (a copy of) the live store it adds none."""
     import mlflow
 
-    from tapmachine import cli
+    from tapmachine.pipeline import cli
 
     live = finished_run / "results" / "mlflow"
     results = finished_run / "results" / "default"

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tapmachine import data, harvest, training
+from tapmachine.io import data
+from tapmachine.tap_paper import harvest
+from tapmachine.train import training
 
 SIDE = 6
 EPOCHS = 8

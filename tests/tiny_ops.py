@@ -49,7 +49,7 @@ def targets(run_name: str = "ops", epochs: int = 3) -> list[str]:
 
 def prepare(workdir: Path, run_name: str = "ops", epochs: int = 3) -> Path:
     """Write WORKDIR/config.yaml and a synthetic 28x28 "mnist" (300 train, 100 test images)."""
-    from tapmachine import data
+    from tapmachine.io import data
 
     workdir = Path(workdir)
     (workdir / "results" / "data").mkdir(parents=True, exist_ok=True)

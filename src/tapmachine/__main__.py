@@ -2,6 +2,6 @@
 
 import sys
 
-from tapmachine.cli import main
+from tapmachine.pipeline.cli import main
 
 sys.exit(main())

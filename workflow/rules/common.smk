@@ -5,9 +5,9 @@ from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
 
-from tapmachine.configuration import RAW_DATASETS, check_device, validate
-from tapmachine.files import set_aside_damaged
-from tapmachine.stages.workflow import jobs_run_checkout
+from tapmachine.pipeline.configuration import RAW_DATASETS, check_device, validate
+from tapmachine.io.files import set_aside_damaged
+from tapmachine.pipeline.stages.workflow import jobs_run_checkout
 
 # Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
 # this checkout's package, through workflow/bin/tapmachine.
@@ -55,7 +55,7 @@ DATA_BENCHMARKS = "benchmarks/data"
 # Before the DAG, in the main process: a lock held by another invocation makes Snakemake report
 # that run's outputs as "incomplete", so say plainly why this one stops; otherwise files damaged
 # after they were written are set aside, so that their rules run again (training resumes from its
-# checkpoints, a dataset is derived again from its verified source). tapmachine.files.
+# checkpoints, a dataset is derived again from its verified source). tapmachine.io.files.
 if workflow.is_main_process:
     if any(Path(".snakemake/locks").glob("*.lock")):
         print(

@@ -2,7 +2,7 @@
 # `models` entries (trained by train.smk; `inference: adatap`, `pretrain:` and several `hidden`
 # layers are settings of a model). A job reads checkpoints/epoch_{e}.pt, which training writes but
 # does not declare (see train.smk); model.pt is the declared input. Settings: config `deep`.
-from tapmachine.stages.deep import curve_args
+from tapmachine.pipeline.stages.deep import curve_args
 
 DEEP = config["deep"]
 FIG10 = DEEP.get("fig10")

@@ -3,7 +3,7 @@
 # of one model in one batched solve) and, beyond the paper, a Gaussian channel on real-valued
 # MNIST (fig_denoise_real). Results land in {RESULTS}/denoise/, figures in {RESULTS}/figures/; each
 # denoised model is one run in the MLflow experiment "denoise". Settings: config `denoise`
-# (cross-key checks in tapmachine.configuration; settings and paths in common.smk).
+# (cross-key checks in tapmachine.pipeline.configuration; settings and paths in common.smk).
 
 
 rule denoise_bsc:

@@ -1,7 +1,7 @@
 # Harvest stage: TAP solutions from data initialisations at chosen training epochs (Figs. 5-7).
 # A job reads checkpoints/epoch_{e}.pt, which training writes but does not declare (see
 # train.smk); model.pt is the declared input, so training has finished before any harvest runs.
-# The config check (tapmachine.configuration) rejects harvested epochs beyond a model's epochs.
+# The config check (tapmachine.pipeline.configuration) rejects harvested epochs beyond a model's epochs.
 
 
 rule harvest_solutions:

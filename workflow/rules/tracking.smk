@@ -1,12 +1,12 @@
-# MLflow tracking, best effort (tapmachine.tracking): the store and every experiment are created
+# MLflow tracking, best effort (tapmachine.pipeline.tracking): the store and every experiment are created
 # once, when the workflow is parsed, before any job; every rule takes the manifest as an ancient()
 # input (common.smk), so re-creating the store reruns nothing. tracking_init remakes a manifest
 # deleted while the workflow runs.
 import hashlib
 import os
 
-from tapmachine import tracking as _tracking
-from tapmachine.stages import track as _track_stage
+from tapmachine.pipeline import tracking as _tracking
+from tapmachine.pipeline.stages import track as _track_stage
 
 # Every job (local or through SLURM, which passes the environment on) sees these.
 os.environ[_tracking.ENV_RUN_NAME] = RUN_NAME

@@ -231,7 +231,7 @@ def _resumed_training(metrics_csv: Path, row: dict, log: Path | None) -> dict:
     if "epoch_seconds" not in epochs:
         return {}
     if log is not None and log.is_file():
-        from tapmachine.training import resumed_epoch
+        from tapmachine.train.training import resumed_epoch
 
         earlier = epochs[epochs["epoch"] <= resumed_epoch(log.read_text(errors="replace"))]
         if earlier.empty:
@@ -324,7 +324,7 @@ def write_report(
     ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
     (``replace_section``), so docs/results.md keeps its prose around each run's tables.
     ``rejudge``: see ``collect``."""
-    from tapmachine.files import atomic_write
+    from tapmachine.io.files import atomic_write
 
     text = to_markdown(collect(figures_dir, rejudge), title, level)
     if benchmarks_dir is not None:

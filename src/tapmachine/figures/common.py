@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.files import atomic_write
+from tapmachine.io.files import atomic_write
 
 __all__ = [
     "FigureError",
@@ -79,7 +79,7 @@ def model_info(model_file) -> ModelInfo:
 
 def load_model_file(model_file):
     """The ModelFile at ``model_file``; a FigureError if it is missing or unreadable."""
-    from tapmachine.modelfile import ModelFile, ModelFileError
+    from tapmachine.io.modelfile import ModelFile, ModelFileError
 
     path = Path(model_file)
     if not path.exists():

@@ -132,7 +132,7 @@ def hidden_activation(model_file, x: np.ndarray) -> np.ndarray:
     """Mean over the rows of ``x`` of the first hidden layer's clamped TAP means, (Nh,)."""
     import torch
 
-    from tapmachine import tap
+    from tapmachine.core import tap
 
     machine = load_model_file(model_file).machine(dtype=torch.float64)
     xt = torch.as_tensor(np.asarray(x, dtype=np.float64))
@@ -220,7 +220,7 @@ def make(
     """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order);
     fields ranked by ``spread_l01(W, scale=spread)``."""
 
-    from tapmachine.data import load_dataset
+    from tapmachine.io.data import load_dataset
 
     if spread not in SPREADS:
         raise FigureError(f"fig4 spread must be one of {SPREADS}, not {spread!r}")

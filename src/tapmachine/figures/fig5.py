@@ -136,7 +136,7 @@ def count_modes(
 
 def load_epochs(solution_files) -> tuple[list[dict], ModelInfo]:
     """The solutions files of one model, sorted by epoch, and its ModelInfo."""
-    from tapmachine.harvest import HarvestError, load_solutions
+    from tapmachine.tap_paper.harvest import HarvestError, load_solutions
 
     if not solution_files:
         raise FigureError("no solutions files given")
@@ -335,7 +335,7 @@ def verdict_claims(
 
 def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     """Fig. 5 from the solutions files of one model (any order)."""
-    from tapmachine.harvest import NEAR_COPY_DISTANCE, separation_stats
+    from tapmachine.tap_paper.harvest import NEAR_COPY_DISTANCE, separation_stats
 
     sols, info = load_epochs(solution_files)
     epochs = [s["epoch"] for s in sols]

@@ -3,7 +3,7 @@
 The embedding (Isomap, as the paper, or UMAP) of the solutions' visible and hidden
 magnetisations (a_v, a_h) is fitted on the last listed epoch; earlier epochs are mapped into the
 same plane with ``transform``. Colours span each epoch's own free-energy range, as in the paper.
-Small or degenerate sets fall back to principal components (``tapmachine.embed``), and the table
+Small or degenerate sets fall back to principal components (``tap_paper.embed``), and the table
 says so.
 
 Claims (reproduction.md): solutions start correlated, then spread (per epoch: the mean pairwise
@@ -19,9 +19,9 @@ import math
 
 import numpy as np
 
-from tapmachine.embed import embed
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
 from tapmachine.figures.fig5 import _note, load_epochs
+from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
 

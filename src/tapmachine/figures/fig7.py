@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.embed import embed
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
 from tapmachine.figures.fig5 import _note, load_epochs
 from tapmachine.figures.montage import tile
+from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
 
@@ -90,7 +90,7 @@ def make(
     seed: int = 0,
 ) -> FigureResult:
     """Fig. 7 from the solutions files of one model and its dataset file."""
-    from tapmachine.data import load_dataset
+    from tapmachine.io.data import load_dataset
 
     sols, info = load_epochs(solution_files)
     ds = load_dataset(data_file)

@@ -33,7 +33,7 @@ from tapmachine.figures.common import (
     size_note,
     table,
 )
-from tapmachine.modelfile import ModelFile
+from tapmachine.io.modelfile import ModelFile
 
 __all__ = ["make", "load_curves", "paired"]
 

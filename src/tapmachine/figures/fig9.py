@@ -30,7 +30,7 @@ def _mcc(est: np.ndarray, truth: np.ndarray) -> float:
     """``denoise.mcc`` of one image."""
     import torch
 
-    from tapmachine.denoise import mcc
+    from tapmachine.tap_paper.denoise import mcc
 
     row = [torch.as_tensor(np.asarray(v, np.float64)).reshape(1, -1) for v in (est, truth)]
     return float(mcc(*row)[0])

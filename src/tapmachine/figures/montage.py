@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.files import atomic_write
+from tapmachine.io.files import atomic_write
 
 __all__ = ["montage", "tile"]
 

@@ -11,7 +11,7 @@
   image the per-pixel error of the completed half; claim: mean error per model against the error
   of filling the half with the training mean (a baseline that ignores the visible half); verdict:
   close to, not equal to, the truth (0 < error < the mean fill's).
-- ``table1`` / ``table2``: classifier FID (``tapmachine.fid``; NOT the paper's Inception FID) of
+- ``table1`` / ``table2``: classifier FID (``tapmachine.ucd.fid``; NOT the paper's Inception FID) of
   every DBM, with the TAP log-likelihood of test images (first paper, App. E) beside it in
   Table 1, and whether the two measures rank the methods alike (Kendall's tau per dataset); the
   FID of two halves of the test set as the floor row; the coupling time tau and local-search
@@ -87,7 +87,7 @@ def _table_size_note(df: pd.DataFrame) -> str:
 def _load(path, device="cpu"):
     """A DBM's model.pt (``ModelFile``) as a dict of its provenance and extras, and its machine
     (on ``device``)."""
-    from tapmachine.modelfile import ModelFile, ModelFileError
+    from tapmachine.io.modelfile import ModelFile, ModelFileError
 
     try:
         model = ModelFile.load(path)
@@ -151,7 +151,8 @@ def samples(
     """
     import torch
 
-    from tapmachine import data, training
+    from tapmachine.io import data
+    from tapmachine.train import training
     from tapmachine.ucd import dbm, diversity, generate
 
     if data_paths is not None and len(data_paths) != len(model_paths):
@@ -262,7 +263,8 @@ def completion(
     """Fig. 3: lower halves of ``n`` test images completed by local search; truth beside."""
     import torch
 
-    from tapmachine import data, training
+    from tapmachine.io import data
+    from tapmachine.train import training
     from tapmachine.ucd import dbm, generate
 
     if len(model_paths) != len(data_paths):

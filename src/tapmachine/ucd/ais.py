@@ -53,10 +53,10 @@ import math
 import torch
 from torch import Tensor
 
-from tapmachine import eta
-from tapmachine.estimators import _as_betas, _log_mean_exp_and_stderr, base_rate_field
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
+from tapmachine.core import eta
+from tapmachine.core.estimators import _as_betas, _log_mean_exp_and_stderr, base_rate_field
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.ucd.dbm import mean_field
 
 __all__ = [

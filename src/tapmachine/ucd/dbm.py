@@ -1,6 +1,6 @@
 """DBM training by UCD-LMI and its baselines, as gradient functions for the one training loop.
 
-Three methods, selected by ``TrainSettings.method`` (``tapmachine.training``):
+Three methods, selected by ``TrainSettings.method`` (``tapmachine.train.training``):
 
 - ``ucd_lmi``: the unbiased estimator of Alg. 2 (``estimator.log_likelihood_gradient``): positive
   phase one posterior coupling per data row (eq. 28), negative phase ``n_chains`` joint couplings
@@ -39,8 +39,8 @@ import math
 import torch
 from torch import Tensor
 
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.ucd.estimator import UCDSettings, _combine, log_likelihood_gradient
 from tapmachine.ucd.init import logistic, orthogonal, to_spin
 from tapmachine.ucd.target import Target

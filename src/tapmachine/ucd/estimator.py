@@ -37,7 +37,7 @@ import functools
 import torch
 from torch import Tensor
 
-from tapmachine.machine import BoltzmannMachine
+from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.ucd.couplings import GibbsCoupling, MHCoupling
 from tapmachine.ucd.search import gibbs_sweep, local_search
 from tapmachine.ucd.target import Target, take

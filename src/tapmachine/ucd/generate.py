@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tapmachine.machine import BoltzmannMachine
+from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.ucd.search import local_search
 from tapmachine.ucd.target import Target, binary_mode, uniform_layer
 

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Spin
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
 
 __all__ = ["orthogonal", "logistic", "to_spin", "random_machine", "spin_to_binary"]
 

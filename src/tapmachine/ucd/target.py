@@ -19,8 +19,8 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from tapmachine.machine import BoltzmannMachine
-from tapmachine.priors import Bernoulli, Prior, Spin
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Prior, Spin
 
 __all__ = ["Target", "binary_mode", "uniform_layer", "states_equal", "take"]
 

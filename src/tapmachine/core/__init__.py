@@ -1,0 +1,1 @@
+"""The numerics both papers share: unit priors, the machine, TAP, adaTAP, sampling, estimators."""

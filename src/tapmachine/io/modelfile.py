@@ -1,0 +1,218 @@
+"""The files of a trained model: ``model.pt`` and the per-epoch checkpoints beside it.
+
+This module is the only place that knows their layout. Both are plain dicts of tensors, numbers,
+strings, lists and dicts, so they load with ``torch.load(weights_only=True)`` (no pickled
+classes, nothing executed on load)::
+
+    results/models/{model}/model.pt                  ModelFile: machine, spec, history, provenance
+    results/models/{model}/checkpoints/epoch_{e}.pt  Checkpoint: the training state after epoch e
+
+A machine is stored as its weights and, per layer, the prior's class name, tensor parameters and
+plain configuration (``machine_state``); the class is looked up in ``tapmachine.core.priors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from pathlib import Path
+
+import torch
+
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.io.files import atomic_write
+
+__all__ = [
+    "ModelFileError",
+    "ModelFile",
+    "Checkpoint",
+    "machine_state",
+    "machine_from_state",
+    "model_path",
+    "checkpoint_dir",
+    "checkpoint_path",
+    "checkpoint_epochs",
+    "latest_checkpoint",
+]
+
+MODEL_FILE = "model.pt"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class ModelFileError(Exception):
+    """A model or checkpoint file is missing, unreadable or not of this layout."""
+
+
+def model_path(model_dir: str | os.PathLike) -> Path:
+    """``{model_dir}/model.pt``."""
+    return Path(model_dir) / MODEL_FILE
+
+
+def checkpoint_dir(model_dir: str | os.PathLike) -> Path:
+    """The folder of per-epoch checkpoints of a model."""
+    return Path(model_dir) / CHECKPOINT_DIR
+
+
+def checkpoint_path(model_dir: str | os.PathLike, epoch: int) -> Path:
+    """The checkpoint written by training after ``epoch`` (1-based)."""
+    return checkpoint_dir(model_dir) / f"epoch_{int(epoch)}.pt"
+
+
+def checkpoint_epochs(ckpt_dir: str | os.PathLike) -> list[int]:
+    """Epochs that have a checkpoint in ``ckpt_dir``, ascending."""
+    return sorted(int(p.stem.split("_")[1]) for p in Path(ckpt_dir).glob("epoch_*.pt"))
+
+
+def latest_checkpoint(ckpt_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint of the highest epoch in ``ckpt_dir`` (None if there is none)."""
+    epochs = checkpoint_epochs(ckpt_dir)
+    return Path(ckpt_dir) / f"epoch_{epochs[-1]}.pt" if epochs else None
+
+
+def machine_state(machine: BoltzmannMachine) -> dict:
+    """A plain description of a machine (weights, prior types, parameters and configuration)."""
+    return {
+        "weights": [W.detach().cpu() for W in machine.weights],
+        "priors": [
+            {
+                "type": type(p).__name__,
+                "params": {k: v.detach().cpu() for k, v in p.params().items()},
+                "config": p.config(),
+            }
+            for p in machine.priors
+        ],
+    }
+
+
+def machine_from_state(state: dict, device="cpu", dtype=None) -> BoltzmannMachine:
+    """Inverse of ``machine_state``."""
+    from tapmachine.core import priors as priors_module
+
+    priors = []
+    for p in state["priors"]:
+        cls = getattr(priors_module, p["type"], None)
+        if cls is None:
+            raise ModelFileError(f"unknown prior type {p['type']!r} in a stored machine")
+        priors.append(cls(**p["params"], **p["config"]))
+    machine = BoltzmannMachine(priors=tuple(priors), weights=tuple(state["weights"]))
+    return machine.to(device=device, dtype=dtype)
+
+
+def _read(path: Path, what: str) -> dict:
+    if not path.exists():
+        raise ModelFileError(f"{path} not found: train the model first")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, OSError) as err:
+        # truncated, overwritten or half-copied: the reason's first sentence (torch's are long)
+        reason = str(err).strip().split(". ")[0] if str(err).strip() else type(err).__name__
+        raise ModelFileError(f"{path} is not a readable {what} ({reason})") from err
+    if not isinstance(blob, dict) or "machine" not in blob:
+        raise ModelFileError(f"{path} is not a {what} (no machine in it)")
+    return blob
+
+
+def _blob(record) -> dict:
+    """A ModelFile or Checkpoint as the dict stored on disk: its fields, ``machine_state`` under
+    the key ``machine``."""
+    return {
+        "machine" if f.name == "machine_state" else f.name: getattr(record, f.name)
+        for f in dataclasses.fields(record)
+    }
+
+
+def _write(blob: dict, path: Path) -> None:
+    atomic_write(path, lambda fh: torch.save(blob, fh))
+
+
+@dataclasses.dataclass
+class ModelFile:
+    """A trained model: its machine, config entry, per-epoch metrics and provenance."""
+
+    machine_state: dict
+    name: str
+    spec: dict = dataclasses.field(default_factory=dict)
+    history: list[dict] = dataclasses.field(default_factory=list)
+    dataset: str = "?"
+    substitute: str | None = None
+    mlflow_run_id: str | None = None
+    #: Plain per-stage extras (numbers, strings, lists, dicts): the DBM stage stores the method,
+    #: image shape, training seconds, step count and tau summary here.
+    extras: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_machine(cls, machine: BoltzmannMachine, name: str, **fields) -> ModelFile:
+        return cls(machine_state=machine_state(machine), name=name, **fields)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ModelFile:
+        path = Path(path)
+        blob = _read(path, "model file")
+        return cls(
+            machine_state=blob["machine"],
+            name=str(blob.get("name") or path.parent.name),
+            spec=dict(blob.get("spec") or {}),
+            history=list(blob.get("history") or []),
+            dataset=str(blob.get("dataset") or "?"),
+            substitute=blob.get("substitute") or None,
+            mlflow_run_id=blob.get("mlflow_run_id") or None,
+            extras=dict(blob.get("extras") or {}),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        _write(_blob(self), Path(path))
+
+    def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
+        return machine_from_state(self.machine_state, device=device, dtype=dtype)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        weights = self.machine_state["weights"]
+        return (int(weights[0].shape[0]), *(int(W.shape[1]) for W in weights))
+
+    @property
+    def n_epochs(self) -> int:
+        """Epochs trained (the length of the history; the spec's epochs if there is none)."""
+        return len(self.history) or int(self.spec.get("epochs", 0))
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """The full training state after one epoch: enough to resume with identical numbers."""
+
+    machine_state: dict
+    epoch: int
+    history: list[dict]
+    velocity: list
+    generator: torch.Tensor
+    fingerprint: str
+    settings: dict = dataclasses.field(default_factory=dict)
+    chains: torch.Tensor | None = None
+    #: A DBM method's persistent state (``ucd.dbm.DBMState.to_dict``): chains of every layer and
+    #: centering offsets, as lists of tensors.
+    dbm_state: dict | None = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Checkpoint:
+        blob = _read(Path(path), "checkpoint")
+        chains = blob.get("chains")
+        if chains is not None and not isinstance(chains, torch.Tensor):
+            raise ModelFileError(f"{path}: chains are not a tensor (an older layout)")
+        return cls(
+            machine_state=blob["machine"],
+            epoch=int(blob.get("epoch", -1)),
+            history=list(blob.get("history") or []),
+            velocity=list(blob.get("velocity") or []),
+            generator=blob.get("generator"),
+            fingerprint=str(blob.get("fingerprint") or ""),
+            settings=dict(blob.get("settings") or {}),
+            chains=chains,
+            dbm_state=blob.get("dbm_state"),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        _write(_blob(self), Path(path))
+
+    def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
+        return machine_from_state(self.machine_state, device=device, dtype=dtype)

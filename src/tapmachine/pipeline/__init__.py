@@ -1,0 +1,1 @@
+"""The workflow layer: command line, the stages the rules run, configuration, MLflow tracking."""

@@ -1,0 +1,99 @@
+"""Command-line entry points called by the Snakemake rules (``tapmachine <command> ...``).
+
+The parser is built from the stage modules (``pipeline.stages.*``, each adding its commands
+with ``register`` and importing torch only when a command runs); the science is in the library
+modules. Also ``python -m tapmachine``. Errors the user can act on are printed
+as one line prefixed with ``tapmachine:`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tapmachine.pipeline.stages import (
+        data,
+        deep,
+        denoise,
+        figures,
+        harvest,
+        likelihood,
+        progress,
+        track,
+        tracking,
+        train,
+        ucd,
+    )
+
+    p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    tracking.register(sub)
+    data.register(sub)
+    train.register(sub)
+    progress.register(sub)
+    harvest.register(sub)
+    likelihood.register(sub)
+    figures.register(sub)
+    ucd.register(sub)
+    denoise.register(sub)
+    deep.register(sub)
+    track.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Parsed before anything heavy is imported: `tapmachine --help` answers without torch.
+    args = _parser().parse_args(argv)
+    from tapmachine.core import eta
+
+    eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
+
+    from tapmachine.figures.common import FigureError
+    from tapmachine.io.data import DataError
+    from tapmachine.io.files import is_disk_full
+    from tapmachine.io.modelfile import ModelFileError
+    from tapmachine.pipeline.stages.common import UsageError
+    from tapmachine.pipeline.stages.deep import DeepStageError
+    from tapmachine.pipeline.stages.track import TrackError
+    from tapmachine.pipeline.stages.ucd import UCDError
+    from tapmachine.pipeline.stages.ucd_dbm import UCDDBMError
+    from tapmachine.tap_paper.denoise import DenoiseError
+    from tapmachine.tap_paper.harvest import HarvestError
+    from tapmachine.train.training import TrainingError
+
+    try:
+        args.func(args)
+    except (
+        UsageError,
+        DataError,
+        TrainingError,
+        HarvestError,
+        FigureError,
+        ModelFileError,
+        UCDError,
+        UCDDBMError,
+        DenoiseError,
+        DeepStageError,
+        TrackError,
+        FileNotFoundError,
+    ) as err:
+        print(f"tapmachine: error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        print(
+            f"tapmachine: error: no space left on device ({err}); files written before are whole "
+            "(atomic writes): free some space and run again",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Stage wiring of Figs. 10-11 (first paper, App. D-E): per-epoch curves, timing, figures.
+
+Commands (``register`` adds them):
+
+- ``tapmachine deep-curve``: pseudo-likelihood (``--measure pl``, Fig. 10) or normalised TAP
+  log-likelihood of train and test images (``--measure tap``, Fig. 11) at every checkpoint of a
+  trained model, to one CSV; logged as a run ``{model}-curve`` of experiment "likelihood" (step =
+  epoch), tagged ``model_run_id`` = the model's training run (which is left untouched).
+- ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
+- ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
+  ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
+
+``deep-curve`` and ``deep-timing`` keep their run's params beside their CSV
+(``<stem>.params.json``, ``stages.common.write_params``) for ``tapmachine track``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tapmachine.pipeline.stages import figures as figures_stage
+from tapmachine.pipeline.stages.common import set_threads, write_params
+
+__all__ = ["register", "curve_args", "DeepStageError"]
+
+
+class DeepStageError(Exception):
+    """Inputs of the deep / adaTAP stage are missing or inconsistent."""
+
+
+def curve_args(deep: dict, model: str) -> str:
+    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for dbm.smk):
+    pseudo-likelihood for a Fig. 10 model, TAP train/test likelihood for a Fig. 11 model."""
+    fig10 = deep.get("fig10") or {}
+    if model in fig10.get("models", []):
+        sites = fig10["pl_sites"]
+        extra = f" --pl-sites {sites}" if sites else ""
+        return f"--measure pl --n-train {fig10['n_images']}{extra}"
+    fig11 = deep["fig11"]
+    return (
+        f"--measure tap --n-train {fig11['n_train']} --n-test {fig11['n_test']} "
+        f"--tap-inits {fig11['tap_inits']}"
+    )
+
+
+def _cmd_curve(args) -> None:
+    import torch
+
+    from tapmachine.io import data, modelfile
+    from tapmachine.io.files import write_csv
+    from tapmachine.pipeline import tracking
+    from tapmachine.tap_paper import curves
+    from tapmachine.train.training import seeded_generator
+
+    set_threads(args.threads)
+    model_file = Path(args.model_file)
+    if not model_file.exists():
+        raise DeepStageError(f"{model_file} not found: train the model first")
+    model = modelfile.ModelFile.load(model_file)
+    name = model.name
+    spec = model.spec
+    ckpt_dir = modelfile.checkpoint_dir(model_file.parent)
+    dtype = getattr(torch, args.dtype)
+    machines = curves.load_checkpoint_machines(ckpt_dir, dtype=dtype)
+    if not machines:
+        raise DeepStageError(f"no checkpoints epoch_*.pt in {ckpt_dir}")
+    ds = data.load_dataset(args.data)
+    x_train = torch.as_tensor(ds.x_train, dtype=dtype)
+    if spec.get("n_train"):
+        x_train = x_train[: spec["n_train"]]
+    if args.measure == "pl":
+        if machines[0][1].n_layers != 2:
+            raise DeepStageError(f"--measure pl: {name} is not an RBM")
+        gen = seeded_generator(args.seed, name, "deep-curve")
+        rows = curves.pseudo_likelihood_curve(machines, x_train[: args.n_train], args.pl_sites, gen)
+    else:
+        x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
+        tap_spec = spec.get("tap", {})
+        rows = curves.tap_likelihood_curve(
+            machines,
+            x_train[: args.n_train],
+            x_test,
+            args.tap_inits,
+            damping=tap_spec.get("damping", 0.5),
+            tol=tap_spec.get("tol", 1e-12),
+            max_iter=tap_spec.get("max_iter", 500),
+            dedup_tol=tap_spec.get("dedup_tol", 1e-2),
+            retry_damping=tap_spec.get("retry_damping"),
+        )
+    info = {
+        "model": name,
+        "inference": spec.get("inference", "tap"),
+        "train_iterations": spec.get("tap", {}).get("train_iterations", 3),
+        "n_hidden_layers": len(spec.get("hidden", [])),
+        "measure": args.measure,
+    }
+    rows = [{**info, **r} for r in rows]
+    write_csv(rows, args.out)
+    params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
+    write_params(args.out, params)  # curve.params.json: for tapmachine track
+    tags = {"model": name, "measure": args.measure}
+    if model.mlflow_run_id:
+        tags["model_run_id"] = str(model.mlflow_run_id)
+    with tracking.start_run(
+        args.tracking, "likelihood", f"{name}-curve", params=params, tags=tags
+    ) as run:
+        for r in rows:
+            run.log_metrics(
+                {k: v for k, v in r.items() if k not in info and k != "epoch"}, step=r["epoch"]
+            )
+        run.log_artifact(args.out)
+    print(f"wrote {args.out} ({len(rows)} epochs)", file=sys.stderr)
+
+
+def _cmd_timing(args) -> None:
+    import torch
+
+    from tapmachine.io.files import write_csv
+    from tapmachine.pipeline import tracking
+    from tapmachine.tap_paper import curves
+    from tapmachine.train.training import seeded_generator
+
+    set_threads(args.threads)
+    gen = seeded_generator(args.seed, "fig10", "timing")
+    rows = curves.inference_timing(
+        args.visible,
+        args.hidden,
+        args.batch_sizes,
+        gen,
+        repeats=args.repeats,
+        tap_iterations=args.tap_iterations,
+        adatap_iterations=args.adatap_iterations,
+        dtype=getattr(torch, args.dtype),
+        adatap_method=args.adatap_method,
+    )
+    write_csv(rows, args.out)
+    params = vars_of(args)
+    write_params(args.out, params)  # fig10_timing.params.json: for tapmachine track
+    with tracking.start_run(args.tracking, "benchmarks", "fig10/timing", params=params) as run:
+        for r in rows:
+            run.log_metrics(
+                {"tap_seconds": r["tap_seconds"], "adatap_seconds": r["adatap_seconds"]},
+                step=r["batch_size"],
+            )
+        run.log_artifact(args.out)
+    for r in rows:
+        print(json.dumps(r), file=sys.stderr)
+
+
+def vars_of(args) -> dict:
+    return {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def _fig10(m, a):
+    return m.make(a.curves, a.model_files, a.timing)
+
+
+def _fig11(m, a):
+    return m.make(a.curves, a.model_files)
+
+
+def _figure_subparsers(subparsers):
+    """The subparsers of an existing ``figure`` command, if any (argparse keeps them in the
+    parser's actions; there is no public accessor)."""
+    import argparse
+
+    parser = subparsers.choices.get("figure")
+    if parser is None:
+        return None
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return None
+
+
+def register(subparsers, figures=None) -> None:
+    """Add ``deep-curve`` and ``deep-timing`` to ``subparsers`` and fig10/fig11 to ``figures``
+    (the ``figure`` command's subparsers; found in ``subparsers`` when not given, so calling
+    ``register(sub)`` after the figure command exists is enough)."""
+    s = subparsers.add_parser("deep-curve", help="per-epoch PL or TAP likelihood (Figs. 10-11)")
+    s.add_argument("--model-file", required=True, help="results/{run}/models/{model}/model.pt")
+    s.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    s.add_argument("--measure", required=True, choices=["pl", "tap"])
+    s.add_argument("--n-train", type=int, default=1000, help="first training images scored")
+    s.add_argument("--n-test", type=int, default=1000, help="first test images (tap)")
+    s.add_argument("--pl-sites", type=int, default=None, help="PL sites per block (pl)")
+    s.add_argument("--tap-inits", type=int, default=500, help="TAP initialisations (tap)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=_cmd_curve)
+
+    s = subparsers.add_parser("deep-timing", help="seconds per TAP / adaTAP iteration (Fig. 10)")
+    s.add_argument("--visible", type=int, default=784)
+    s.add_argument("--hidden", type=int, default=500)
+    s.add_argument("--batch-sizes", type=int, nargs="+", required=True)
+    s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--tap-iterations", type=int, default=20)
+    s.add_argument("--adatap-iterations", type=int, default=2)
+    s.add_argument("--adatap-method", default="bipartite", choices=["bipartite", "joint"])
+    s.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--out", required=True)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=_cmd_timing)
+
+    if figures is None:
+        figures = _figure_subparsers(subparsers)
+    if figures is None:
+        return
+    figures_stage.FIGURES.update(fig10=_fig10, fig11=_fig11)
+    f10 = figures.add_parser("fig10", help="adaTAP vs TAP: pseudo-likelihood and timing")
+    f10.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
+    f10.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f10.add_argument("--timing", required=True, help="deep-timing CSV")
+    f11 = figures.add_parser("fig11", help="deep TAP machines: train/test TAP likelihood")
+    f11.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (tap)")
+    f11.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    for f in (f10, f11):
+        f.add_argument("--png", required=True)
+        f.add_argument("--pdf", required=True)
+        f.add_argument("--csv", required=True)
+        f.add_argument("--tracking", default=None)
+        f.set_defaults(func=figures_stage.draw)

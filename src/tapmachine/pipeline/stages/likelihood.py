@@ -1,0 +1,115 @@
+"""``tapmachine score``: AIS, TAP and pseudo-likelihood of a model or its checkpoints (App. F).
+
+The library side is ``tap_paper.likelihood``; here the scores are logged to a run of experiment
+"likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
+training run. Nothing is written into the finished training run, so a rerun never adds a second
+point at the same step there. The run's params are kept beside the CSV (``<stem>.params.json``,
+``stages.common.write_params``) for ``tapmachine track``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from tapmachine.pipeline.stages.common import (
+    LazyRun,
+    UsageError,
+    add_numeric_args,
+    job_kwargs,
+    parse_json,
+    set_threads,
+    write_params,
+)
+
+
+def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", manifest=None, **kw):
+    """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch) to a run
+    ``{model}-epochs`` of experiment "likelihood"."""
+    from tapmachine.tap_paper import likelihood
+
+    with contextlib.ExitStack() as stack:
+        tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-epochs")
+
+        def on_row(epoch, row):
+            tracked.run.log_metrics(likelihood.tracked_metrics(row), step=epoch)
+
+        rows = likelihood.score_checkpoints(
+            model_dir,
+            data_path,
+            out_csv,
+            settings,
+            epochs=epochs,
+            on_start=tracked.on_start,
+            on_row=on_row,
+            **kw,
+        )
+        write_params(out_csv, tracked.params)  # scores.params.json: for tapmachine track
+        tracked.run.log_artifact(out_csv)
+    return rows
+
+
+def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
+    """``likelihood.score_model`` logged to a run ``{model}-final`` of experiment "likelihood"."""
+    from tapmachine.tap_paper import likelihood
+
+    with contextlib.ExitStack() as stack:
+        tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-final")
+        row = likelihood.score_model(
+            model_file, data_path, out_csv, settings, on_start=tracked.on_start, **kw
+        )
+        write_params(out_csv, tracked.params)  # final.params.json: for tapmachine track
+        tracked.run.log_metrics(likelihood.tracked_metrics(row))
+        tracked.run.log_artifact(out_csv)
+    return row
+
+
+def score(args) -> None:
+    from tapmachine.io.modelfile import ModelFile, model_path
+    from tapmachine.tap_paper import likelihood
+
+    set_threads(args.threads)
+    section = parse_json(args.settings, "--settings")
+    model_dir = Path(args.model_dir)
+    spec = ModelFile.load(model_path(model_dir)).spec
+    settings = likelihood.ScoreSettings.from_config(section, spec)
+    common = dict(
+        data_path=args.data,
+        out_csv=args.out,
+        settings=settings,
+        seed=args.seed,
+        **job_kwargs(args),
+    )
+    try:
+        if args.epochs is None:
+            score_model(model_path(model_dir), **common)
+        else:
+            epochs = args.epochs
+            if epochs not in ("all", "last"):
+                epochs = [int(e) for e in epochs.split(",")]
+            score_checkpoints(model_dir, epochs=epochs, **common)
+    except (ValueError, RuntimeError) as err:
+        raise UsageError(f"scoring {model_dir}: {err}") from err
+    print(f"wrote {args.out}")
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser("score", help="AIS, TAP and pseudo-likelihood of a model (App. F)")
+    s.add_argument("--model-dir", required=True, help="results/models/{model} (model.pt inside)")
+    s.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    s.add_argument(
+        "--epochs",
+        default=None,
+        help="all | last | comma-separated epochs: score those checkpoints (one row each); "
+        "omitted: score model.pt (one row with the training settings)",
+    )
+    s.add_argument(
+        "--settings",
+        default="{}",
+        help='JSON: {"ais": {"n_runs", "schedule", "n_betas"}, "pl_sites", "n_train", '
+        '"n_test", "tap_inits"} (a likelihood.fig12 / likelihood.table config section)',
+    )
+    s.add_argument("--out", required=True, help="CSV to write")
+    add_numeric_args(s)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=score)

@@ -1,0 +1,282 @@
+"""``tapmachine progress``: how far a run's training jobs are, read from their checkpoints, and
+the stage and ETA of every job at work, read from its log (``running_jobs``).
+
+A paper-size run takes hours and, where sessions end, several starts. Snakemake's dry run
+(``snakemake ... -n``) lists the jobs still to run, not the epochs inside a job that resumes from
+its checkpoints. For every model of a run that has begun training (``results/<run>/models/*``
+and the DBMs under ``results/<run>/ucd/dbm/*/*``) this reads ``model.pt`` once the job has
+finished, else its latest checkpoint, and reports the epochs done of the total, the mean wall
+time of its latest epochs and what the remaining epochs take at that pace. Models with no
+checkpoint yet are not listed (the dry run lists their jobs).
+
+A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
+earlier epochs again (``training.reevaluate_history``), rewriting their checkpoints from epoch 1
+on; while that pass runs, the epochs whose checkpoint still holds the old evaluation are
+counted and priced at the original evaluation's pace (epoch minus training seconds: a lower
+bound, the second pass makes an evaluation longer). A pass that has not begun (its job not yet
+started) is seen only with the run's config (``--configfile``, the files given to snakemake):
+every epoch whose checkpoint was evaluated otherwise than the config's settings evaluate
+(``training.expected_signature``) is then counted, started or not.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+
+from tapmachine.pipeline.stages.common import UsageError
+
+#: The config schema, relative to the workflow's directory (where snakemake runs).
+SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
+
+#: Epochs whose median time sets the pace of what remains (the latest ones: TAP iterations, and
+#: so an epoch's cost, grow as the machine trains; the median, since an epoch during which the
+#: run was paused, e.g. SIGSTOP beside other work, counts the pause in its wall time).
+PACE_EPOCHS = 5
+
+
+def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
+    """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
+    whose checkpoint's evaluation (``training.evaluation_signature``: retry_damping and its
+    tolerance) is not the one the pass has written into epoch 1's."""
+    from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.train.training import evaluation_signature
+
+    def value(ckpt):
+        return evaluation_signature(ckpt.settings, ckpt.history[-1] if ckpt.history else {})
+
+    epochs = checkpoint_epochs(ckpt_dir)
+    if len(epochs) < 2:
+        return []
+    first = Checkpoint.load(ckpt_dir / f"epoch_{epochs[0]}.pt")
+    if value(first) == value(latest):
+        return []  # no pass under way (one rewrites the latest checkpoint last)
+    return _stale_epochs(ckpt_dir, latest, value(first))
+
+
+def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
+    """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
+    ``training.expected_signature`` of the run's config): those its job evaluates again."""
+    from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.train.training import evaluation_signature
+
+    rows = {row["epoch"]: row for row in latest.history}
+    stale = []
+    for epoch in checkpoint_epochs(ckpt_dir):
+        ckpt = latest if epoch == latest.epoch else Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
+        row = ckpt.history[-1] if ckpt.history else {}
+        if evaluation_signature(ckpt.settings, row) != expected:
+            stale.append(rows.get(epoch, {}))
+    return stale
+
+
+def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dict[str, tuple]:
+    """Each model's ``training.expected_signature`` under the run's config: ``config_files`` as
+    given to ``snakemake --configfile`` (merged in order), validated against ``schema``."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from tapmachine.pipeline.configuration import ConfigError, validate
+    from tapmachine.train.training import TrainSettings, expected_signature
+
+    config: dict = {}
+    for path in config_files:
+        if not Path(path).is_file():
+            raise UsageError(f"config file {path} does not exist")
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    if not Path(schema).is_file():
+        raise UsageError(f"{schema} not found: run from the workflow's directory")
+    try:
+        validate(config, schema)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    return {
+        name: expected_signature(TrainSettings.from_spec(spec))
+        for name, spec in config["models"].items()
+    }
+
+
+def _evaluation_seconds(rows: list[dict]) -> float:
+    """Mean seconds of the rows' evaluations (epoch minus training time); NaN without times."""
+    times = [
+        r["epoch_seconds"] - r["train_seconds"]
+        for r in rows
+        if "epoch_seconds" in r and "train_seconds" in r
+    ]
+    return sum(times) / len(times) if times else math.nan
+
+
+def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
+    """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
+    remaining_hours}`` of the model trained in ``model_dir``; None where training has not
+    written a checkpoint yet.
+
+    ``epoch_seconds`` is the median ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
+    the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
+    still to evaluate (with ``expected``, the signature the run's config gives the model: every
+    epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
+    pace plus those evaluations at their original pace (0 once finished).
+    """
+    from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
+
+    model_dir = Path(model_dir)
+    final = model_dir / "model.pt"
+    pending: list[dict] = []
+    if final.exists():
+        record = ModelFile.load(final)
+        history, total, finished = record.history, record.n_epochs, True
+    else:
+        latest = latest_checkpoint(checkpoint_dir(model_dir))
+        if latest is None:
+            return None
+        ckpt = Checkpoint.load(latest)
+        history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
+        if expected is None:
+            pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+        else:
+            pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
+    done = len(history)
+    times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
+    pace = statistics.median(times) if times else math.nan
+    left = 0 if finished else max(total - done, 0)
+    seconds = left * pace if left else 0.0
+    if pending:
+        seconds += len(pending) * _evaluation_seconds(pending)
+    return {
+        "model": model_dir.name,
+        "epochs_done": done,
+        "epochs_total": max(total, done),
+        "finished": finished,
+        "epoch_seconds": pace,
+        "reevaluating": len(pending),
+        "remaining_hours": seconds / 3600.0,
+    }
+
+
+def run_progress(results: str | Path, expected: dict[str, tuple] | None = None) -> list[dict]:
+    """``model_progress`` of every model of the run in ``results`` that has begun training;
+    DBMs are named ``{dataset}/{model}``. ``expected``: ``expected_evaluations`` of the run's
+    config, by model name."""
+    results = Path(results)
+    if not results.is_dir():
+        raise UsageError(f"{results} is not a run's results folder (results/<run>)")
+    rows = []
+    for model_dir in sorted(p for p in (results / "models").glob("*") if p.is_dir()):
+        row = model_progress(model_dir, (expected or {}).get(model_dir.name))
+        if row is not None:
+            rows.append(row)
+    for model_dir in sorted(p for p in (results / "ucd" / "dbm").glob("*/*") if p.is_dir()):
+        row = model_progress(model_dir)
+        if row is not None:
+            rows.append({**row, "model": f"{model_dir.parent.name}/{model_dir.name}"})
+    return rows
+
+
+def format_progress(rows: list[dict]) -> str:
+    """The rows as an aligned text table, with the remaining hours summed (one job after the
+    other: divide by the jobs running at once for a wall time)."""
+    if not rows:
+        return "no model has a checkpoint yet\n"
+    header = f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10}  state"
+    lines = [header]
+    for r in rows:
+        state = "finished" if r["finished"] else "in progress"
+        if r.get("reevaluating"):
+            n = r["reevaluating"]
+            state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
+        pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
+        epochs = f"{r['epochs_done']}/{r['epochs_total']}"
+        lines.append(
+            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f}  {state}"
+        )
+    left = sum(r["remaining_hours"] for r in rows if not math.isnan(r["remaining_hours"]))
+    lines.append(f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | None = None):
+    """The jobs of a run still at work, read from their logs under ``logs`` (``logs/<run>``):
+    every log written in the last ``active_minutes`` whose newest progress report
+    (``eta.last_status``: a job's own ``progress ...`` line, else a tqdm bar) is not complete.
+    Rows ``{job, desc, done, total, eta_hours}``; ``job`` is the log's path below ``logs``
+    (stage/name)."""
+    from tapmachine.core import eta
+
+    logs = Path(logs)
+    now = time.time() if now is None else now
+    rows = []
+    for log in sorted(logs.rglob("*.log")) if logs.is_dir() else []:
+        age = now - log.stat().st_mtime
+        if age > active_minutes * 60:
+            continue
+        with open(log, "rb") as fh:  # the tail: a long job's log is long
+            fh.seek(max(0, log.stat().st_size - 65536))
+            status = eta.last_status(fh.read().decode(errors="replace"))
+        if status is None or status["done"] >= status["total"]:
+            continue
+        left = max(status["eta_seconds"] - age, 0.0)  # the report is `age` seconds old
+        rows.append(
+            {
+                "job": str(log.relative_to(logs).with_suffix("")),
+                "desc": status["desc"],
+                "done": status["done"],
+                "total": status["total"],
+                "eta_hours": left / 3600.0,
+            }
+        )
+    return rows
+
+
+def format_running(rows: list[dict]) -> str:
+    if not rows:
+        return "no job reports progress now\n"
+    lines = [f"{'running job':<40} {'done':>13} {'ETA':>8}  stage"]
+    for r in rows:
+        done = f"{r['done']}/{r['total']}"
+        left = "?" if math.isnan(r["eta_hours"]) else _eta_text(r["eta_hours"])
+        lines.append(f"{r['job']:<40} {done:>13} {left:>8}  {r['desc']}")
+    return "\n".join(lines) + "\n"
+
+
+def _eta_text(hours: float) -> str:
+    from tapmachine.core.eta import format_seconds
+
+    return format_seconds(hours * 3600.0)
+
+
+def progress(args) -> None:
+    expected = expected_evaluations(args.configfile) if args.configfile else None
+    print(format_progress(run_progress(args.results, expected)), end="")
+    logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
+    running = running_jobs(logs, args.active_minutes)
+    if running:
+        print()
+        print(format_running(running), end="")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "progress",
+        help="epochs done and hours left of a run's training jobs (checkpoints), and the stage "
+        "and ETA of every running job (their logs)",
+    )
+    p.add_argument("--results", required=True, help="a run's results folder (results/<run>)")
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        default=None,
+        help="the run's config files, as given to snakemake: also count the earlier epochs a "
+        "job not yet started will evaluate again (run from the workflow's directory)",
+    )
+    p.add_argument(
+        "--logs", default=None, help="the run's job logs (default logs/<run>, beside results/)"
+    )
+    p.add_argument(
+        "--active-minutes",
+        type=float,
+        default=15.0,
+        help="a job whose log was written within this many minutes counts as running",
+    )
+    p.set_defaults(func=progress)

@@ -1,0 +1,550 @@
+"""Stage wiring of UCD-LMI DBM training and evaluation (second paper, Secs. 4-5, App. C).
+
+Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
+
+- ``ucd train-dbm``: one DBM of config ``ucd.dbm.models`` / ``ucd.dbm.ablation`` on one dataset,
+  by the one training loop (``training.train``, methods ``ucd_lmi``, ``dbm_pcd``,
+  ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
+  energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
+  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
+- ``ucd classifier``: the small classifier whose penultimate features define the classifier FID
+  (``tapmachine.ucd.fid``), test accuracy logged and written.
+- ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
+  states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
+  and by the AIS test log-likelihood of Salakhutdinov & Hinton (2009) (``tapmachine.ucd.ais``:
+  ln Z by AIS on the odd layers, the data term by the mean-field lower bound, so the number is an
+  estimated lower bound on ln P(v), nats per image).
+- ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2`` are registered by
+  ``stages.figures`` (table ``FIGURES``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+__all__ = ["register", "train_dbm", "train_params", "train_classifier", "score"]
+
+
+class UCDDBMError(Exception):
+    """Bad input to a DBM stage (spec, file, size)."""
+
+
+def _load_binary(path):
+    import numpy as np
+    import torch
+
+    from tapmachine.io import data
+
+    ds = data.load_dataset(path)
+    for name, arr in (("x_train", ds.x_train), ("x_test", ds.x_test)):
+        if not np.isin(arr, (0, 1)).all():
+            raise UCDDBMError(f"{path}: {name} is not binary {{0, 1}}; UCD-LMI needs binary data")
+    return (
+        ds,
+        torch.as_tensor(ds.x_train, dtype=torch.float32),
+        torch.as_tensor(ds.x_test, dtype=torch.float32),
+    )
+
+
+def _settings(spec: dict):
+    from tapmachine.train.training import TrainSettings
+    from tapmachine.ucd import dbm
+
+    keys = {
+        "method",
+        "epochs",
+        "batch_size",
+        "learning_rate",
+        "momentum",
+        "l2",
+        "sampling_steps",
+        "weight_init_std",
+    }
+    plain = {k: spec[k] for k in keys if k in spec}
+    if plain.get("method") not in dbm.DBM_METHODS:
+        raise UCDDBMError(f"method {plain.get('method')!r} is not one of {list(dbm.DBM_METHODS)}")
+    try:
+        options = dbm.DBMOptions.from_dict(spec.get("ucd"))
+    except ValueError as exc:
+        raise UCDDBMError(str(exc)) from None
+    return TrainSettings(**plain, ucd=dict(spec.get("ucd") or {}), evaluate=False), options
+
+
+def _epoch_image(machine, x01, shape, generator, path):
+    """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
+    from tapmachine.figures.common import new_figure
+    from tapmachine.figures.ucd_dbm import image_grid
+    from tapmachine.io.files import atomic_write
+    from tapmachine.ucd import Target, dbm, generate, local_search
+
+    samples, _ = generate.sample(machine, 32, generator)
+    v = dbm.data_for(machine, x01[:16])
+    target = Target.posterior(machine)
+    found = local_search(target, target.uniform(target.blank(16, {0: v}), generator), generator)
+    recon = machine.priors[0].mean(machine.input_to(0, found.state))
+    fig = new_figure(8, 3.2)
+    axes = fig.subplots(1, 2)
+    for ax, imgs, title, cols in (
+        (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
+        (
+            axes[1],
+            torch_cat(x01[:16], dbm.to_unit_interval(machine, recon).cpu()),
+            "data | recon.",
+            8,
+        ),
+    ):
+        ax.imshow(image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(title, fontsize=8)
+        ax.axis("off")
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
+
+
+def torch_cat(a, b):
+    import torch
+
+    return torch.cat([a, b])
+
+
+def train_dbm(
+    name: str,
+    spec: dict,
+    data_path,
+    outdir,
+    seed: int = 0,
+    n_train: int | None = None,
+    manifest=None,
+    progress: bool = False,
+    device: str = "cpu",
+):
+    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``.
+
+    The machine is drawn on the CPU (the same initial machine on every device), then moved to
+    ``device``; training draws from a generator on ``device`` (on the CPU: the same generator).
+    """
+
+    import torch
+
+    from tapmachine.io import modelfile
+    from tapmachine.io.files import write_csv
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline import tracking
+    from tapmachine.train import training
+    from tapmachine.ucd import dbm
+
+    settings, options = _settings(spec)
+    hidden = spec.get("hidden")
+    if not hidden or any(not isinstance(h, int) or h < 1 for h in hidden):
+        raise UCDDBMError(f"model {name}: hidden must be a list of positive integers, got {hidden}")
+    ds, x_all, _ = _load_binary(data_path)
+    if n_train:
+        x_all = x_all[:n_train]
+    if x_all.shape[0] < settings.batch_size:
+        raise UCDDBMError(f"model {name}: {x_all.shape[0]} rows < batch_size {settings.batch_size}")
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    label = f"{ds.name}/{name}"
+    generator = training.seeded_generator(seed, "ucd_dbm", label, "train")
+    machine = dbm.build_dbm([x_all.shape[1], *hidden], generator, options, settings.weight_init_std)
+    if torch.device(device).type != "cpu":
+        machine = machine.to(device)
+        generator = _device_generator(generator, device)
+    x = dbm.data_for(machine, x_all)
+    # Rows of steps.csv written before an interruption: kept below the first step run now.
+    earlier = _read_steps(outdir / "steps.csv")
+    steps: list[dict] = []
+    run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
+    params = train_params(name, ds.name, spec, machine.sizes, run_info)
+    tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
+    img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
+    run_name = f"train_{ds.name}_{name}"
+    with tracking.start_run(manifest, "ucd", run_name, params, tags, system_metrics=True) as run:
+
+        def on_step(step, metrics):
+            metrics = {k: float(v) for k, v in metrics.items()}
+            steps.append({"step": step, **metrics})
+            run.log_metrics(metrics, step=step)
+
+        def on_epoch(epoch, metrics, m):
+            run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
+            png = outdir / "epochs" / f"epoch_{epoch}.png"
+            png.parent.mkdir(exist_ok=True)
+            _epoch_image(m, x_all, ds.image_shape, img_gen, png)
+            write_csv(_merged(earlier, steps), outdir / "steps.csv")
+            run.log_artifact(png, "epochs")
+
+        t0 = time.perf_counter()
+        machine, history = training.train(
+            machine,
+            x,
+            settings,
+            generator,
+            checkpoint_dir=modelfile.checkpoint_dir(outdir),
+            on_epoch=on_epoch,
+            on_step=on_step,
+            progress=progress,
+        )
+        seconds = time.perf_counter() - t0
+        steps = _merged(earlier, steps)
+        tau_hist = _tau_histogram(steps)
+        write_csv(steps, outdir / "steps.csv")
+        extras = {
+            "image_shape": list(ds.image_shape),
+            "method": settings.method,
+            "seconds": seconds,
+            "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
+            "tau_hist": tau_hist,
+            "run": run_info,  # seed and training rows: the run's params (train_params)
+        }
+        ModelFile.from_machine(
+            machine,
+            name,
+            spec=spec,
+            history=history,
+            dataset=ds.name,
+            substitute=ds.provenance.get("substitute"),
+            mlflow_run_id=run.run_id,
+            extras=extras,
+        ).save(modelfile.model_path(outdir))
+        run.log_metrics({"train_seconds_total": seconds})
+        run.log_artifact(outdir / "steps.csv")
+    print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
+    return machine
+
+
+def _device_generator(generator, device):
+    """A generator on ``device`` seeded from the CPU ``generator`` (torch draws on a device only
+    from a generator of that device)."""
+    import torch
+
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def train_params(name: str, dataset: str, spec: dict, sizes, run: dict | None = None) -> dict:
+    """The params of a DBM's training run (experiment ``ucd``): model, dataset, ``run`` (seed
+    and number of training rows of this job), the config entry ``spec`` and the layer sizes.
+    model.pt keeps ``run`` (``extras["run"]``) beside the spec, so ``tapmachine track`` rebuilds
+    the very same params with this function; a model.pt written before it kept them gives model,
+    dataset, spec and sizes only (``run=None``)."""
+    return {"model": name, "dataset": dataset, **(run or {}), **spec, "sizes": list(sizes)}
+
+
+def _read_steps(path: Path) -> list[dict]:
+    """The rows of an earlier steps.csv (numbers as floats, ``step`` as int); [] if none."""
+    import csv
+
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        rows = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
+    return [{**row, "step": int(row["step"])} for row in rows if "step" in row]
+
+
+def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:
+    """Earlier rows before the first new step, then the new rows (a resumed run's full record)."""
+    first = new[0]["step"] if new else math.inf
+    return [row for row in earlier if row["step"] < first] + new
+
+
+def _tau_histogram(steps: list[dict]) -> dict:
+    """tau and T over training: range and mean of the per-step means (both phases) and the
+    largest per-chain value, for the report; the raw values are in steps.csv."""
+    taus = [s["tau_mean"] for s in steps if "tau_mean" in s]
+    if not taus:
+        return {}
+    Ts = [s["T_mean"] for s in steps if "T_mean" in s]
+    return {
+        "tau_mean_min": min(taus),
+        "tau_mean_max": max(taus),
+        "tau_mean_mean": sum(taus) / len(taus),
+        "tau_max": max(max(s.get("neg_tau_max", 1.0), s.get("pos_tau_max", 1.0)) for s in steps),
+        "T_mean_min": min(Ts),
+        "T_mean_max": max(Ts),
+        "T_mean_mean": sum(Ts) / len(Ts),
+        "T_max": max(max(s.get("neg_T_max", 0.0), s.get("pos_T_max", 0.0)) for s in steps),
+        "corrected_fraction_mean": sum(s["corrected_fraction"] for s in steps) / len(steps),
+    }
+
+
+def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=None) -> float:
+    """Train the FID classifier on ``data_path``; write it (with its test accuracy) to ``out``."""
+    import torch
+
+    from tapmachine.io import data
+    from tapmachine.io.files import atomic_write
+    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.stages.common import write_params
+    from tapmachine.train import training
+    from tapmachine.ucd import fid
+
+    ds = data.load_dataset(data_path)
+    cs = dict(settings)
+    n_train = cs.pop("n_train", None)
+    if "channels" in cs:
+        cs["channels"] = tuple(cs["channels"])
+    try:
+        cfg = fid.ClassifierSettings(**cs)
+    except TypeError as exc:
+        raise UCDDBMError(f"ucd.dbm.classifier: {exc}") from None
+    x, y = ds.x_train, ds.y_train
+    if n_train:
+        x, y = x[:n_train], y[:n_train]
+    g = training.seeded_generator(seed, "ucd_classifier", ds.name)
+    params = {"dataset": ds.name, **settings}
+    with tracking.start_run(manifest, "ucd", f"classifier_{ds.name}", params) as run:
+        t0 = time.perf_counter()
+        net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), ds.image_shape, cfg, g)
+        seconds = time.perf_counter() - t0
+        acc = fid.accuracy(net, ds.x_test, ds.y_test)
+        run.log_metrics({"test_accuracy": acc, "train_seconds": seconds})
+        blob = {
+            "state": net.state_dict(),
+            "config": net.config,
+            "test_accuracy": acc,
+            "train_seconds": seconds,
+        }
+        atomic_write(Path(out), lambda fh: torch.save(blob, fh))
+        write_params(out, params)  # <dataset>.params.json: for tapmachine track
+        run.log_artifact(out)
+    print(f"classifier on {ds.name}: test accuracy {acc:.4f}, trained in {seconds:.0f} s")
+    return acc
+
+
+def load_classifier(path):
+    import torch
+
+    from tapmachine.ucd import fid
+
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    net = fid.Classifier(**blob["config"])
+    net.load_state_dict(blob["state"])
+    net.eval()
+    return net, float(blob["test_accuracy"])
+
+
+def score(
+    model_path,
+    classifier_path,
+    data_path,
+    out,
+    n_samples,
+    n_ll,
+    seed=0,
+    manifest=None,
+    ais_runs: int = 100,
+    ais_betas: int = 1000,
+    mean_field_steps: int = 30,
+    device: str = "cpu",
+):
+    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood and AIS
+    log-likelihood (mean-field lower bound minus AIS ln Z, ``ucd.ais``) of ``n_ll`` test images.
+
+    AIS: ``ais_runs`` runs along ``ucd.ais.segmented_schedule(ais_betas)``, base rates fitted to
+    the training rows; the data term by ``mean_field_steps`` mean-field sweeps.
+    """
+
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline import tracking
+    from tapmachine.train import training
+    from tapmachine.ucd import ais, dbm, fid, generate
+
+    for key, value, low in (
+        ("ais_runs", ais_runs, 2),
+        ("ais_betas", ais_betas, 4),
+        ("mean_field_steps", mean_field_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UCDDBMError(f"{key} must be an integer >= {low}, got {value!r}")
+    model = ModelFile.load(model_path)
+    blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
+    machine = model.machine(device=device)
+    ds, x_train, x_test = _load_binary(data_path)
+    x_train, x_test = x_train.to(device), x_test.to(device)
+    net, acc = load_classifier(classifier_path)
+    label = f"{blob['dataset']}/{blob['name']}"
+    g = training.seeded_generator(seed, "ucd_score", label, device=device)
+    t0 = time.perf_counter()
+    samples, T = generate.sample(machine, n_samples, g)
+    images = dbm.to_unit_interval(machine, samples).cpu()
+    n_real = min(n_samples, x_test.shape[0])
+    distance = fid.frechet_distance(net, x_test[:n_real].cpu(), images)
+    # the floor: two disjoint halves of the test set at the same size (at most half of it)
+    n_floor = min(n_real, x_test.shape[0] // 2)
+    floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
+    settings = training.TrainSettings(max_iter=200, tol=1e-8)
+    # NaN when TAP converges from none of the images (the table then says "nan")
+    ll = training.evaluate_tap_log_likelihood(
+        machine, dbm.data_for(machine, x_test[:n_ll]), settings
+    )
+    t_ais = time.perf_counter()
+    ais_gen = training.seeded_generator(seed, "ucd_score", label, "ais", device=device)
+    log_z = ais.dbm_ais_log_partition(
+        machine,
+        dbm.data_for(machine, x_train),
+        n_runs=ais_runs,
+        betas=ais.segmented_schedule(ais_betas),
+        generator=ais_gen,
+    )
+    ais_row = ais.dbm_test_log_likelihood(
+        machine, dbm.data_for(machine, x_test[:n_ll]), log_z, mean_field_steps
+    )
+    ais_row["ais_seconds"] = time.perf_counter() - t_ais
+    row = {
+        "dataset": blob["dataset"],
+        "model": blob["name"],
+        "method": blob["method"],
+        "spec": json.dumps(blob["spec"].get("ucd") or {}, sort_keys=True),
+        "sizes": dbm.size_label(model.sizes),
+        "classifier_fid": distance,
+        "classifier_accuracy": acc,
+        "fid_samples": int(n_samples),
+        "fid_real": int(n_real),
+        "fid_floor": floor,
+        "fid_floor_images": int(n_floor),
+        "tap_ll": ll["tap_ll"],
+        "tap_ll_stderr": ll["tap_ll_stderr"],
+        "tap_ll_images": int(n_ll),
+        **ais_row,
+        "sample_T_mean": float(T.double().mean()),
+        "train_seconds": blob.get("seconds", math.nan),
+        **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
+        "seconds": time.perf_counter() - t0,
+    }
+    tags = {"model": blob["name"], "dataset": blob["dataset"], "stage": "ucd_score"}
+    if model.mlflow_run_id:
+        tags["model_run_id"] = str(model.mlflow_run_id)
+    run_name = f"score_{blob['dataset']}_{blob['name']}"
+    with tracking.start_run(manifest, "ucd", run_name, row, tags) as run:
+        run.log_metrics({k: v for k, v in row.items() if isinstance(v, float | int)})
+        from tapmachine.io.files import atomic_write
+
+        atomic_write(Path(out), lambda fh: fh.write(json.dumps(row, indent=1).encode()))
+        run.log_artifact(out)
+    print(json.dumps(row))
+    return row
+
+
+def cifar10(archive, out, manifest=None) -> None:
+    """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
+    from tapmachine.io import data
+    from tapmachine.pipeline import tracking
+    from tapmachine.ucd import cifar
+
+    try:
+        x_train, y_train, x_test, y_test = cifar.load_cifar10(archive)
+    except cifar.CifarError as exc:
+        raise UCDDBMError(str(exc)) from None
+    ds = data.Dataset(
+        x_train=cifar.binarise(x_train),
+        y_train=y_train,
+        x_test=cifar.binarise(x_test),
+        y_test=y_test,
+        image_shape=(32, 96),
+        provenance={"source": str(archive), "md5": cifar.CIFAR10_MD5, "transform": "x >= 128"},
+        name="binary_cifar10",
+    )
+    with tracking.start_run(manifest, "ucd", "data_binary_cifar10", {"archive": str(archive)}):
+        data.save_dataset(ds, out)
+    print(f"wrote {out}")
+
+
+def _cmd_train(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        spec = json.loads(args.spec)
+    except json.JSONDecodeError as exc:
+        raise UCDDBMError(f"--spec is not JSON: {exc}") from None
+    train_dbm(
+        args.model,
+        spec,
+        args.data,
+        args.out_dir,
+        args.seed,
+        args.n_train,
+        args.tracking,
+        progress=True,  # the job's log shows each epoch's bar and the job's ETA
+        device=args.device,
+    )
+
+
+def _cmd_classifier(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    train_classifier(args.data, args.out, json.loads(args.settings), args.seed, args.tracking)
+
+
+def _cmd_score(args) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    score(
+        args.model,
+        args.classifier,
+        args.data,
+        args.out,
+        args.samples,
+        args.ll_images,
+        args.seed,
+        args.tracking,
+        args.ais_runs,
+        args.ais_betas,
+        args.mean_field_steps,
+        args.device,
+    )
+
+
+def _cmd_cifar10(args) -> None:
+    cifar10(args.archive, args.out, args.tracking)
+
+
+def register(ucd_sub) -> None:
+    """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``)."""
+    from tapmachine.pipeline.stages.ucd import _positive_int
+
+    t = ucd_sub.add_parser("train-dbm", help="train one DBM (UCD-LMI, PCD or centered PCD)")
+    t.add_argument("--model", required=True)
+    t.add_argument("--spec", required=True, help="the model's config entry as JSON")
+    t.add_argument("--data", required=True, help="binary dataset .npz")
+    t.add_argument("--out-dir", required=True)
+    t.add_argument("--n-train", type=_positive_int, default=None)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    t.add_argument("--tracking", default=None)
+    t.set_defaults(func=_cmd_train)
+    c = ucd_sub.add_parser("classifier", help="train the classifier of the classifier FID")
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--settings", default="{}", help="config ucd.dbm.classifier as JSON")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--tracking", default=None)
+    c.set_defaults(func=_cmd_classifier)
+    s = ucd_sub.add_parser("score", help="classifier FID, TAP and AIS log-likelihood of one DBM")
+    s.add_argument("--model", required=True)
+    s.add_argument("--classifier", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--samples", type=_positive_int, default=2000)
+    s.add_argument("--ll-images", type=_positive_int, default=200)
+    s.add_argument("--ais-runs", type=_positive_int, default=100, help="AIS runs (>= 2)")
+    s.add_argument("--ais-betas", type=_positive_int, default=1000, help="AIS temperatures")
+    s.add_argument("--mean-field-steps", type=_positive_int, default=30)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=_cmd_score)
+    a = ucd_sub.add_parser("cifar10", help="binary CIFAR-10 from the official archive (md5 first)")
+    a.add_argument("--archive", required=True, help="cifar-10-python.tar.gz")
+    a.add_argument("--out", required=True)
+    a.add_argument("--tracking", default=None)
+    a.set_defaults(func=_cmd_cifar10)

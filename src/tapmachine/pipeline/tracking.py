@@ -1,0 +1,605 @@
+"""The one place that talks to MLflow.
+
+Files under ``results/`` are the record; MLflow mirrors them so runs can be browsed and compared.
+Hence tracking is best effort and cheap:
+
+- every HTTP call is bounded (``MLFLOW_HTTP_REQUEST_TIMEOUT`` 10 s, no retries, unless the user
+  set those variables), and a server is probed once (``/health``, 5 s) before a run is created;
+- the first failed call disables tracking for the rest of the process (the job) with one line on
+  stderr, so a job never waits on a dead store twice; ``tapmachine track`` replays the files of
+  ``results/`` into a store afterwards, idempotently (``tapmachine.pipeline.stages.track``);
+- experiments are looked up by name in the store actually used (``$MLFLOW_TRACKING_URI`` wins
+  over the manifest's URI), so a manifest written for one store never sends runs to the wrong
+  experiment of another;
+- every run carries the git commit, user, source, config digest and config run name, and is
+  nested under the parent run of its ``snakemake`` invocation in its experiment, opened by the
+  experiment's first run (``open_invocation`` in the Snakefile's ``onstart`` exports
+  ``TAPMACHINE_INVOCATION``; ``TAPMACHINE_PARENT_RUNS``, experiment -> run id, names parents
+  explicitly);
+- SIGTERM inside ``start_run`` marks the run KILLED instead of leaving it RUNNING.
+
+The store is created once, by ``init_store`` (a local Snakemake rule and the Snakefile's
+``onstart``), before any parallel job: a fresh SQLite store breaks when several processes create
+its schema at once, and a named experiment first used concurrently through a server can silently
+receive runs in "Default".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from tapmachine.io.files import atomic_write
+
+__all__ = [
+    "EXPERIMENTS",
+    "Run",
+    "default_tracking_uri",
+    "experiment_id",
+    "init_store",
+    "start_run",
+    "attach_run",
+    "ui_link",
+    "standard_tags",
+    "open_invocation",
+    "close_invocation",
+    "invocation_parents",
+    "disabled_reason",
+    "flat_params",
+    "STAGE_RUNS",
+]
+
+EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise", "ucd")
+
+_ENV = "MLFLOW_TRACKING_URI"
+#: Bounds on every MLflow HTTP request (defaults only: a user's own settings win).
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_MAX_BACKOFF": "2",
+}
+PROBE_TIMEOUT_S = 5.0
+#: Tag telling stage runs ("stage") from the parent run of an invocation ("invocation"); search
+#: with ``STAGE_RUNS`` as ``filter_string`` to leave the parents out.
+KIND_TAG = "tapmachine.kind"
+STAGE_RUNS = "tags.`tapmachine.kind` = 'stage'"
+#: Environment variables the Snakefile sets for every job.
+ENV_PARENT_RUNS = "TAPMACHINE_PARENT_RUNS"
+ENV_INVOCATION = "TAPMACHINE_INVOCATION"
+ENV_RUN_NAME = "TAPMACHINE_RUN_NAME"
+ENV_CONFIG_DIGEST = "TAPMACHINE_CONFIG_DIGEST"
+ENV_GIT_COMMIT = "TAPMACHINE_GIT_COMMIT"
+
+# Tracking URIs that failed in this process: every later call to them is skipped.
+_DISABLED: dict[str, str] = {}
+
+
+def disabled_reason(uri: str) -> str | None:
+    """Why tracking to ``uri`` was disabled in this process, or None while it is enabled."""
+    return _DISABLED.get(uri)
+
+
+def _disable(uri: str | None, what: str, err: BaseException) -> None:
+    reason = f"{what} failed ({type(err).__name__}: {str(err)[:300]})"
+    if uri is not None and uri not in _DISABLED:
+        _DISABLED[uri] = reason
+        print(
+            f"tapmachine.pipeline.tracking: {reason}; tracking disabled for the rest of this job "
+            "(results are unaffected; replay them later with `tapmachine track`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif uri is None:
+        print(f"tapmachine.pipeline.tracking: {reason}", file=sys.stderr, flush=True)
+
+
+def default_tracking_uri(store_dir: str | os.PathLike) -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else an SQLite file ``mlflow.db`` inside ``store_dir``."""
+    if os.environ.get(_ENV):
+        return os.environ[_ENV]
+    return "sqlite:///" + str(Path(store_dir).resolve() / "mlflow.db")
+
+
+def _probe(uri: str) -> None:
+    """One short request to a server's ``/health``; raises if it does not answer 200 in time."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S) as resp:
+        if resp.status != 200:
+            raise ConnectionError(f"{uri}/health answered {resp.status}")
+
+
+def _client(uri: str, probe: bool = False):
+    if uri in _DISABLED:
+        raise ConnectionError(f"tracking to {uri} is disabled: {_DISABLED[uri]}")
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    if probe:
+        _probe(uri)
+    import mlflow  # imported lazily: mlflow takes seconds to import
+
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
+def init_store(
+    store_dir: str | os.PathLike, manifest: str | os.PathLike, best_effort: bool = False
+) -> dict:
+    """Create the store (schema) and every experiment; write their ids to ``manifest`` (JSON).
+
+    With the embedded SQLite store, artifacts go to ``store_dir/artifacts/<experiment>``. With
+    ``MLFLOW_TRACKING_URI`` pointing at a server, the server decides where artifacts live.
+    A server that does not answer fails here within seconds (``PROBE_TIMEOUT_S``); with
+    ``best_effort`` that failure is printed and recorded in the manifest (``"error"``) instead of
+    raised, so that the jobs depending on the manifest still run (each tries the store once).
+    """
+    store_dir = Path(store_dir)
+    store_dir.mkdir(parents=True, exist_ok=True)
+    uri = default_tracking_uri(store_dir)
+    try:
+        client = _client(uri, probe=True)
+        ids = {name: _get_or_create(client, uri, store_dir, name) for name in EXPERIMENTS}
+        info = {"tracking_uri": uri, "experiments": ids}
+    except Exception as err:  # noqa: BLE001
+        if not best_effort:
+            raise
+        _disable(uri, "init_store", err)
+        info = {"tracking_uri": uri, "experiments": {}, "error": _DISABLED.get(uri, str(err))}
+    _write_json_atomic(manifest, info)
+    return info
+
+
+def _get_or_create(client, uri: str, store_dir: Path, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    embedded = uri.startswith("sqlite:")
+    location = (Path(store_dir) / "artifacts" / name).resolve().as_uri() if embedded else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # noqa: BLE001 - created meanwhile by another process: look it up
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def _write_json_atomic(path, obj) -> None:
+    atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True)), text=True)
+
+
+def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:
+    """(tracking URI, experiment id) of experiment ``name`` in the store actually used.
+
+    The URI is ``$MLFLOW_TRACKING_URI`` if set now, else the one recorded in the manifest of
+    ``init_store``; the id is looked up by name in that store (created there if missing), never
+    copied from a manifest that may describe another store.
+    """
+    info = json.loads(Path(manifest).read_text())
+    if name not in info.get("experiments", {}) and name not in EXPERIMENTS:
+        raise KeyError(f"experiment {name!r} is not in the tracking manifest {manifest}")
+    uri = os.environ.get(_ENV) or info["tracking_uri"]
+    key = (uri, name)
+    if key not in _IDS:
+        client = _client(uri, probe=True)
+        _IDS[key] = _get_or_create(client, uri, Path(manifest).parent, name)
+    return uri, _IDS[key]
+
+
+_IDS: dict[tuple[str, str], str] = {}
+
+
+def ui_link(base_url: str, experiment: str) -> str:
+    """Link to the runs table of an experiment (MLflow 3 opens the GenAI view otherwise)."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment}?workflowType=machine_learning"
+
+
+def _warn(what: str, err: Exception) -> None:
+    print(
+        f"tapmachine.pipeline.tracking: {what} failed ({type(err).__name__}: {err})",
+        file=sys.stderr,
+    )
+
+
+def flat_params(params: Mapping) -> dict[str, str]:
+    """The params exactly as ``Run.log_params`` logs them: nested keys joined by dots, lists as
+    JSON, everything else ``str``, at most 6000 characters. A stage writes these next to its
+    outputs so that ``tapmachine track`` replays the very same params (a flat dict of strings is
+    its own flattening)."""
+    return _flatten(params)
+
+
+def _flatten(params: Mapping, prefix: str = "") -> dict[str, str]:
+    flat = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, prefix=f"{name}."))
+        else:
+            text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
+            flat[name] = text[:6000]
+    return flat
+
+
+_GIT_COMMIT: list[str | None] = []
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this package (None outside git); asked once per process."""
+    if not _GIT_COMMIT:
+        try:
+            out = subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            )
+            _GIT_COMMIT.append(out.stdout.strip() or None)
+        except (OSError, subprocess.SubprocessError):
+            _GIT_COMMIT.append(None)
+    return _GIT_COMMIT[0]
+
+
+def standard_tags() -> dict[str, str]:
+    """Tags every run carries: git commit, user, source, config run name and digest."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (containers)
+        user = str(os.getuid())
+    command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:2]))
+    tags = {"mlflow.user": user, "mlflow.source.type": "JOB", "mlflow.source.name": command}
+    commit = os.environ.get(ENV_GIT_COMMIT) or _git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    for env, key in ((ENV_RUN_NAME, "tapmachine.run_name"), (ENV_CONFIG_DIGEST, "config_digest")):
+        if os.environ.get(env):
+            tags[key] = os.environ[env]
+    return tags
+
+
+def _parent_from_env(experiment: str) -> str | None:
+    try:
+        return json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}").get(experiment)
+    except (json.JSONDecodeError, AttributeError):
+        return None
+
+
+def model_requirements() -> list[str]:
+    """The pip requirements of a logged machine: what ``pipeline.mlflow_model`` imports, pinned
+    to the installed versions (a local build tag such as ``+cpu`` dropped: pip's index has the
+    plain version). The package itself travels as code, so it is not among them."""
+    from importlib.metadata import version
+
+    return [f"{dist}=={version(dist).split('+')[0]}" for dist in ("mlflow", "numpy", "torch")]
+
+
+class Run:
+    """A handle on one MLflow run; every method is best-effort (see module docstring)."""
+
+    def __init__(self, client, run_id: str | None, uri: str | None = None):
+        self._client = client
+        self.run_id = run_id
+        self._uri = uri
+
+    @property
+    def active(self) -> bool:
+        return self.run_id is not None and (self._uri is None or self._uri not in _DISABLED)
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        _disable(self._uri, what, err)
+
+    def log_params(self, params: Mapping) -> None:
+        if not self.active:
+            return
+        try:
+            from mlflow.entities import Param
+
+            items = [Param(k, v) for k, v in _flatten(params).items()]
+            for i in range(0, len(items), 100):
+                self._client.log_batch(self.run_id, params=items[i : i + 100])
+        except Exception as err:  # noqa: BLE001 - tracking must never lose a result
+            self._failed("log_params", err)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if not self.active:
+            return
+        try:
+            from mlflow.entities import Metric
+
+            stamp = int(time.time() * 1000)
+            items = [
+                Metric(k, float(v), stamp, step or 0)
+                for k, v in metrics.items()
+                if v is not None and math.isfinite(float(v))
+            ]
+            for i in range(0, len(items), 1000):
+                self._client.log_batch(self.run_id, metrics=items[i : i + 1000])
+        except Exception as err:  # noqa: BLE001
+            self._failed("log_metrics", err)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        if not self.active:
+            return
+        try:
+            from mlflow.entities import RunTag
+
+            self._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        except Exception as err:  # noqa: BLE001
+            self._failed("set_tags", err)
+
+    def log_machine(
+        self,
+        model_file: str | os.PathLike,
+        rows,
+        dataset_file: str | os.PathLike | None = None,
+        dataset_name: str | None = None,
+        name: str = "model",
+    ) -> str | None:
+        """Log a trained machine (``model.pt``) as an MLflow pyfunc model
+        (``pipeline.mlflow_model``: signature with its ``params`` schema, two input rows as
+        example, the package source as ``code_paths`` and pinned requirements, so that a fresh
+        environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
+        and schema of all of them; ``log_input``). Returns the model URI, or None (best
+        effort)."""
+        if not self.active:
+            return None
+        try:
+            import mlflow
+            import numpy as np
+            from mlflow.models import infer_signature
+
+            from tapmachine.pipeline import mlflow_model
+
+            rows = np.asarray(rows, dtype=np.float32)
+            example = rows[:2]
+            signature = infer_signature(example, params=dict(mlflow_model.PARAMS))
+            mlflow.set_tracking_uri(self._uri)
+            with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
+                info = mlflow.pyfunc.log_model(
+                    name=name,
+                    python_model=mlflow_model.TapMachineModel(),
+                    artifacts={"model": str(model_file)},
+                    signature=signature,
+                    input_example=example,
+                    code_paths=[str(Path(mlflow_model.__file__).parent)],
+                    pip_requirements=model_requirements(),
+                )
+                if dataset_file is not None:
+                    data = mlflow.data.from_numpy(
+                        rows, source=str(Path(dataset_file).resolve()), name=dataset_name
+                    )
+                    mlflow.log_input(data, context="training")
+            return info.model_uri
+        except Exception as err:  # noqa: BLE001
+            self._failed("log_machine", err)
+            return None
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        if not self.active:
+            return
+        try:
+            self._client.log_artifact(self.run_id, str(path), artifact_path)
+        except Exception as err:  # noqa: BLE001
+            self._failed(f"log_artifact({path})", err)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit(143) in the main thread, so the run is closed as KILLED."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def start_run(
+    manifest: str | os.PathLike | None,
+    experiment: str,
+    run_name: str,
+    params: Mapping | None = None,
+    tags: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
+    system_metrics: bool = False,
+) -> Iterator[Run]:
+    """Open a run in ``experiment``; mark it FINISHED, FAILED if the body raises, KILLED on
+    SIGTERM or Ctrl-C. With ``system_metrics`` the run records CPU, memory, disk and network use
+    (``system/*`` metrics, every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s, default 10; needs
+    psutil) while the body runs.
+
+    ``manifest=None`` disables tracking (a library user without a store): the body still runs.
+    Without ``parent_run_id`` the run is nested under this invocation's parent run of
+    ``experiment`` (``$TAPMACHINE_PARENT_RUNS``, else ``$TAPMACHINE_INVOCATION``'s, opened by
+    the experiment's first run), if any.
+    """
+    client, run_id, uri = None, None, None
+    if manifest is not None:
+        try:
+            info = json.loads(Path(manifest).read_text())
+            uri = os.environ.get(_ENV) or info["tracking_uri"]
+            uri, exp_id = experiment_id(manifest, experiment)
+            client = _client(uri)
+            all_tags = {
+                "mlflow.runName": run_name,
+                "tapmachine.stage": experiment,
+                KIND_TAG: "stage",
+            }
+            all_tags.update(standard_tags())
+            parent = (
+                parent_run_id
+                or _parent_from_env(experiment)
+                or _invocation_parent(client, experiment, exp_id)
+            )
+            if parent:
+                all_tags["mlflow.parentRunId"] = parent
+            all_tags.update(tags or {})
+            run_id = client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
+        except Exception as err:  # noqa: BLE001
+            _disable(uri, "start_run", err)
+            client, run_id = None, None
+    run = Run(client, run_id, uri)
+    run.log_params(params or {})
+    monitor = _system_monitor(run) if system_metrics else None
+    guard = _sigterm_raises() if run.active else contextlib.nullcontext()
+    with guard:
+        try:
+            yield run
+        except (KeyboardInterrupt, SystemExit):
+            _terminate(run, "KILLED", monitor)
+            raise
+        except BaseException:
+            _terminate(run, "FAILED", monitor)
+            raise
+        _terminate(run, "FINISHED", monitor)
+
+
+def _system_monitor(run: Run):
+    """MLflow's system metrics monitor on ``run``, started (None if the run is inactive)."""
+    if not run.active:
+        return None
+    try:
+        import logging
+
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # its start/stop notices would clutter the job's log; warnings still show
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        monitor = SystemMetricsMonitor(run.run_id, tracking_uri=run._uri)
+        monitor.start()
+        return monitor
+    except Exception as err:  # noqa: BLE001
+        _warn("system metrics", err)
+        return None
+
+
+def _terminate(run: Run, status: str, monitor=None) -> None:
+    if monitor is not None:  # its last samples are logged while the run is still RUNNING
+        monitor.finish()
+    if run.active:
+        try:
+            run._client.set_terminated(run.run_id, status=status)
+        except Exception as err:  # noqa: BLE001
+            run._failed("set_terminated", err)
+
+
+def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
+    """A handle on an existing run to add metrics or artifacts; its status is left as it is.
+    Without a manifest or run id the handle does nothing (the stages' no-op run).
+
+    The stages never use it on a finished run (a model's training run): what derives from a
+    model goes to a run of its own tagged ``model_run_id``, so that a rerun cannot add a second
+    point at the same step of the training run.
+    """
+    if manifest is None or not run_id:
+        return Run(None, None)
+    uri = None
+    try:
+        info = json.loads(Path(manifest).read_text())
+        uri = os.environ.get(_ENV) or info["tracking_uri"]
+        return Run(_client(uri), run_id, uri)
+    except Exception as err:  # noqa: BLE001
+        _disable(uri, "attach_run", err)
+        return Run(None, None)
+
+
+def open_invocation(
+    store_dir: str | os.PathLike, manifest: str | os.PathLike, name: str
+) -> Path | None:
+    """Start this ``snakemake`` invocation's record of parent runs (the store is made first
+    unless ``manifest`` already describes it), with none in it yet.
+
+    The first run an experiment gets in this invocation opens its parent run there
+    (``_invocation_parent``), so parents exist only in the experiments the invocation uses. The
+    record is a JSON file beside the manifest (``invocations/<id>.json``, experiment -> parent
+    run id), exported as ``$TAPMACHINE_INVOCATION`` so that every job started afterwards (locally
+    or through SLURM, which passes the environment on, over the shared file system) finds it.
+    Returns its path; best effort: on failure prints one line and returns None.
+    """
+    uri = None
+    try:
+        uri = default_tracking_uri(store_dir)
+        info = json.loads(Path(manifest).read_text()) if Path(manifest).exists() else {}
+        if "error" in info or info.get("tracking_uri") != uri or not info.get("experiments"):
+            init_store(store_dir, manifest)
+        record = Path(manifest).resolve().parent / "invocations" / f"{uuid.uuid4().hex}.json"
+        _write_json_atomic(record, {"name": name, "parents": {}})
+    except Exception as err:  # noqa: BLE001
+        _disable(uri, "opening the invocation's record of parent runs", err)
+        return None
+    os.environ[ENV_INVOCATION] = str(record)
+    return record
+
+
+def _invocation_parent(client, experiment: str, exp_id: str) -> str | None:
+    """This invocation's parent run in ``experiment``, opened now if it is the experiment's first
+    run (under an exclusive lock on the record: parallel jobs open one parent, not several)."""
+    record = os.environ.get(ENV_INVOCATION)
+    if not record or not Path(record).exists():
+        return None
+    import fcntl
+
+    with open(record, "r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        info = json.load(fh)
+        parent = info["parents"].get(experiment)
+        if parent is None:
+            tags = {"mlflow.runName": info["name"], KIND_TAG: "invocation", **standard_tags()}
+            parent = client.create_run(exp_id, run_name=info["name"], tags=tags).info.run_id
+            info["parents"][experiment] = parent
+            fh.seek(0)
+            fh.truncate()
+            json.dump(info, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return parent
+
+
+def invocation_parents() -> dict[str, str]:
+    """This invocation's parent runs so far, experiment -> run id."""
+    record = os.environ.get(ENV_INVOCATION)
+    try:
+        return dict(json.loads(Path(record).read_text())["parents"]) if record else {}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def close_invocation(manifest: str | os.PathLike, status: str) -> dict[str, str]:
+    """Mark this invocation's parent runs FINISHED or FAILED and remove its record; returns
+    them (experiment -> run id)."""
+    parents = invocation_parents()
+    record = os.environ.get(ENV_INVOCATION)
+    uri = None
+    try:
+        if parents:
+            info = json.loads(Path(manifest).read_text())
+            uri = os.environ.get(_ENV) or info["tracking_uri"]
+            client = _client(uri)
+            for run_id in parents.values():
+                client.set_terminated(run_id, status=status)
+        if record:
+            Path(record).unlink(missing_ok=True)
+    except Exception as err:  # noqa: BLE001
+        _disable(uri, "closing the invocation's parent runs", err)
+    return parents

@@ -1,0 +1,2 @@
+"""The first paper's analyses (Tramel et al.): harvested TAP solutions, likelihoods, denoising,
+embeddings."""

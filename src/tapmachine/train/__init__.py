@@ -1,0 +1,1 @@
+"""Training Boltzmann machines: settings, the loop, gradient methods, resume, pretraining."""

@@ -1,0 +1,69 @@
+"""The package's layers: imports only point down, and nothing below the pipeline imports MLflow.
+
+From the bottom: ``core`` (the numerics both papers share), ``io`` (datasets and model files),
+``ucd`` (the second paper's numerics), ``train`` (the training loop and its gradient methods, for
+both papers), ``tap_paper`` (the first paper's analyses), ``figures``, ``pipeline`` (command line,
+stages, configuration, tracking). A module may import from its own layer and the layers below it.
+The walk reads every import statement, those inside functions too.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tapmachine"
+LAYERS = ["core", "io", "ucd", "train", "tap_paper", "figures", "pipeline"]
+
+
+def _imports(path):
+    """Every module name imported by the file at ``path`` (absolute imports; the package uses no
+    relative ones)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _layer(module):
+    """The layer of ``tapmachine.<layer>...``, or None for the package root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        yield ".".join(rel.parts), path
+
+
+def test_every_module_lives_in_a_layer():
+    loose = [m for m, p in _modules() if _layer(m) is None and p.parent != PACKAGE]
+    top = {p.name for m, p in _modules() if p.parent == PACKAGE}
+    assert not loose and top == {"__init__.py", "__main__.py"}, (loose, top)
+
+
+def test_imports_point_down():
+    upward = []
+    for module, path in _modules():
+        here = _layer(module)
+        if here is None:
+            continue
+        for name in _imports(path):
+            there = _layer(name) if name.startswith("tapmachine.") else None
+            if there is not None and LAYERS.index(there) > LAYERS.index(here):
+                upward.append(f"{module} -> {name}")
+    assert not upward, "\n".join(sorted(set(upward)))
+
+
+def test_nothing_below_the_pipeline_imports_mlflow():
+    found = [
+        f"{module} -> {name}"
+        for module, path in _modules()
+        if _layer(module) not in (None, "pipeline")
+        for name in _imports(path)
+        if name == "mlflow" or name.startswith("mlflow.")
+    ]
+    assert not found, found

@@ -3,7 +3,7 @@
 Each figure's CSV (``results/<run>/figures/<fig>.csv``, written by ``common.save``) ends with its
 claim rows (``kind == "claim"``: ``claim``, ``model``, ``epoch``, ``value``, ``detail``, ``held``).
 ``collect`` gathers them from a figures folder; ``to_markdown`` sets each figure's rows beside the
-paper's claim (``PAPER_CLAIMS``, from the claims column of reproduction.md) in a table with the
+paper's claim (``PAPER_CLAIMS``, from docs/claims.md) in a table with the
 measured value and the verdict, after a summary of held / not held per figure. Rows without a
 verdict are context numbers (sizes, counts), listed too. ``tapmachine claims`` writes the report
 (``stages.figures``); docs/results.md is built from it for the default and the paper run.
@@ -28,7 +28,7 @@ __all__ = [
     "write_report",
 ]
 
-#: The paper's claim each figure tests (reproduction.md, "claims to check").
+#: The paper's claim each figure tests (docs/claims.md).
 PAPER_CLAIMS = {
     "fig3": "TAP log-likelihood per unit rises fast, then at a near-constant slope after about "
     "epoch 20",

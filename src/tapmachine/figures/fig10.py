@@ -6,7 +6,7 @@ each iterated a fixed number of times (``tap.train_iterations``: 3, 10, 100 in t
 0.5). Right: seconds per inference iteration vs batch size, TAP (Alg. 1) and adaTAP (Alg. 3),
 measured in one run on the same machine and inputs (log-log).
 
-Claims (reproduction.md): all strategies comparable except adaTAP with 3 iterations, which is
+Claims (docs/claims.md): all strategies comparable except adaTAP with 3 iterations, which is
 the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The table gives, per
 model, the final pseudo-likelihood; ``adatap3_is_outlier`` is 1 when adaTAP-3 ends lowest and
 below every other curve by more than the spread among the others; ``time_ratio`` is the

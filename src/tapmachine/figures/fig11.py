@@ -5,7 +5,7 @@ with clamped TAP solutions for the data term and the unique converged free solut
 training images for ln Z, divided by the number of units, of training and test images after
 every joint-training epoch (Alg. 4; the greedy pretraining precedes epoch 1).
 
-Claims (reproduction.md): both curves rise, and the train-test gap shows generalisation. Per
+Claims (docs/claims.md): both curves rise, and the train-test gap shows generalisation. Per
 model: ``train_rises`` / ``test_rises`` are 1 when the last epoch is above the first and the
 Spearman correlation with the epoch is positive; ``train_test_gap`` is train - test at the last
 epoch (nats per unit).

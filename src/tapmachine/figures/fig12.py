@@ -7,7 +7,7 @@ log-likelihood unnormalised (eq. 39; Fig. 3 divides it by Nv + Nh), the AIS log-
 (``pl_sites`` random sites per block of images, scaled to all Nv sites). Test images are drawn
 solid, training images (the rows the model was trained on, as in Fig. 3) dashed.
 
-Claim (reproduction.md): all three increase together. The table gives, per split, each
+Claim (docs/claims.md): all three increase together. The table gives, per split, each
 measure's change from the first to the last scored epoch, its Spearman rank correlation with
 the epoch, the Spearman correlation of each pair across epochs, the sign of every
 epoch-to-epoch change (drawn rows ``sign_*``) and the fraction of steps on which the three

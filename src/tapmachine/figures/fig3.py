@@ -1,7 +1,7 @@
 """Fig. 3: normalised TAP log-likelihood (eq. 39 / (Nv + Nh)) per epoch, one panel per dataset.
 
 Drawn from each model's ``metrics.csv`` (``tap_ll`` and its standard error ``tap_ll_stderr``
-over the evaluated training images). Claim (reproduction.md): the log-likelihood rises fast, then
+over the evaluated training images). Claim (docs/claims.md): the log-likelihood rises fast, then
 grows at a near-constant slope after about epoch 20. The table gives, per model, least-squares
 slopes before and after a breakpoint -- epoch 20 when the run has at least 40 epochs, else the
 midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of a straight line

@@ -8,7 +8,7 @@ f_a(W^T x, 0) over the first ``n_images`` training images. ``spread="peak"`` ins
 field to peak magnitude 1 before the measure (the project's earlier, scale-free variant).
 Fields are shown scaled to [-1, 1] (viridis: dark blue -1, green 0, yellow +1), as in the paper.
 
-Claims (reproduction.md): localised and stroke-like fields on MNIST (visual; the table gives the
+Claims (docs/claims.md): localised and stroke-like fields on MNIST (visual; the table gives the
 spread of every model) and more localisation with larger Nh, judged twice: by the Spearman
 correlation between Nh and the median raw l_0.1 spread among the models of one dataset, and
 between Nh and their median ``support_fraction`` (both negative: held). The raw l_0.1 spread

@@ -5,7 +5,7 @@ uniform average -- the Helmholtz free energy estimate (red line) -- and the numb
 solutions (green, right axis). Bottom: histograms of the unique solutions' free energies at
 selected epochs with a Gaussian kernel density estimate (Scott's bandwidth) on top.
 
-Claims (reproduction.md): the count starts at 1 and grows; unique solutions stay under 10% of
+Claims (docs/claims.md): the count starts at 1 and grows; unique solutions stay under 10% of
 the initialisations (Nh = 100); two free-energy bands on binary-MNIST. Bands are counted by a
 gap criterion on the sorted unique free energies: a new band starts at every gap wider than
 ``BAND_GAP`` (10%) of the range of free energies at that epoch, and bands holding fewer than

@@ -6,7 +6,7 @@ same plane with ``transform``. Colours span each epoch's own free-energy range, 
 Small or degenerate sets fall back to principal components (``tap_paper.embed``), and the table
 says so.
 
-Claims (reproduction.md): solutions start correlated, then spread (per epoch: the mean pairwise
+Claims (docs/claims.md): solutions start correlated, then spread (per epoch: the mean pairwise
 RMS distance and mean pairwise Pearson correlation of the solutions in configuration space); the
 free energy follows position (per epoch: the Pearson correlation between each solution's free
 energy and the mean free energy of its ``K_NEIGHBOURS`` nearest neighbours, in the embedding and

@@ -8,7 +8,7 @@ One panel per harvested epoch; under each, the solutions reached from the most i
 The initialisations and their solutions come from the harvest (its init -> solution map), so
 ``n_images`` must not exceed the harvest's ``n_init``.
 
-Claim (reproduction.md): the solutions act as attractors inside dense regions of the data. Per
+Claim (docs/claims.md): the solutions act as attractors inside dense regions of the data. Per
 epoch the table gives the mean distance from each solution to its nearest and to its
 ``K_DENSITY`` nearest initialisation images, divided by the same distances between the
 initialisation images themselves (below 1: the solutions sit where the data are dense), and the

@@ -5,7 +5,7 @@ rep, tau, T, capped). (a) tau + T (coupling time plus local-search steps) per me
 mean, and the 10-90% range over repetitions; a hollow marker flags a point where some chains hit
 the cap (its mean is then a lower bound). (b) MH + LMI alone: T and tau separately.
 
-Claims (reproduction.md, Sec. 5.1): the Gibbs coupling grows exponentially with d (value: slope
+Claims (docs/claims.md; Sec. 5.1): the Gibbs coupling grows exponentially with d (value: slope
 of ln mean(tau + T) per unit d, fitted on the points without capped chains, d >= 5); MH + LMI has
 tau = 1 for d >= 25 (value: the fraction of chains with tau = 1 over those dimensions); T grows
 gradually (value: exponent of a power law fitted to mean T, d >= 5; held when below 1). Rows

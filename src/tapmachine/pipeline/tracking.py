@@ -375,7 +375,7 @@ class Run:
                     artifacts={"model": str(model_file)},
                     signature=signature,
                     input_example=example,
-                    code_paths=[str(Path(mlflow_model.__file__).parent)],
+                    code_paths=[str(Path(mlflow_model.__file__).parents[1])],  # the package
                     pip_requirements=model_requirements(),
                 )
                 if dataset_file is not None:

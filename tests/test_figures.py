@@ -724,7 +724,7 @@ def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
     far = torch.full((36,), 40.0, dtype=torch.float64)
 
     def verdict(blob, n_distinct, spread, nearest):
-        rows = ucd_dbm._sample_claims(blob, "m", 36, n_distinct, spread, 130.0, nearest)
+        rows = ucd_dbm.images.sample_claims(blob, "m", 36, n_distinct, spread, 130.0, nearest)
         return [r["held"] for r in rows if r["claim"].startswith("fig2_")]
 
     assert verdict(ucd, 36, 90.0, far) == ["held"]
@@ -734,5 +734,5 @@ def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
     copy[3] = 0.0
     assert verdict(ucd, 36, 90.0, copy) == ["not held"]  # a training image copied
     assert verdict(pcd, 1, 0.0, far) == ["held"]  # PCD collapsed: the paper's Fig. 2a
-    rows = ucd_dbm._sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
+    rows = ucd_dbm.images.sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
     assert rows[-1]["held"] == "not held" and "does not fail at this size" in rows[-1]["detail"]

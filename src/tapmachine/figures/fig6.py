@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.fig5 import _note, load_epochs
+from tapmachine.figures.solutions import load_epochs, title_note
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
@@ -203,7 +203,7 @@ def make(
         ax.set_axis_off()
     fig.suptitle(
         f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
-        f"{describe(info)}" + _note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
+        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
         fontsize=9,
     )
     return FigureResult(

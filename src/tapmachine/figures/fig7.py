@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.fig5 import _note, load_epochs
 from tapmachine.figures.montage import tile
+from tapmachine.figures.solutions import load_epochs, title_note
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
@@ -281,7 +281,7 @@ def make(
     fig.suptitle(
         f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
         f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
-        f"{describe(info)}" + _note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
+        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
         fontsize=9,
     )
     return FigureResult(

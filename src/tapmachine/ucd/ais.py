@@ -54,7 +54,8 @@ import torch
 from torch import Tensor
 
 from tapmachine.core import eta
-from tapmachine.core.estimators import _as_betas, _log_mean_exp_and_stderr, base_rate_field
+from tapmachine.core.estimators import base_rate_field
+from tapmachine.core.estimators.ais import as_betas, log_mean_exp_and_stderr
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.ucd.dbm import mean_field
@@ -158,7 +159,7 @@ def dbm_ais_log_partition(
     _check_binary(machine)
     if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 2:
         raise ValueError(f"n_runs must be an integer >= 2, got {n_runs!r}")
-    schedule = _as_betas(segmented_schedule(10_001) if betas is None else betas)
+    schedule = as_betas(segmented_schedule(10_001) if betas is None else betas)
     m = machine
     dtype, device = m.dtype, m.device
     B0 = base_rate_field(m.visible, data).to(dtype=dtype, device=device)
@@ -184,7 +185,7 @@ def dbm_ais_log_partition(
             xs[l] = _sample(m.priors[l], b_new * m.input_to(l, xs), generator)
         for l in even:
             xs[l] = None
-    log_mean, stderr = _log_mean_exp_and_stderr(logw)
+    log_mean, stderr = log_mean_exp_and_stderr(logw)
     return DBMAISResult(log_z0 + log_mean, stderr, logw, len(schedule), log_z0)
 
 

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from tapmachine.core.priors import truncnorm as tn
 from tapmachine.core.priors.base import Prior
+
+
+class _Tilted(NamedTuple):
+    """Statistics of Q(x; B, A) and P(x) for a truncated Gaussian layer (same shape as B)."""
+
+    log_z: Tensor  # ln Z_Q relative to P (eq. 75 divided by Z_TG)
+    a: Tensor  # f_a of Q (eq. 78)
+    c: Tensor  # f_c of Q (eq. 81)
+    a_p: Tensor  # <x> under P
+    c_p: Tensor  # var x under P
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -21,7 +32,7 @@ class TruncatedGaussian(Prior):
     a truncated Gaussian with linear coefficient B + U and precision A + V. The bounds are fixed,
     finite, lower < upper.
 
-    Numerics: see the regime table above ``_FAST_G``. In short, with A + V > 0 and a box at
+    Numerics: see the regime table in ``truncnorm``. In short, with A + V > 0 and a box at
     least 0.42 standard deviations wide: the truncated-normal closed forms (two erfc) while the
     mode lies inside the box or at most 3.5 standard deviations beyond the heavier bound -- the
     common regime, ~25 ns per element on one CPU thread -- and the difference of two Gaussian
@@ -52,22 +63,22 @@ class TruncatedGaussian(Prior):
     def width(self) -> float:
         return self.upper - self.lower
 
-    def _tilt_q(self, B: Tensor, A: Tensor, log_z: bool, moments: bool) -> tn._Tilt:
+    def _tilt_q(self, B: Tensor, A: Tensor, log_z: bool, moments: bool) -> tn.Tilt:
         """Q(x; B, A): linear coefficient B + U and precision A + V, summed in float64."""
         native = torch.promote_types(self.U.dtype, B.dtype)
-        b, s = tn._wide(self.U) + B, tn._wide(self.V) + A  # fresh: ``_tilt`` may overwrite them
-        return tn._tilt(b, s, self.lower, self.upper, native, log_z, moments, owned=True)
+        b, s = tn.wide(self.U) + B, tn.wide(self.V) + A  # fresh: ``anchored`` may overwrite them
+        return tn.anchored(b, s, self.lower, self.upper, native, log_z, moments, owned=True)
 
-    def _tilt_p(self, log_z: bool, moments: bool) -> tn._Tilt:
+    def _tilt_p(self, log_z: bool, moments: bool) -> tn.Tilt:
         """The prior P itself."""
-        U, V = tn._wide(self.U), tn._wide(self.V)
-        return tn._tilt(U, V, self.lower, self.upper, self.U.dtype, log_z, moments)
+        U, V = tn.wide(self.U), tn.wide(self.V)
+        return tn.anchored(U, V, self.lower, self.upper, self.U.dtype, log_z, moments)
 
-    def _anchor(self, t: tn._Tilt) -> Tensor:
+    def _anchor(self, t: tn.Tilt) -> Tensor:
         """The bound each element of ``t`` leans on."""
         return (0.5 * (self.lower + self.upper)) + t.sign * (0.5 * self.width)
 
-    def _mean_var(self, t: tn._Tilt) -> tuple[Tensor, Tensor]:
+    def _mean_var(self, t: tn.Tilt) -> tuple[Tensor, Tensor]:
         """Mean and variance in x, the mean measured from the bound the mass leans on.
 
         Without autograd, ``t.dist`` and ``t.var`` are consumed (overwritten).
@@ -79,7 +90,7 @@ class TruncatedGaussian(Prior):
         a = torch.mul(t.sign, h).add_(0.5 * (lo + hi)).addcmul_(t.sign, t.dist, value=-1.0)
         return a.clamp_(lo, hi), t.var.clamp_(0.0, h * h)
 
-    def _log_z(self, B: Tensor, A: Tensor, tq: tn._Tilt, tp: tn._Tilt) -> Tensor:
+    def _log_z(self, B: Tensor, A: Tensor, tq: tn.Tilt, tp: tn.Tilt) -> Tensor:
         """ln Z_Q (eq. 75) from the anchored normalisers of Q and P.
 
         ln Z_Q = [E_Q(x_Q) - E_P(x_P)] + (ln int relative to the anchors x_Q, x_P), with
@@ -89,7 +100,7 @@ class TruncatedGaussian(Prior):
         """
         if tq.log_z.requires_grad or tp.log_z.requires_grad:
             x = self._anchor(tq)
-            wB, wA = tn._wide(B), tn._wide(A)
+            wB, wA = tn.wide(B), tn.wide(A)
             shift = wB * x - 0.5 * wA * x * x - (1.0 - tq.sign * tp.sign) * tp.tilt
             return shift + tq.log_z - tp.log_z
         corr = torch.mul(tq.sign, tp.sign).sub_(1.0).mul_(tp.tilt)
@@ -97,18 +108,18 @@ class TruncatedGaussian(Prior):
         log_z = tq.log_z.sub_(tp.log_z).add_(corr).addcmul_(B, x)
         return log_z.addcmul_(A, x.mul_(x), value=-0.5)
 
-    def _stats_wide(self, B: Tensor, A: Tensor, moments: bool = True) -> tn._Tilted:
+    def _stats_wide(self, B: Tensor, A: Tensor, moments: bool = True) -> _Tilted:
         """``_stats`` in float64 (for float32 inputs)."""
         tq, tp = self._tilt_q(B, A, True, moments), self._tilt_p(True, moments)
         log_z = self._log_z(B, A, tq, tp)
         if not moments:
-            return tn._Tilted(log_z, None, None, None, None)
-        return tn._Tilted(log_z, *self._mean_var(tq), *self._mean_var(tp))
+            return _Tilted(log_z, None, None, None, None)
+        return _Tilted(log_z, *self._mean_var(tq), *self._mean_var(tp))
 
-    def _stats(self, B: Tensor, A: Tensor) -> tn._Tilted:
+    def _stats(self, B: Tensor, A: Tensor) -> _Tilted:
         """ln Z_Q (eq. 75) and the moments of Q and P, in one pass (in the dtype of B + U)."""
         dtype = torch.promote_types(self.U.dtype, B.dtype)
-        return tn._Tilted(*(t.to(dtype) for t in self._stats_wide(B, A)))
+        return _Tilted(*(t.to(dtype) for t in self._stats_wide(B, A)))
 
     def moments(self, B, A):
         """f_a (eq. 78) and f_c (eq. 81): mean and variance of Q(x; B, A)."""
@@ -127,8 +138,8 @@ class TruncatedGaussian(Prior):
         dtype = torch.promote_types(self.U.dtype, x.dtype)
         tp = self._tilt_p(True, False)
         # ln TG = E(x) - E(anchor) - ln int e^{E - E(anchor)}, E(x) - E(anchor) = -rate d - V d^2/2
-        dist = tp.sign * (self._anchor(tp) - tn._wide(x))
-        lp = -tp.rate * dist - 0.5 * tn._wide(self.V) * dist * dist - tp.log_z
+        dist = tp.sign * (self._anchor(tp) - tn.wide(x))
+        lp = -tp.rate * dist - 0.5 * tn.wide(self.V) * dist * dist - tp.log_z
         inside = (x >= self.lower) & (x <= self.upper)
         return torch.where(inside, lp, -math.inf).to(dtype)
 
@@ -149,7 +160,7 @@ class TruncatedGaussian(Prior):
         """Eqs. (83-84): d ln TG / dU = x - <x>_P, d/dV = -(x^2 - <x^2>_P) / 2."""
         dtype = torch.promote_types(self.U.dtype, x.dtype)
         a_p, c_p = self._mean_var(self._tilt_p(False, True))
-        xw = tn._wide(x)
+        xw = tn.wide(x)
         return {
             "U": (xw - a_p).to(dtype),
             "V": (-0.5 * ((xw - a_p) * (xw + a_p) - c_p)).to(dtype),
@@ -159,21 +170,21 @@ class TruncatedGaussian(Prior):
     def sample(self, B, A, generator=None):
         """Exact draws from Q by inverting its CDF.
 
-        With ndtri (``tn._closed_form``) where A + V > 0, the box is at least 0.42 standard
+        With ndtri (``tn.closed_form``) where A + V > 0, the box is at least 0.42 standard
         deviations wide and the mode lies at most 14 standard deviations beyond the heavier
-        bound (g <= tn._SAMPLE_G, which covers the closed regime and the near part of the tail
-        one; draws within 1e-13 of their spread), elsewhere by log-survival Newton (``tn._draw``),
+        bound (g <= tn.SAMPLE_G, which covers the closed regime and the near part of the tail
+        one; draws within 1e-13 of their spread), elsewhere by log-survival Newton (``tn.draw``),
         on those elements only.
         """
         dtype = torch.promote_types(self.U.dtype, B.dtype)
-        b, s = torch.broadcast_tensors(tn._wide(self.U) + B, tn._wide(self.V) + A)
+        b, s = torch.broadcast_tensors(tn.wide(self.U) + B, tn.wide(self.V) + A)
         u_side = torch.rand(b.shape, generator=generator, dtype=dtype, device=b.device)
         w = 1.0 - torch.rand(b.shape, generator=generator, dtype=dtype, device=b.device)
-        t = tn._tilt(b, s, self.lower, self.upper, dtype, False, False)
+        t = tn.anchored(b, s, self.lower, self.upper, dtype, False, False)
         h = 0.5 * self.width
-        f, g1, g2, width, _ = tn._closed_setup(t.rate, torch.add(t.rate, s, alpha=2.0 * h), s, h)
-        ok = (g1 <= tn._SAMPLE_G) & (width >= tn._FAST_WIDTH)
-        (dist,) = tn._closed_form(f, g1, g2, width, False, False, tn._wide(w))
+        f, g1, g2, width, _ = tn.closed_setup(t.rate, torch.add(t.rate, s, alpha=2.0 * h), s, h)
+        ok = (g1 <= tn.SAMPLE_G) & (width >= tn.FAST_WIDTH)
+        (dist,) = tn.closed_form(f, g1, g2, width, False, False, tn.wide(w))
         x = (self._anchor(t) - t.sign * dist).clamp_(self.lower, self.upper).to(dtype)
         if not bool(ok.all()):
             idx = (~ok).reshape(-1).nonzero().squeeze(1)
@@ -181,7 +192,7 @@ class TruncatedGaussian(Prior):
             rates = ((bs - ss * self.upper).to(dtype), (ss * self.lower - bs).to(dtype))
             length = torch.full_like(rates[0], self.width)
             us, ws = u_side.reshape(-1)[idx], w.reshape(-1)[idx]
-            from_upper, d = tn._draw(*rates, ss.to(dtype), length, us, ws)
+            from_upper, d = tn.draw(*rates, ss.to(dtype), length, us, ws)
             xs = torch.where(from_upper, self.upper - d, self.lower + d)
             x.view(-1)[idx] = xs.clamp(self.lower, self.upper)
         return x

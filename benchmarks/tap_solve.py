@@ -1,0 +1,126 @@
+"""``tap_solve``: the Anderson TAP solver against Alg. 1 on trained checkpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.checkpoints import CHECKPOINTS, solve_checkpoints
+from benchmarks.common import binary_mnist
+from tapmachine.core import tap
+from tapmachine.train import training
+
+__all__ = ["bench_tap_solve", "solver_comparison"]
+
+
+def _cpu_timed(fn):
+    """(result, CPU seconds of this process): one torch thread's time, not the shared load's."""
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def _quantiles(t: torch.Tensor) -> tuple[float, float]:
+    t = t.double()
+    return float(t.median()), float(torch.quantile(t, 0.9))
+
+
+def _continued(machine, state, **kw):
+    """``tap.solve`` from where ``state`` stopped (its a, c of every layer)."""
+    return tap.solve(
+        machine, state.a[0], c_visible=state.c[0], a_hidden=state.a[1:], c_hidden=state.c[1:], **kw
+    )
+
+
+def _tight(machine, state, solver: str, tol: float, max_iter: int):
+    """``state`` continued by ``solver`` to ``tol``; for Alg. 1, rows still not converged get
+    the 0.95-damped second pass (``tap.solve_with_retry``'s, at its tolerance)."""
+    out = _continued(machine, state, solver=solver, tol=tol, max_iter=max_iter)
+    if solver == "damped" and not bool(out.converged.all()):
+        rows = torch.nonzero(~out.converged, as_tuple=True)[0]
+        retry_tol = tap.retry_tolerance(tol, 0.5, 0.95)
+        again = _continued(
+            machine, out.select(rows), damping=0.95, tol=retry_tol, max_iter=max_iter
+        )
+        for merged, new in zip(out.a, again.a, strict=True):
+            merged[rows] = new
+        out.converged[rows] = again.converged
+    return out
+
+
+def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
+    """Alg. 1 (damped 0.5) against the Anderson solver from the same starts ``x`` (float64).
+
+    Both to ``tol`` (cap ``cap``): iterations per row (median, 90th percentile; unconverged rows
+    count as ``cap``), converged share, CPU seconds. The fixed point each start reaches under
+    Alg. 1 is its damped iterate continued to ``ref_tol`` (up to 2 ``cap`` more iterations, then
+    the 0.95-damped second pass for rows that cycle); each Anderson result is continued by
+    Anderson to ``ref_tol`` too and compared with it (max-abs over all units:
+    ``same_fixed_point_share`` within 1e-4, over rows converged in both): the basin agreement.
+    ``*_stop_error_median``: how far the rows stopped at ``tol`` lie from their own solver's
+    tight fixed point.
+    """
+    kw = {"damping": 0.5, "tol": tol, "max_iter": cap}
+    damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, **kw))
+    fast, t_fast = _cpu_timed(lambda: tap.solve(machine, x, solver="anderson", **kw))
+    ref = _tight(machine, damped, "damped", ref_tol, 2 * cap)
+    fast_ref = _tight(machine, fast, "anderson", ref_tol, 2 * cap)
+    both = ref.converged & fast_ref.converged
+    gap = (ref.magnetisations() - fast_ref.magnetisations()).abs().amax(1)[both]
+
+    def stop_error(stopped, tight):
+        rows = stopped.converged & tight.converged
+        err = (stopped.magnetisations() - tight.magnetisations()).abs().amax(1)[rows]
+        return float(err.median()) if rows.any() else float("nan")
+
+    d_med, d_p90 = _quantiles(damped.iterations)
+    a_med, a_p90 = _quantiles(fast.iterations)
+    return {
+        "rows": int(x.shape[0]),
+        "iterations_damped_median": d_med,
+        "iterations_damped_p90": d_p90,
+        "iterations_anderson_median": a_med,
+        "iterations_anderson_p90": a_p90,
+        "iterations_ratio": d_med / a_med,
+        "seconds_damped": t_damped,
+        "seconds_anderson": t_fast,
+        "seconds_ratio": t_damped / t_fast,
+        "converged_share_damped": float(damped.converged.double().mean()),
+        "converged_share_anderson": float(fast.converged.double().mean()),
+        "reference_converged_share": float(ref.converged.double().mean()),
+        "anderson_tight_converged_share": float(fast_ref.converged.double().mean()),
+        "same_fixed_point_share": float((gap <= 1e-4).double().mean()) if both.any() else None,
+        "same_fixed_point_rows": int(both.sum()),
+        "max_abs_delta_a": float(gap.max()) if both.any() else None,
+        "median_abs_delta_a": float(gap.median()) if both.any() else None,
+        "damped_stop_error_median": stop_error(damped, ref),
+        "anderson_stop_error_median": stop_error(fast, fast_ref),
+    }
+
+
+def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
+    """Anderson mixing against Alg. 1 on trained binary-MNIST checkpoints (issue item 2): one
+    result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
+    first 500 training images, float64, one torch thread, CPU seconds). Checkpoints are read
+    from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        directory = Path(checkpoints or CHECKPOINTS)
+        rows = 100 if quick else 500
+        x, source = binary_mnist(rows)
+        x = x.to(device=device, dtype=torch.float64)
+        out = []
+        for name, epoch, path in solve_checkpoints(directory, quick):
+            machine = training.load_model(path, device=device, dtype=torch.float64)
+            result = {"name": "tap_solve", "model": name, "epoch": epoch, "data": source}
+            result.update(solver_comparison(machine, x, cap=300 if quick else 1000))
+            result.update(seconds=result["seconds_anderson"], gflops=None, ratio_to_matmul=None)
+            print(json.dumps(result), flush=True)
+            out.append(result)
+        return out
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,58 @@
+"""One sweep of Alg. 1: each layer's fields (eqs. 33-34) and damped moment update, batched."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["sweep"]
+
+
+def _layer_fields(l, a, c, weights, neg_squares):
+    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l`` (batched matmuls).
+
+    ``neg_squares`` holds -W * W, so A comes straight out of the matmuls.
+    """
+    n_couplings = len(weights)
+    A = None
+    field = None
+    if l > 0:
+        A = torch.mm(c[l - 1], neg_squares[l - 1])
+        field = torch.mm(a[l - 1], weights[l - 1])
+    if l < n_couplings:
+        if A is None:
+            A = torch.mm(c[l + 1], neg_squares[l].T)
+            field = torch.mm(a[l + 1], weights[l].T)
+        else:
+            A.addmm_(c[l + 1], neg_squares[l].T)
+            field.addmm_(a[l + 1], weights[l].T)
+    # B = A * a_old + field (Onsager reaction term uses the layer's previous mean).
+    B = field.addcmul_(A, a[l])
+    return A, B
+
+
+def sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c) -> Tensor:
+    """One sweep of Alg. 1 over the layers in ``order``, in place on the lists a, c, A, B.
+
+    Each layer l gets A_l, B_l from its neighbours (eqs. 33-34; ``tilt`` adds the visible
+    layer's external field), then a_l <- a_l + (1 - keep_a[l]) (f_a - a_l) and
+    c_l <- lerp(f_c, c_l, keep_c[l]). Returns each row's sum over the layers of the squared
+    damped step of the means (the numerator of ``solve``'s criterion).
+    """
+    step = torch.zeros(a[order[0]].shape[0], dtype=a[order[0]].dtype, device=a[order[0]].device)
+    for l in order:
+        A[l], B[l] = _layer_fields(l, a, c, weights, neg_squares)
+        if l == 0 and tilt is not None:
+            for field, extra in zip((A[0], B[0]), tilt, strict=True):
+                if extra is not None:
+                    field.add_(extra)
+        a_new, c_new = priors[l].moments(B[l], A[l])
+        # a <- a + (1 - damping) (f_a - a); the squared step is taken from the same
+        # difference (one pass fewer than lerp, subtract, square, sum).
+        diff = a_new.sub_(a[l])
+        step += torch.linalg.vector_norm(diff, dim=1).square_().mul_((1.0 - keep_a[l]) ** 2)
+        a[l] = torch.add(a[l], diff, alpha=1.0 - keep_a[l])
+        if keep_c[l] > 0.0:
+            c_new = c_new.lerp_(c[l], keep_c[l])
+        c[l] = c_new
+    return step

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 LINK = re.compile(r"\]\(([^)\s]+)\)|(?:src|href)=\"([^\"]+)\"")
@@ -58,23 +58,16 @@ def test_relative_links_resolve(page):
 
 
 def module_exists(dotted: str) -> bool:
-    """``tapmachine.a.b`` is a module or package under src/, or ``tapmachine.a.name`` a name
-    defined (or re-exported) at the top level of module ``tapmachine.a``."""
+    """``tapmachine.a.b`` is an importable module, or ``tapmachine.a.name`` a name that module
+    ``tapmachine.a`` defines or exports."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
-        base = SRC.joinpath(*parts[:cut])
-        for file in (base.with_suffix(".py"), base / "__init__.py"):
-            if file.exists():
-                rest = parts[cut:]
-                if not rest:
-                    return True
-                if len(rest) > 1:
-                    return False
-                name = re.escape(rest[0])
-                pattern = (
-                    rf"^(?:def|class) {name}\b|^{name}\b.*=|\b{name}\b.*import|import.*\b{name}\b"
-                )
-                return re.search(pattern, file.read_text(), re.M) is not None
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        rest = parts[cut:]
+        return not rest or (len(rest) == 1 and hasattr(module, rest[0]))
     return False
 
 

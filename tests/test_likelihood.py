@@ -427,7 +427,7 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     """TAP converges from none of the rows at damping 0.5 without the second pass: TAP's ln Z and
     log-likelihood are NaN, the other estimates are still computed; with the second pass TAP's
     ln Z is the one training's evaluation records."""
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
 
     m, x = cycling_rbm
     off = dataclasses.replace(
@@ -441,8 +441,8 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     assert math.isfinite(row["exact_ll_test"]) and math.isfinite(row["pl_test"])
     on = dataclasses.replace(off, retry_damping=0.95)
     _, info = likelihood.tap_log_partition(m, x, on)
-    trained = training.evaluate_tap_log_likelihood(
-        m, x, training.TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
+    trained = evaluate_tap_log_likelihood(
+        m, x, TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
     )
     assert info["n_unique"] == trained["n_unique"] > 0
     assert info["log_z_tap"] == pytest.approx(trained["log_z_tap"], abs=1e-12)

@@ -7,7 +7,8 @@ import itertools
 import pytest
 import torch
 
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, train
 from tapmachine.ucd import dbm
 
 SIZES = [5, 3, 2]
@@ -42,12 +43,12 @@ def _data(generator) -> torch.Tensor:
 
 
 def _train(method: str, seed: int, steps: int = 300):
-    g = training.seeded_generator(seed, "test", "init")
+    g = seeded_generator(seed, "test", "init")
     opts = dbm.DBMOptions()
     machine = dbm.build_dbm(SIZES, g, opts, 0.01)
     x01 = _data(g)
     x = dbm.data_for(machine, x01)
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=steps * 20 // len(x),
         batch_size=20,
         learning_rate=0.05,
@@ -57,8 +58,8 @@ def _train(method: str, seed: int, steps: int = 300):
         evaluate=False,
     )
     start = exact_log_likelihood(machine, x)
-    gen = training.seeded_generator(seed, "test", "train")
-    out, _ = training.train(machine, x, settings, gen, progress=False)
+    gen = seeded_generator(seed, "test", "train")
+    out, _ = train(machine, x, settings, gen, progress=False)
     return start, exact_log_likelihood(out, x)
 
 
@@ -105,7 +106,7 @@ def test_completion_returns_the_exact_conditional_mode_when_unique():
 
     checked = 0
     for seed in range(200):
-        g = training.seeded_generator(seed, "test", "complete")
+        g = seeded_generator(seed, "test", "complete")
         m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
         m = m.replace(weights=[0.7 * W for W in m.weights])
         v_obs = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
@@ -207,10 +208,10 @@ def test_centered_step_is_the_centered_coordinate_update():
 
 
 def test_on_step_receives_the_ucd_metrics():
-    g = training.seeded_generator(0, "test", "on_step")
+    g = seeded_generator(0, "test", "on_step")
     machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
     x = dbm.data_for(machine, _data(g)[:60])
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=1,
         batch_size=20,
         learning_rate=0.05,
@@ -220,9 +221,7 @@ def test_on_step_receives_the_ucd_metrics():
         evaluate=False,
     )
     seen = []
-    training.train(
-        machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m))
-    )
+    train(machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m)))
     assert [s for s, _ in seen] == [1, 2, 3]
     for _, m in seen:
         for key in ("tau_mean", "T_mean", "corrected_fraction", "start_energy_gap", "grad_norm"):
@@ -238,10 +237,10 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
     def run(epochs, folder):
-        g = training.seeded_generator(0, "test", "resume")
+        g = seeded_generator(0, "test", "resume")
         machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
         x = dbm.data_for(machine, _data(g)[:100])
-        settings = training.TrainSettings(
+        settings = TrainSettings(
             epochs=epochs,
             batch_size=20,
             learning_rate=0.05,
@@ -250,7 +249,7 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
             method=method,
             evaluate=False,
         )
-        return training.train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
+        return train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
 
     whole, _ = run(3, tmp_path / "whole")
     run(1, tmp_path / "cut")
@@ -273,7 +272,7 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
 def test_mean_field_updates_every_hidden_layer_to_a_fixed_point(sizes):
     """Every hidden layer's means solve mu_l = E[x_l | input from mu_{l-1}, mu_{l+1}] (the even
     hidden layers too: they were once left at their prior means)."""
-    g = training.seeded_generator(0, "test", "mean_field")
+    g = seeded_generator(0, "test", "mean_field")
     machine = dbm.build_dbm(sizes, g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
     v = dbm.data_for(machine, (torch.rand(7, sizes[0], generator=g) < 0.5).double())
     xs = dbm.mean_field(machine, v, 200)

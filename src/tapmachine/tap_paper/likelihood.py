@@ -219,7 +219,7 @@ def recorded_final_tap_partition(
 ) -> tuple[dict | None, str]:
     """``recorded_tap_partition`` for a final model (``model.pt``): training's evaluation after
     its last epoch, with the training settings rebuilt from the model's config entry."""
-    from tapmachine.train.training import TrainingError, TrainSettings
+    from tapmachine.train import TrainingError, TrainSettings
 
     try:
         trained = dataclasses.asdict(TrainSettings.from_spec(model.spec)) if model.spec else {}
@@ -229,7 +229,7 @@ def recorded_final_tap_partition(
 
 
 def _recorded(trained, history, epoch, machine_state, settings, dtype):
-    from tapmachine.train.training import evaluation_signature, expected_signature
+    from tapmachine.train import evaluation_signature, expected_signature
 
     why = evaluation_differs(trained, settings)
     if why:
@@ -307,7 +307,7 @@ def score_machine(
     again. The TAP log-likelihood of an image needs only ln Z (eq. 39: data term - ln Z), so
     both ways give the same numbers; ``log_z_tap_source`` says which was used.
     """
-    from tapmachine.train.training import seeded_generator
+    from tapmachine.core.seeding import seeded_generator
 
     if machine.n_layers != 2:
         raise ValueError("likelihood scoring needs an RBM (one hidden layer)")

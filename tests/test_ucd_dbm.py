@@ -254,7 +254,7 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
     whole, _ = run(3, tmp_path / "whole")
     run(1, tmp_path / "cut")
     assert checkpoint_epochs(tmp_path / "cut") == [1]
-    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").dbm_state
+    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").state
     assert state is not None and state["method"] == method
     if method == "centered_pcd":
         assert state["chains"] is not None and state["offsets"] is not None

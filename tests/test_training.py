@@ -582,3 +582,31 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     gaps = table[(table["kind"] == "claim") & (table["claim"] == "epochs_without_solution")]
     assert list(gaps["value"]) == [2.0]
     assert "2 epoch(s) without a converged TAP solution" in result.figure.get_suptitle()
+
+
+def test_settings_defaults_are_the_schemas():
+    """TrainSettings and PretrainSettings take their defaults from the config schema (``model``
+    for RBMs and deep TAP machines, ``dbm_model`` for an entry of a DBM method)."""
+    import yaml
+
+    from tapmachine.io.schema import SCHEMA_FILE
+    from tapmachine.train import PretrainSettings
+
+    defs = yaml.safe_load(SCHEMA_FILE.read_text())["$defs"]
+    model, dbm_model = defs["model"]["properties"], defs["dbm_model"]["properties"]
+    tap_keys = model["tap"]["properties"]
+    fields = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
+    for key, prop in model.items():
+        if key in fields:
+            assert fields[key] == prop["default"], key
+    for key, prop in tap_keys.items():
+        assert fields[key] == prop["default"], key
+    assert fields["eval_samples"] == model["eval"]["properties"]["n_samples"]["default"]
+    pretrain = {f.name: f.default for f in dataclasses.fields(PretrainSettings)}
+    assert pretrain == {k: p["default"] for k, p in model["pretrain"]["properties"].items()}
+    dbm = TrainSettings.from_spec({"method": "dbm_pcd", "hidden": [3]})
+    for key, prop in dbm_model.items():
+        if key in fields and key != "ucd" and "default" in prop:
+            assert getattr(dbm, key) == prop["default"], key
+    assert dbm.momentum != fields["momentum"] and not dbm.evaluate
+    assert TrainSettings.from_spec({"method": "dbm_pcd", "momentum": 0.3}).momentum == 0.3

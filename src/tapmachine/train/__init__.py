@@ -17,7 +17,6 @@ from tapmachine.train.evaluation import (
 from tapmachine.train.job import Prepared, prepare, run_params, train_from_spec
 from tapmachine.train.loop import train
 from tapmachine.train.methods import METHODS, GradientMethod, register
-from tapmachine.train.resume import NUMERICS_VERSION
 from tapmachine.train.settings import PretrainSettings, TrainingError, TrainSettings
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "evaluate_tap_log_likelihood",
     "evaluation_signature",
     "expected_signature",
-    "NUMERICS_VERSION",
     "train",
     "Prepared",
     "prepare",

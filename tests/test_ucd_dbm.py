@@ -279,3 +279,38 @@ def test_mean_field_updates_every_hidden_layer_to_a_fixed_point(sizes):
     for l in range(1, machine.n_layers):
         fixed = machine.priors[l].mean(machine.input_to(l, xs))
         torch.testing.assert_close(xs[l], fixed, atol=1e-8, rtol=0)
+
+
+def test_one_path_from_config_entry_to_initial_machine(tmp_path):
+    """``train.prepare`` builds RBMs and DBMs from their config entries: a DBM entry gives
+    ``dbm.build_dbm`` of the entry's sizes and switches drawn from the stream
+    (seed, "ucd_dbm", "{dataset}/{name}", "train"), its rows in the machine's units; an RBM entry
+    Alg. 2's machine from (seed, name, "train"); a DBM on non-binary data is refused."""
+    import numpy as np
+
+    from tapmachine.io.data import Dataset, save_dataset
+    from tapmachine.train import TrainingError, build_machine, prepare
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((60, 5)) < 0.4).astype(np.uint8)
+    y = np.zeros(60, dtype=np.int64)
+    save_dataset(Dataset(x, y, x[:10], y[:10], (1, 5), {}, "toy"), tmp_path / "toy.npz")
+    entry = {"method": "ucd_lmi", "hidden": [3, 2], "batch_size": 20, "ucd": {"centering": True}}
+    job = prepare("d", entry, tmp_path / "toy.npz", seed=4, n_train=40)
+    expected = dbm.build_dbm(
+        [5, 3, 2], seeded_generator(4, "ucd_dbm", "toy/d", "train"), dbm.DBMOptions(), 0.01
+    )
+    for a, b in zip(job.machine.weights, expected.weights, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(job.machine.priors, expected.priors, strict=True):
+        assert type(a) is type(b) and torch.equal(a.U, b.U)
+    assert torch.equal(job.x, 2 * torch.as_tensor(x[:40], dtype=torch.float32) - 1)
+    assert job.settings.momentum == 0.0 and not job.settings.evaluate  # dbm_model's defaults
+    rbm = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    job = prepare("r", {**rbm, "batch_size": 20}, tmp_path / "toy.npz", seed=4)
+    rows = torch.as_tensor(x, dtype=torch.float32)
+    expected = build_machine(rbm, rows, 0.001, seeded_generator(4, "r", "train"))
+    assert torch.equal(job.machine.W, expected.W) and job.settings.evaluate
+    save_dataset(Dataset(x / 2, y, x[:10], y[:10], (1, 5), {}, "half"), tmp_path / "half.npz")
+    with pytest.raises(TrainingError, match="not binary"):
+        prepare("d", entry, tmp_path / "half.npz")

@@ -51,6 +51,8 @@ def _load_binary(path):
 
 def _epoch_image(machine, x01, shape, generator, path):
     """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
+    import torch
+
     from tapmachine.figures.common import new_figure
     from tapmachine.figures.ucd_dbm import image_grid
     from tapmachine.io.files import atomic_write
@@ -67,7 +69,7 @@ def _epoch_image(machine, x01, shape, generator, path):
         (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
         (
             axes[1],
-            torch_cat(x01[:16], dbm.to_unit_interval(machine, recon).cpu()),
+            torch.cat([x01[:16], dbm.to_unit_interval(machine, recon).cpu()]),
             "data | recon.",
             8,
         ),
@@ -76,12 +78,6 @@ def _epoch_image(machine, x01, shape, generator, path):
         ax.set_title(title, fontsize=8)
         ax.axis("off")
     atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
-
-
-def torch_cat(a, b):
-    import torch
-
-    return torch.cat([a, b])
 
 
 def train_dbm(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from benchmarks import ROOT
 from benchmarks.common import binary_mnist
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, build_machine, train
 
 __all__ = ["CHECKPOINTS", "SOLVE_EPOCHS", "SOLVE_MODELS", "solve_checkpoints", "train_checkpoints"]
 
@@ -33,7 +34,7 @@ def train_checkpoints(directory: Path, epochs: int, quick: bool) -> None:
     x, _ = binary_mnist(6000 if quick else None)
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli"}]}
     for name, nh in SOLVE_MODELS.items():
-        settings = training.TrainSettings(
+        settings = TrainSettings(
             epochs=epochs,
             batch_size=100,
             learning_rate=0.005,
@@ -43,9 +44,9 @@ def train_checkpoints(directory: Path, epochs: int, quick: bool) -> None:
             evaluate=False,
         )
         model_spec = {**spec, "hidden": [{"prior": "bernoulli", "units": nh}]}
-        g = training.seeded_generator(2026, name, "train")
-        machine = training.build_machine(model_spec, x, settings.weight_init_std, g)
-        training.train(machine, x, settings, g, checkpoint_dir=directory / name, progress=False)
+        g = seeded_generator(2026, name, "train")
+        machine = build_machine(model_spec, x, settings.weight_init_std, g)
+        train(machine, x, settings, g, checkpoint_dir=directory / name, progress=False)
 
 
 def solve_checkpoints(directory: Path, quick: bool) -> list[tuple[str, int, Path]]:

@@ -9,7 +9,7 @@ import torch
 from benchmarks import ROOT
 from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
-from tapmachine.train import training
+from tapmachine.train import load_model
 
 __all__ = [
     "binary_mnist",
@@ -89,7 +89,7 @@ def trained_or_random(name: str, nh: int, device, runs=("default",)):
     for run in runs:
         model_file = ROOT / "results" / run / "models" / name / "model.pt"
         if model_file.exists():
-            machine = training.load_model(model_file, device=device, dtype=torch.float32)
+            machine = load_model(model_file, device=device, dtype=torch.float32)
             return machine, str(model_file.relative_to(ROOT))
     nv = 784
     g = torch.Generator().manual_seed(0)

@@ -6,7 +6,7 @@ import torch
 
 from benchmarks import ROOT
 from benchmarks.common import binary_mnist, call_seconds, trained_or_random
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
 
 __all__ = ["bench_denoise"]
 
@@ -52,7 +52,7 @@ def bench_denoise(device, quick: bool) -> dict:
     else:
         x = x_train[-n_images:]
     machine, model = trained_or_random("bmnist_h500", nh, device, runs=("default", "paper"))
-    y, p_rows, clean = denoise.stack_noise(x, ps, training.seeded_generator(0, "bench"))
+    y, p_rows, clean = denoise.stack_noise(x, ps, seeded_generator(0, "bench"))
     m = denoise.magnetisations(x_train).to(device)
     y = y.to(device)
     k = y.shape[0]

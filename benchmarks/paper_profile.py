@@ -14,7 +14,9 @@ from benchmarks.common import binary_mnist, cpu_seconds
 from tapmachine.core import tap
 from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, build_machine, load_model
+from tapmachine.train.methods import gradients
 
 __all__ = ["PAPER_TARGETS", "bench_paper_profile", "measured_iterations"]
 
@@ -50,10 +52,10 @@ def measured_iterations(cfg: dict, checkpoints: Path, quick: bool) -> dict:
         nh = spec["hidden"][0]["units"] if len(spec.get("hidden", [])) == 1 else None
         if spec.get("dataset") != "binary_mnist" or nh not in by_units:
             continue
-        settings = training.TrainSettings.from_spec(spec)
+        settings = TrainSettings.from_spec(spec)
         t_counts, e_counts = [], []
         for path in by_units[nh]:
-            machine = training.load_model(path, dtype=torch.float32)
+            machine = load_model(path, dtype=torch.float32)
             xs = x.to(torch.float32)
             if settings.method == "tap" and settings.train_iterations == "converge":
                 st = tap.solve(
@@ -88,7 +90,7 @@ def measured_iterations(cfg: dict, checkpoints: Path, quick: bool) -> dict:
     )
     h_counts = []
     for path in by_units[100]:
-        machine = training.load_model(path, dtype=torch.float64)
+        machine = load_model(path, dtype=torch.float64)
         arrays = harvest_module.harvest(machine, x.double(), settings)
         h_counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
     return {"train_converge": train, "eval": evals, "harvest": sum(h_counts) / len(h_counts)}
@@ -146,21 +148,21 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
     models, harvest_cfg, lik = cfg["models"], cfg["harvest"], cfg["likelihood"]
     x, source = binary_mnist(None if not quick else 12000)
     n_train = 60000
-    g = training.seeded_generator(0, "paper_profile")
+    g = seeded_generator(0, "paper_profile")
     reps = 2 if quick else 5
     jobs: dict[str, float] = {}
     detail: dict[str, dict] = {}
     fixed3: dict[str, float] = {}  # training seconds of the TAP models at 3 iterations per step
 
     def machine_for(spec):
-        return training.build_machine(spec, x[:1000], 0.05, g)
+        return build_machine(spec, x[:1000], 0.05, g)
 
     # Training: seconds per minibatch, per model.
     fig3 = [m for m in cfg["figures"]["fig3"]["models"] if models[m]["dataset"] == "binary_mnist"]
     table_models = list(lik["table"]["models"])
     for name in dict.fromkeys(fig3 + table_models + [lik["fig12"]["model"]]):
         spec = models[name]
-        settings = training.TrainSettings.from_spec(spec)
+        settings = TrainSettings.from_spec(spec)
         machine = machine_for(spec)
         batch = x[: settings.batch_size]
         chains = None
@@ -174,7 +176,7 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
 
             def step(it, settings=settings, machine=machine, batch=batch):
                 s = dataclasses.replace(settings, train_iterations=it)
-                training._gradients(machine, batch, s, None, g)
+                gradients(machine, batch, s, None, g)
 
             one = cpu_seconds(lambda step=step: step(1), reps)
             eleven = cpu_seconds(lambda step=step: step(11), reps)
@@ -187,7 +189,7 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
         else:
 
             def step_cd(settings=settings, machine=machine, batch=batch, chains=chains):
-                training._gradients(machine, batch, settings, chains, g)
+                gradients(machine, batch, settings, chains, g)
 
             per_batch = cpu_seconds(step_cd, reps)
             iters = None
@@ -272,7 +274,7 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
 
     fig12_model = lik["fig12"]["model"]
     fig12_settings = likelihood.ScoreSettings.from_config(lik["fig12"], models[fig12_model])
-    trained = dataclasses.asdict(training.TrainSettings.from_spec(models[fig12_model]))
+    trained = dataclasses.asdict(TrainSettings.from_spec(models[fig12_model]))
     reused = not likelihood.evaluation_differs(trained, fig12_settings)
     parts = score_seconds(lik["fig12"], models[fig12_model]["hidden"][0]["units"])
     # what the reuse saves, measured in this run
@@ -296,7 +298,7 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
     for name in table_models:
         spec = models[name]
         table_settings = likelihood.ScoreSettings.from_config(lik["table"], spec)
-        trained = dataclasses.asdict(training.TrainSettings.from_spec(spec))
+        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
         same = not likelihood.evaluation_differs(trained, table_settings)
         tap_s = 0.0 if same else parts["tap_per_iteration"] * eval_iterations[name]
         jobs[f"score_final {name}"] = parts["ais"] + parts["pl"] + tap_s

@@ -11,7 +11,7 @@ import torch
 from benchmarks.checkpoints import CHECKPOINTS, solve_checkpoints
 from benchmarks.common import binary_mnist
 from tapmachine.core import tap
-from tapmachine.train import training
+from tapmachine.train import load_model
 
 __all__ = ["bench_tap_solve", "solver_comparison"]
 
@@ -115,7 +115,7 @@ def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> lis
         x = x.to(device=device, dtype=torch.float64)
         out = []
         for name, epoch, path in solve_checkpoints(directory, quick):
-            machine = training.load_model(path, device=device, dtype=torch.float64)
+            machine = load_model(path, device=device, dtype=torch.float64)
             result = {"name": "tap_solve", "model": name, "epoch": epoch, "data": source}
             result.update(solver_comparison(machine, x, cap=300 if quick else 1000))
             result.update(seconds=result["seconds_anderson"], gflops=None, ratio_to_matmul=None)

@@ -24,15 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tapmachine.core import estimators  # noqa: E402
+from tapmachine.core.seeding import seeded_generator  # noqa: E402
 from tapmachine.io.data import load_dataset  # noqa: E402
 from tapmachine.tap_paper import likelihood  # noqa: E402
-from tapmachine.train import training  # noqa: E402
+from tapmachine.train import TrainSettings, build_machine, train  # noqa: E402
 
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 100}]}
 
 
 def run_mode(mode, x, x_test, args) -> dict:
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=args.epochs,
         batch_size=100,
         learning_rate=0.005,
@@ -44,17 +45,17 @@ def run_mode(mode, x, x_test, args) -> dict:
         train_max_iter=args.train_max_iter,
         eval_samples=args.n_eval,
     )
-    g = training.seeded_generator(args.seed, "bmnist_h100", "train")
-    machine = training.build_machine(SPEC, x, settings.weight_init_std, g)
+    g = seeded_generator(args.seed, "bmnist_h100", "train")
+    machine = build_machine(SPEC, x, settings.weight_init_std, g)
     t0 = time.perf_counter()
-    machine, history = training.train(machine, x, settings, g, progress=False)
+    machine, history = train(machine, x, settings, g, progress=False)
     wall = time.perf_counter() - t0
     ais = estimators.ais_log_partition(
         machine,
         data=x,
         n_runs=args.ais_runs,
         betas=likelihood.ais_schedule("salakhutdinov", args.n_betas),
-        generator=training.seeded_generator(args.seed, "bmnist_h100", "ais"),
+        generator=seeded_generator(args.seed, "bmnist_h100", "ais"),
     )
     test_ll = estimators.test_log_likelihood(machine, x_test, ais)
     keys = (

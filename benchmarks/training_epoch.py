@@ -8,7 +8,10 @@ import numpy as np
 import torch
 
 from benchmarks.common import binary_mnist, matmul_gflops, sync
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, build_machine
+from tapmachine.train.methods import gradients
+from tapmachine.train.update import apply_update
 
 __all__ = ["bench_tap_epoch", "sklearn_pcd_epoch"]
 
@@ -23,7 +26,7 @@ def bench_tap_epoch(device, quick: bool) -> dict:
     nv, nh, m, iters = 784, 500, 100, 3
     x, source = binary_mnist(6000 if quick else None)
     x = x.to(device)
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=1,
         batch_size=m,
         learning_rate=0.005,
@@ -32,9 +35,9 @@ def bench_tap_epoch(device, quick: bool) -> dict:
         train_iterations=iters,
         eval_samples=1,
     )
-    g = training.seeded_generator(0, "bench")
+    g = seeded_generator(0, "bench")
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": nh}]}
-    machine = training.build_machine(spec, x, 0.01, g)
+    machine = build_machine(spec, x, 0.01, g)
     n_batches = x.shape[0] // m
     velocity = [torch.zeros_like(W) for W in machine.weights]
     order = torch.randperm(x.shape[0], generator=g).to(device)
@@ -42,8 +45,8 @@ def bench_tap_epoch(device, quick: bool) -> dict:
     t0 = time.perf_counter()
     for b in range(n_batches):
         batch = x[order[b * m : (b + 1) * m]]
-        grads = training._gradients(machine, batch, settings, None, g)
-        machine = training._apply_update(machine, grads, velocity, 0.005, settings)
+        grads = gradients(machine, batch, settings, None, g)
+        machine = apply_update(machine, grads, velocity, 0.005, settings)
     sync(device)
     seconds = time.perf_counter() - t0
     flops = n_batches * (4 * m * nv * nh + iters * 8 * m * nv * nh + 4 * m * nv * nh)

@@ -26,7 +26,7 @@ def bench_ucd_coupling(device, quick: bool) -> dict:
     correction term (tau > 1).
     """
     from tapmachine import ucd
-    from tapmachine.train.training import seeded_generator
+    from tapmachine.core.seeding import seeded_generator
 
     nv, nh = 784, 500
     chains = 200 if quick else 1000
@@ -103,7 +103,9 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
     both phases (float32), and hours for 100,000 steps = measured seconds x (paper S / this S) x
     100,000.
     """
-    from tapmachine.train import training
+    from tapmachine.core.seeding import seeded_generator
+    from tapmachine.train import TrainSettings
+    from tapmachine.train.update import apply_update
     from tapmachine.ucd import Target, block_update, dbm
 
     sizes = list(UCD_STEP["sizes"])
@@ -111,15 +113,15 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
     repeats = 2 if quick else 3
     warmup = 3 if quick else UCD_WARMUP_STEPS
     lr = 1e-3
-    g = training.seeded_generator(0, "bench_ucd_train")
+    g = seeded_generator(0, "bench_ucd_train")
     opts = dbm.DBMOptions()
     machine = dbm.build_dbm(sizes, g, opts, 0.01).to(device=device)
-    g = training.seeded_generator(0, "bench_ucd_train", "steps", device=device)
+    g = seeded_generator(0, "bench_ucd_train", "steps", device=device)
     x, _ = binary_mnist(batch)
     if x.shape[1] != sizes[0]:  # the 8-bit layout's width, or a stand-in: random rows
         x = (torch.rand(batch, sizes[0], generator=torch.Generator().manual_seed(0)) < 0.2).float()
     x = dbm.data_for(machine, x.to(device))
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         batch_size=batch, learning_rate=lr, momentum=0.0, l2=0.0, method="ucd_lmi"
     )
     state = dbm.init_state(machine, x, "ucd_lmi", opts, batch, g)
@@ -127,7 +129,7 @@ def bench_ucd_train_step(device, quick: bool) -> dict:
 
     def step(m):
         grads = dbm.gradients(m, x, "ucd_lmi", opts, state, 1, g)
-        return training._apply_update(m, grads, velocity, lr, settings)
+        return apply_update(m, grads, velocity, lr, settings)
 
     t_warm = time.perf_counter()
     for _ in range(warmup):

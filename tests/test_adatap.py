@@ -161,11 +161,12 @@ def test_rejects_unsupported_priors_and_shapes():
 def test_converged_training_gradients_use_adatap():
     """inference: adatap with train_iterations: converge: Alg. 2's gradient from adaTAP fixed
     points iterated to train_tol (every row converges here), not from TAP's."""
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings
+    from tapmachine.train.methods import gradients
 
     m = _machine(Bernoulli, (7, 5), 0.4, 3)
     x = _data(m, 6, 4)
-    s = training.TrainSettings(
+    s = TrainSettings(
         batch_size=6,
         train_iterations="converge",
         train_tol=1e-20,
@@ -173,11 +174,11 @@ def test_converged_training_gradients_use_adatap():
         train_unique=False,
         inference="adatap",
     )
-    got = training._gradients(m, x, s, None, _gen(5))
+    got = gradients(m, x, s, None, _gen(5))
     st = adatap.solve(m, x, damping=s.damping, tol=1e-20, max_iter=2000)
     assert st.converged.all()
     want = tap.tap_gradients(m, x, st)
-    tap_grads = training._gradients(m, x, dataclasses.replace(s, inference="tap"), None, _gen(5))
+    tap_grads = gradients(m, x, dataclasses.replace(s, inference="tap"), None, _gen(5))
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
     # The coupling gradients (eq. 40) of the two solvers' fixed points differ.

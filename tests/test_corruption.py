@@ -22,20 +22,21 @@ from services import run_bounded
 from test_training import SPEC, bars_and_stripes, settings
 from tiny_ops import prepare
 
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io import data
 from tapmachine.io.modelfile import Checkpoint, ModelFile
-from tapmachine.train import training
-from tapmachine.train.training import TrainingError
+from tapmachine.io.runlog import resumed_epoch
+from tapmachine.train import TrainingError, build_machine, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _train(ckpt_dir, epochs=4, on_epoch=None):
     x = bars_and_stripes().repeat(3, 1)
-    g = training.seeded_generator(5, "corrupt")
-    m = training.build_machine(SPEC, x, 0.01, g)
+    g = seeded_generator(5, "corrupt")
+    m = build_machine(SPEC, x, 0.01, g)
     s = dataclasses.replace(settings(), epochs=epochs)
-    return training.train(m, x, s, g, checkpoint_dir=ckpt_dir, progress=False, on_epoch=on_epoch)
+    return train(m, x, s, g, checkpoint_dir=ckpt_dir, progress=False, on_epoch=on_epoch)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_unreadable_newest_checkpoints_are_named_and_skipped(tmp_path, capsys, r
     assert "other settings" not in err and "afresh" not in err, err
     named = [line for line in err.splitlines() if line.startswith("skipping unreadable")]
     assert len(named) == 2 and "epoch_4.pt" in named[0] and "epoch_3.pt" in named[1], err
-    assert training.resumed_epoch(err) == 2, err
+    assert resumed_epoch(err) == 2, err
     assert [h["epoch"] for h in history] == [1, 2, 3, 4]
     _same_machine(machine, reference[0])
     assert [h["tap_ll"] for h in history] == [h["tap_ll"] for h in reference[1]]
@@ -98,7 +99,7 @@ def test_sigkill_during_a_checkpoint_write_loses_nothing(tmp_path, capsys, refer
     assert list(tmp_path.glob(".epoch_3.pt.*")), "the killed writer's temporary file"
     capsys.readouterr()
     machine, history = _train(tmp_path)
-    assert training.resumed_epoch(capsys.readouterr().err) == 2
+    assert resumed_epoch(capsys.readouterr().err) == 2
     _same_machine(machine, reference[0])
     # the killed writer's leftover is removed at resume (on a full disk it is space lost)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"epoch_{e}.pt" for e in range(1, 5)]
@@ -139,7 +140,7 @@ def test_full_disk_during_a_checkpoint_write_loses_nothing(tmp_path, capsys, ref
         filler.unlink()
         capsys.readouterr()
         machine, _ = _train(ckpt)
-        assert training.resumed_epoch(capsys.readouterr().err) == 2
+        assert resumed_epoch(capsys.readouterr().err) == 2
         _same_machine(machine, reference[0])
     finally:
         subprocess.run(["umount", str(disk)], check=False)
@@ -206,7 +207,7 @@ def test_snakemake_remakes_a_corrupt_file_without_retraining(trained, tmp_path, 
     named = [line for line in r.stdout.splitlines() if str(rel) in line and "corrupt" in line]
     assert named, r.stdout[-3000:]
     log = (work / "logs" / "ops" / "train" / "tiny.log").read_text()
-    assert training.resumed_epoch(log) == 3, log[-2000:]  # no epoch trained again
+    assert resumed_epoch(log) == 3, log[-2000:]  # no epoch trained again
     after = ModelFile.load(model)
     _same_machine(after.machine(), before.machine())
     assert after.history == before.history
@@ -250,4 +251,4 @@ def test_a_second_snakemake_on_the_same_run_is_refused(tmp_path):
     record = ModelFile.load(work / MODEL_DIR / "model.pt")
     assert [h["epoch"] for h in record.history] == list(range(1, 7))
     log = (work / "logs" / "ops" / "train" / "tiny.log").read_text()
-    assert training.resumed_epoch(log) == 0, log[-2000:]
+    assert resumed_epoch(log) == 0, log[-2000:]

@@ -12,8 +12,8 @@ import torch
 from tapmachine.core import tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.train import pretrain
-from tapmachine.train.training import TrainSettings, train
+from tapmachine.train import PretrainSettings, TrainSettings, train
+from tapmachine.train.pretrain import layer_inputs, pretrain
 
 DT = torch.float64
 
@@ -198,8 +198,8 @@ def test_pretraining_then_joint_training_raises_exact_log_likelihood(capsys):
     settings = TrainSettings(
         epochs=30, batch_size=20, learning_rate=0.05, l2=0.0, eval_samples=20, train_iterations=5
     )
-    pre = pretrain.PretrainSettings(epochs=30, learning_rate=0.05)
-    m1, histories = pretrain.pretrain(m0, x, settings, pre, g, progress=False)
+    pre = PretrainSettings(epochs=30, learning_rate=0.05)
+    m1, histories = pretrain(m0, x, settings, pre, g, progress=False)
     assert len(histories) == 2 and all(len(h) == 30 for h in histories)
     # the stacked machine keeps the RBMs' couplings and the first RBM's visible prior
     assert m1.sizes == sizes
@@ -229,12 +229,12 @@ def test_pretraining_feeds_magnetisations_and_resumes(tmp_path):
         ),
     )
     settings = TrainSettings(epochs=2, batch_size=20, learning_rate=0.05, eval_samples=10)
-    pre = pretrain.PretrainSettings(epochs=2, learning_rate=0.05)
+    pre = PretrainSettings(epochs=2, learning_rate=0.05)
     state = _gen(11).get_state()
 
     def run():  # the same call and generator state; a second call resumes from the checkpoints
         g = torch.Generator().manual_seed(0).set_state(state)
-        return pretrain.pretrain(m0, x, settings, pre, g, tmp_path, progress=False)[0]
+        return pretrain(m0, x, settings, pre, g, tmp_path, progress=False)[0]
 
     a = run()
     assert (tmp_path / "layer_1" / "epoch_2.pt").exists() and (
@@ -244,12 +244,12 @@ def test_pretraining_feeds_magnetisations_and_resumes(tmp_path):
     for u, v in zip(a.weights, b.weights, strict=True):
         torch.testing.assert_close(u, v, rtol=0, atol=0)
     rbm = RBM(a.W, a.visible, a.hidden)
-    torch.testing.assert_close(pretrain.layer_inputs(rbm, x), torch.sigmoid(x @ a.W + a.hidden.U))
-    drawn = pretrain.layer_inputs(rbm, x, sample=True, generator=_gen(13))
+    torch.testing.assert_close(layer_inputs(rbm, x), torch.sigmoid(x @ a.W + a.hidden.U))
+    drawn = layer_inputs(rbm, x, sample=True, generator=_gen(13))
     assert set(drawn.unique().tolist()) <= {0.0, 1.0}
     # Alg. 4's literal variant: the next RBM trains on one draw of binary states
-    pre_s = pretrain.PretrainSettings(epochs=2, learning_rate=0.05, inputs="samples")
-    c, _ = pretrain.pretrain(m0, x, settings, pre_s, _gen(14), progress=False)
+    pre_s = PretrainSettings(epochs=2, learning_rate=0.05, inputs="samples")
+    c, _ = pretrain(m0, x, settings, pre_s, _gen(14), progress=False)
     assert c.sizes == a.sizes and not torch.equal(c.weights[1], a.weights[1])
 
 

@@ -158,7 +158,7 @@ def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_soluti
     converges, and with the second pass the value training's evaluation records."""
     import math
 
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
 
     m, x = cycling_rbm
     kw = {"tol": 1e-12, "max_iter": 2000}
@@ -166,9 +166,7 @@ def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_soluti
     assert none["n_unique"] == 0 and math.isnan(none["tap_ll_train"])
     assert math.isnan(none["tap_ll_test"])
     (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), retry_damping=0.95, **kw)
-    evaluated = training.evaluate_tap_log_likelihood(
-        m, x, training.TrainSettings(retry_damping=0.95, **kw)
-    )
+    evaluated = evaluate_tap_log_likelihood(m, x, TrainSettings(retry_damping=0.95, **kw))
     assert row["n_unique"] == evaluated["n_unique"] > 0
     assert row["tap_ll_train"] == pytest.approx(evaluated["tap_ll"], abs=1e-12)
     assert row["tap_ll_test"] == row["tap_ll_train"]

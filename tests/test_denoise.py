@@ -315,32 +315,36 @@ def test_euclidean_nearest_neighbour():
 
 
 def test_noisy_initialisations_flip_only_the_fraction():
-    from tapmachine.train import training
+    from tapmachine.train.tap_gradient import (
+        noisy_initialisations,
+    )
 
     machine = _rbm(784, 5, 0.0, 0)
     x = torch.bernoulli(torch.full((200, 784), 0.3, dtype=DT), generator=_gen(20))
-    y = training.noisy_initialisations(machine, x, {"fraction": 0.25, "p": 0.2}, _gen(21))
+    y = noisy_initialisations(machine, x, {"fraction": 0.25, "p": 0.2}, _gen(21))
     assert torch.equal(y[50:], x[50:])
     rate = float((y[:50] != x[:50]).double().mean())
     assert abs(rate - 0.2) < 5 * math.sqrt(0.2 * 0.8 / (50 * 784))
-    assert torch.equal(
-        training.noisy_initialisations(machine, x, {"fraction": 0.0, "p": 0.2}, _gen(21)), x
-    )
+    assert torch.equal(noisy_initialisations(machine, x, {"fraction": 0.0, "p": 0.2}, _gen(21)), x)
 
 
 def test_train_noise_changes_only_the_model_term():
     """The data term of the TAP gradient keeps the clean batch: with p = 0.5 on every row the
     initialisations are pure noise, yet the visible-bias gradient's data part is unchanged."""
     from tapmachine.core import tap
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings
+    from tapmachine.train.methods import gradients
+    from tapmachine.train.tap_gradient import (
+        noisy_initialisations,
+    )
 
     machine = _rbm(30, 6, 0.2, 22)
     x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
     noise = {"fraction": 1.0, "p": 0.5}
-    settings = training.TrainSettings(train_noise=noise, train_iterations=3)
+    settings = TrainSettings(train_noise=noise, train_iterations=3)
     g1, g2 = _gen(24), _gen(24)
-    got = training._gradients(machine, x, settings, None, g1)
-    init = training.noisy_initialisations(machine, x, noise, g2)
+    got = gradients(machine, x, settings, None, g1)
+    init = noisy_initialisations(machine, x, noise, g2)
     states = tap.solve(machine, init, damping=0.5, tol=1e-12, max_iter=3)
     want = tap.tap_gradients(machine, x, states)
     torch.testing.assert_close(got["weights"][0], want["weights"][0])
@@ -350,16 +354,21 @@ def test_train_noise_changes_only_the_model_term():
 def test_train_noise_feeds_the_converged_mode_too():
     """With train_iterations: converge the noisy initialisations (same draws) are what Alg. 1
     iterates to convergence; the data term keeps the clean batch."""
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings
+    from tapmachine.train.methods import gradients
+    from tapmachine.train.tap_gradient import (
+        converged_tap_gradients,
+        noisy_initialisations,
+    )
 
     machine = _rbm(30, 6, 0.2, 22)
     x = torch.bernoulli(torch.full((40, 30), 0.3, dtype=DT), generator=_gen(23))
     noise = {"fraction": 0.5, "p": 0.3}
-    settings = training.TrainSettings(train_noise=noise, train_iterations="converge")
+    settings = TrainSettings(train_noise=noise, train_iterations="converge")
     g1, g2 = _gen(25), _gen(25)
-    got = training._gradients(machine, x, settings, None, g1)
-    init = training.noisy_initialisations(machine, x, noise, g2)
-    want = training.converged_tap_gradients(
+    got = gradients(machine, x, settings, None, g1)
+    init = noisy_initialisations(machine, x, noise, g2)
+    want = converged_tap_gradients(
         machine,
         x,
         init,
@@ -368,7 +377,7 @@ def test_train_noise_feeds_the_converged_mode_too():
         unique_tol=settings.dedup_tol,
     )
     torch.testing.assert_close(got["weights"][0], want["weights"][0])
-    clean = training.converged_tap_gradients(
+    clean = converged_tap_gradients(
         machine,
         x,
         x,
@@ -381,17 +390,20 @@ def test_train_noise_feeds_the_converged_mode_too():
 
 
 def test_train_noise_rejected_for_real_valued_visible_units():
-    from tapmachine.train import training
+    from tapmachine.train import TrainingError
+    from tapmachine.train.tap_gradient import (
+        check_train_noise,
+    )
 
     tgb = RBM(
         torch.zeros(3, 2, dtype=DT),
         TruncatedGaussBernoulli(torch.full((3,), 0.5), torch.zeros(3), torch.ones(3)),
         Bernoulli(torch.zeros(2, dtype=DT)),
     )
-    with pytest.raises(training.TrainingError, match="train_noise"):
-        training.check_train_noise(tgb, {"fraction": 0.5, "p": 0.1})
-    with pytest.raises(training.TrainingError, match=r"train_noise.p = 0.7"):
-        training.check_train_noise(_rbm(3, 2, 0.0, 0), {"fraction": 0.5, "p": 0.7})
+    with pytest.raises(TrainingError, match="train_noise"):
+        check_train_noise(tgb, {"fraction": 0.5, "p": 0.1})
+    with pytest.raises(TrainingError, match=r"train_noise.p = 0.7"):
+        check_train_noise(_rbm(3, 2, 0.0, 0), {"fraction": 0.5, "p": 0.7})
 
 
 @pytest.mark.parametrize(
@@ -431,7 +443,7 @@ def test_config_rejects_bad_denoise_values(path, value, key):
 
 def _tiny_files(tmp_path, real=False):
     from tapmachine.io.data import Dataset, save_dataset
-    from tapmachine.train import training
+    from tapmachine.io.modelfile import machine_state
 
     g = np.random.default_rng(0)
     if real:
@@ -450,7 +462,7 @@ def _tiny_files(tmp_path, real=False):
     model = tmp_path / "m" / "model.pt"
     model.parent.mkdir()
     spec = {"train_noise": None}
-    torch.save({"machine": training.machine_state(machine), "name": "m", "spec": spec}, model)
+    torch.save({"machine": machine_state(machine), "name": "m", "spec": spec}, model)
     return data, model
 
 

@@ -18,7 +18,7 @@ from tiny_ops import prepare
 from tapmachine.core import estimators, eta
 from tapmachine.pipeline.stages import progress
 from tapmachine.tap_paper import denoise
-from tapmachine.train import training
+from tapmachine.train import build_machine
 from tapmachine.ucd import ais as ucd_ais
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_ais_denoising_and_ucd_scoring_report_progress_in_a_job(capsys, monkeypa
     monkeypatch.setattr(eta, "ENABLED", True)
     monkeypatch.setenv(eta.INTERVAL_ENV, "0")
     x = bars_and_stripes()
-    m = training.build_machine(SPEC, x, 0.1, torch.Generator().manual_seed(0))
+    m = build_machine(SPEC, x, 0.1, torch.Generator().manual_seed(0))
     estimators.ais_log_partition(m, n_runs=8, betas=torch.linspace(0, 1, 401), n_groups=2)
     err = capsys.readouterr().err
     assert eta.last_status(err)["desc"] == "AIS steps (all chain groups)"
@@ -69,7 +69,7 @@ def test_ais_denoising_and_ucd_scoring_report_progress_in_a_job(capsys, monkeypa
     status = eta.last_status(capsys.readouterr().err)
     assert status["desc"] == "TAP denoising, rows" and status["done"] == status["total"] == 5
     # UCD scoring: the DBM's AIS
-    deep = training.build_machine(
+    deep = build_machine(
         {**SPEC, "hidden": [{"prior": "bernoulli", "units": 4}] * 2},
         x,
         0.1,

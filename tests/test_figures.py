@@ -466,8 +466,8 @@ def test_claims_report_collects_every_figure(tmp_path):
     from pathlib import Path
 
     from tapmachine.figures import claims as claims_report
+    from tapmachine.io.runlog import resume_message
     from tapmachine.pipeline import cli
-    from tapmachine.train import training
 
     figs = tmp_path / "results" / "run" / "figures"
     figs.mkdir(parents=True)
@@ -539,7 +539,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     logs = tmp_path / "logs"
     (logs / "train").mkdir(parents=True)
     (logs / "train" / "bmnist_h100.log").write_text(
-        training.resume_message(Path("ckpt/epoch_1.pt"), 1) + "\nepoch 2/2: 100%\r\n"
+        resume_message(Path("ckpt/epoch_1.pt"), 1) + "\nepoch 2/2: 100%\r\n"
     )
     (logs / "train" / "bmnist_h25.log").write_text("epoch 1/1: 100%\n")
     times = claims_report.wall_times(bench, models, logs).set_index("job")

@@ -56,7 +56,7 @@ def test_file_holds_every_documented_key(run):
 
 def test_unique_solutions_are_fixed_points(run, prototypes):
     """One more TAP iteration from each unique solution moves it by less than tol (MSE)."""
-    from tapmachine.train.training import machine_from_state
+    from tapmachine.io.modelfile import machine_from_state
 
     blob = torch.load(
         run["model_dir"] / "checkpoints" / f"epoch_{tiny_harvest.EPOCHS}.pt", weights_only=True

@@ -13,13 +13,18 @@ LIBRARY = [
     "core.tap",
     "core.estimators",
     "core.contrastive",
-    "train.training",
+    "core.adatap",
+    "core.seeding",
+    "train",
+    "train.pretrain",
     "tap_paper.harvest",
     "tap_paper.likelihood",
     "tap_paper.embed",
     "tap_paper.denoise",
+    "tap_paper.curves",
     "io.modelfile",
     "io.data",
+    "io.runlog",
     "pipeline.configuration",
     "figures.common",
     "figures.fig3",
@@ -44,9 +49,6 @@ LIBRARY = [
     "figures.fig8",
     "figures.fig9",
     "figures.fig_denoise_real",
-    "core.adatap",
-    "train.pretrain",
-    "tap_paper.curves",
     "figures.fig10",
     "figures.fig11",
 ]
@@ -67,7 +69,8 @@ SCRIPT = textwrap.dedent(
     import numpy as np, torch
     for name in LIBRARY:
         importlib.import_module(f"tapmachine.{name}")
-    from tapmachine.train import training
+    from tapmachine.core.seeding import seeded_generator
+    from tapmachine.train import TrainSettings, train, train_from_spec
     from tapmachine.io.data import Dataset, save_dataset
     from tapmachine.io.modelfile import ModelFile
 
@@ -84,7 +87,7 @@ SCRIPT = textwrap.dedent(
         "eval": {"n_samples": 30},
     }
     seen = []
-    training.train_from_spec(
+    train_from_spec(
         "toy", spec, str(out / "toy.npz"), str(out / "toy"),
         on_epoch=lambda epoch, metrics, machine: seen.append(epoch),
     )
@@ -94,7 +97,7 @@ SCRIPT = textwrap.dedent(
     deep = {**spec, "hidden": [{"prior": "bernoulli", "units": 4}] * 2,
             "pretrain": {"epochs": 1, "learning_rate": 0.05}}
     pre = []
-    training.train_from_spec(
+    train_from_spec(
         "toydeep", deep, str(out / "toy.npz"), str(out / "toydeep"),
         on_pretrain_epoch=lambda layer, epoch, metrics: pre.append((layer, epoch)),
     )
@@ -102,13 +105,13 @@ SCRIPT = textwrap.dedent(
     assert ModelFile.load(out / "toydeep" / "model.pt").sizes == (9, 4, 4)
     from tapmachine.ucd import dbm
 
-    g = training.seeded_generator(0, "toy", "dbm")
+    g = seeded_generator(0, "toy", "dbm")
     machine = dbm.build_dbm([9, 4, 3], g, dbm.DBMOptions(), 0.01)
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=2, batch_size=40, method="ucd_lmi", evaluate=False, momentum=0.0
     )
     steps = []
-    machine, history = training.train(
+    machine, history = train(
         machine, dbm.data_for(machine, torch.as_tensor(x, dtype=torch.float32)), settings, g,
         checkpoint_dir=out / "dbm" / "checkpoints", progress=False,
         on_step=lambda step, metrics: steps.append((step, metrics["tau_mean"])),

@@ -19,9 +19,10 @@ import torch
 from test_training import SPEC, bars_and_stripes, settings
 
 from tapmachine.core import tap
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import ModelFile
 from tapmachine.pipeline import mlflow_model, tracking
-from tapmachine.train import training
+from tapmachine.train import build_machine, train
 
 #: Loads the model with only the interpreter's own library and site-packages on sys.path (no
 #: .pth files, so no editable install of tapmachine, and no checkout), then writes every output.
@@ -57,9 +58,9 @@ def logged(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch_module.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
     x = bars_and_stripes().repeat(3, 1).float()
-    g = training.seeded_generator(4, "mlflow")
-    machine = training.build_machine(SPEC, x, 0.01, g)
-    machine, history = training.train(machine, x, settings(epochs=3), g, progress=False)
+    g = seeded_generator(4, "mlflow")
+    machine = build_machine(SPEC, x, 0.01, g)
+    machine, history = train(machine, x, settings(epochs=3), g, progress=False)
     model_file = tmp / "model.pt"
     ModelFile.from_machine(machine, "bas", spec=SPEC, history=history).save(model_file)
     manifest = tmp / "store" / "experiments.json"

@@ -10,10 +10,11 @@ import pytest
 import torch
 import yaml
 
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import ModelFile
 from tapmachine.pipeline import cli
 from tapmachine.pipeline.stages import progress
-from tapmachine.train import training
+from tapmachine.train import TrainSettings, build_machine, expected_signature, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 4}]}
@@ -25,15 +26,15 @@ class Stop(Exception):
 
 def _train(model_dir, epochs, stop_after=None):
     x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
-    g = training.seeded_generator(0, "progress")
-    machine = training.build_machine(SPEC, x, 0.01, g)
-    settings = training.TrainSettings(epochs=epochs, batch_size=10, eval_samples=20)
+    g = seeded_generator(0, "progress")
+    machine = build_machine(SPEC, x, 0.01, g)
+    settings = TrainSettings(epochs=epochs, batch_size=10, eval_samples=20)
 
     def on_epoch(epoch, metrics, machine):
         if epoch == stop_after:
             raise Stop
 
-    return training.train(
+    return train(
         machine,
         x,
         settings,
@@ -119,10 +120,10 @@ def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, 
     with pytest.raises(Stop):
         _train(model_dir, epochs=6, stop_after=3)
     assert progress.model_progress(model_dir)["reevaluating"] == 0
-    trained = training.TrainSettings(epochs=6, batch_size=10, eval_samples=20)
-    same = training.expected_signature(trained)
+    trained = TrainSettings(epochs=6, batch_size=10, eval_samples=20)
+    same = expected_signature(trained)
     assert progress.model_progress(model_dir, same)["reevaluating"] == 0
-    other = training.expected_signature(dataclasses.replace(trained, retry_damping=None))
+    other = expected_signature(dataclasses.replace(trained, retry_damping=None))
     row = progress.model_progress(model_dir, other)
     assert row["reevaluating"] == 3 and row["remaining_hours"] > 0
 

@@ -8,7 +8,8 @@ from tapmachine.core import tap
 from tapmachine.core.estimators import exact_log_partition
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import build_machine, train
 
 DT = torch.float64
 
@@ -143,8 +144,8 @@ def test_converged_training_with_anderson_raises_the_exact_log_likelihood():
     from test_training import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
 
     x = bars_and_stripes().repeat(4, 1)
-    g = training.seeded_generator(0, "bas-converge-anderson")
-    machine = training.build_machine(SPEC, x, 0.01, g)
+    g = seeded_generator(0, "bas-converge-anderson")
+    machine = build_machine(SPEC, x, 0.01, g)
     before = exact_mean_log_likelihood(machine, x)
     s = settings(
         epochs=40,
@@ -155,7 +156,7 @@ def test_converged_training_with_anderson_raises_the_exact_log_likelihood():
         solver="anderson",
         evaluate=False,  # the evaluation is not what is tested (and slow late in training)
     )
-    machine, history = training.train(machine, x, s, g, progress=False)
+    machine, history = train(machine, x, s, g, progress=False)
     after = exact_mean_log_likelihood(machine, x)
     assert after > before + 1.0, (before, after)
     assert history[-1]["train_converged_fraction"] > 0.5

@@ -110,16 +110,17 @@ def every_stage(results):
     model.pt whose training run never started (no run id)."""
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.train import training
+    from tapmachine.train import build_machine
 
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
     x = torch.zeros(7, 4, dtype=torch.float64)
     x_np = x.numpy().astype(np.uint8)
     toy = data.Dataset(x_np, np.zeros(7, int), x_np[:3], np.zeros(3, int), (2, 2), {}, "toy")
     data.save_dataset(toy, results.parent / "data" / "toy.npz")
-    machine = training.build_machine(spec, x, 0.5, training.seeded_generator(0, "m"))
+    machine = build_machine(spec, x, 0.5, seeded_generator(0, "m"))
     ModelFile.from_machine(machine, "m", spec=spec, dataset="toy").save(
         results / "models" / "m" / "model.pt"
     )
@@ -251,10 +252,11 @@ def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
     write, the replayed params are exactly those."""
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline.stages.common import write_params
     from tapmachine.pipeline.stages.ucd_dbm import train_params
-    from tapmachine.train import training
+    from tapmachine.train import build_machine, run_params
 
     results = every_stage
 
@@ -286,11 +288,11 @@ def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
     record.save(model_pt)
     dbm = results / "ucd" / "dbm" / "binary_mnist" / "ucd_lmi"
     dbm_spec = {"method": "ucd_lmi", "hidden": [5], "ucd": {"gain": 0.7}}
-    machine = training.build_machine(
+    machine = build_machine(
         {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 5}]},
         torch.zeros(2, 4),
         0.1,
-        training.seeded_generator(0, "dbm"),
+        seeded_generator(0, "dbm"),
     )
     dbm_run = {"seed": 1, "n_train": 60}
     ModelFile.from_machine(
@@ -323,7 +325,7 @@ def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
     got = replayed(results.parent / "after")
     for run_key, (_, params) in kept.items():
         assert got[run_key] == tracking.flat_params(params), run_key
-    assert got["train", "m"] == tracking.flat_params(training.run_params("m", spec, [4, 3], run))
+    assert got["train", "m"] == tracking.flat_params(run_params("m", spec, [4, 3], run))
     assert got["train", "m"]["seed"] == "3" and got["train", "m"]["dataset_file"] == "d/toy.npz"
     want = train_params("ucd_lmi", "binary_mnist", dbm_spec, [4, 5], dbm_run)
     assert got["ucd", "train_binary_mnist_ucd_lmi"] == tracking.flat_params(want)

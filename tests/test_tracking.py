@@ -202,14 +202,16 @@ def test_trained_machine_logged_as_mlflow_model_with_dataset(store, tmp_path):
     import numpy as np
     import torch
 
-    from tapmachine.train import training
+    from tapmachine.core.seeding import seeded_generator
+    from tapmachine.io.modelfile import machine_state
+    from tapmachine.train import build_machine
 
     manifest, info = store
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
     x = torch.tensor(np.random.default_rng(0).integers(0, 2, (20, 6)), dtype=torch.float64)
-    machine = training.build_machine(spec, x, 0.5, training.seeded_generator(0, "m"))
+    machine = build_machine(spec, x, 0.5, seeded_generator(0, "m"))
     model_file = tmp_path / "model.pt"
-    torch.save({"machine": training.machine_state(machine)}, model_file)
+    torch.save({"machine": machine_state(machine)}, model_file)
     with tracking.start_run(manifest, "train", "m") as run:
         uri = run.log_machine(model_file, x[:4].numpy(), tmp_path / "data.npz", "toy")
     assert uri is not None

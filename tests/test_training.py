@@ -8,8 +8,24 @@ import torch
 
 from tapmachine.core import tap
 from tapmachine.core.estimators import exact_log_partition
-from tapmachine.train import training
-from tapmachine.train.training import TrainingError, TrainSettings
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.io.modelfile import machine_from_state, machine_state
+from tapmachine.io.runlog import resumed_epoch
+from tapmachine.train import (
+    TrainingError,
+    TrainSettings,
+    build_machine,
+    evaluate_tap_log_likelihood,
+    loop,
+    resume,
+    train,
+    train_from_spec,
+)
+from tapmachine.train.evaluation import pass_and_validity
+from tapmachine.train.methods import METHODS
+from tapmachine.train.resume import fingerprint
+from tapmachine.train.tap_gradient import converged_tap_gradients
+from tapmachine.train.update import RHO_RANGE, learning_rate, step_prior_parameter
 
 
 def bars_and_stripes(n=4):
@@ -46,12 +62,10 @@ def exact_mean_log_likelihood(machine, x):
 
 def test_tap_training_raises_exact_and_tap_log_likelihood():
     x = bars_and_stripes().repeat(4, 1)
-    g = training.seeded_generator(0, "bas")
-    machine = training.build_machine(SPEC, x, 0.01, g)
+    g = seeded_generator(0, "bas")
+    machine = build_machine(SPEC, x, 0.01, g)
     before = exact_mean_log_likelihood(machine, x)
-    machine, history = training.train(
-        machine, x, settings(epochs=40, learning_rate=0.3), g, progress=False
-    )
+    machine, history = train(machine, x, settings(epochs=40, learning_rate=0.3), g, progress=False)
     after = exact_mean_log_likelihood(machine, x)
     assert after > before + 1.0, (before, after)
     assert history[-1]["tap_ll"] > history[0]["tap_ll"]
@@ -63,18 +77,18 @@ def test_resume_gives_identical_results(tmp_path, capsys):
     s = settings(epochs=4)
 
     def run(ckpt, epochs):
-        g = training.seeded_generator(3, "resume")
-        m = training.build_machine(SPEC, x, 0.01, g)
-        return training.train(
+        g = seeded_generator(3, "resume")
+        m = build_machine(SPEC, x, 0.01, g)
+        return train(
             m, x, dataclasses.replace(s, epochs=epochs), g, checkpoint_dir=ckpt, progress=False
         )
 
     straight, hist_a = run(tmp_path / "a", 4)
     _, hist_first = run(tmp_path / "b", 2)  # "interrupted" after epoch 2
-    assert training.resumed_epoch(capsys.readouterr().err) == 0
+    assert resumed_epoch(capsys.readouterr().err) == 0
     resumed, hist_b = run(tmp_path / "b", 4)
     # the log of a start names the epoch it resumed from (the wall-time report reads it)
-    assert training.resumed_epoch(capsys.readouterr().err) == 2
+    assert resumed_epoch(capsys.readouterr().err) == 2
     torch.testing.assert_close(straight.W, resumed.W, rtol=0, atol=0)
     torch.testing.assert_close(straight.visible.U, resumed.visible.U, rtol=0, atol=0)
     assert [h["tap_ll"] for h in hist_a] == [h["tap_ll"] for h in hist_b]
@@ -88,7 +102,7 @@ def test_resume_gives_identical_results(tmp_path, capsys):
 
 def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path, monkeypatch):
     x = bars_and_stripes()  # 30 rows: 3 batches of 10 per epoch
-    real_gradients = training._gradients
+    real_gradients = METHODS["tap"].gradients
     calls = []
 
     def blow_up_in_epoch_2(*args):
@@ -98,20 +112,22 @@ def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path, m
             grads["weights"] = [torch.full_like(w, float("nan")) for w in grads["weights"]]
         return grads
 
-    monkeypatch.setattr(training, "_gradients", blow_up_in_epoch_2)
-    g = training.seeded_generator(1, "div")
-    m = training.build_machine(SPEC, x, 0.01, g)
+    monkeypatch.setitem(
+        METHODS, "tap", dataclasses.replace(METHODS["tap"], gradients=blow_up_in_epoch_2)
+    )
+    g = seeded_generator(1, "div")
+    m = build_machine(SPEC, x, 0.01, g)
     with pytest.raises(TrainingError, match="diverged at epoch 2, batch 1: weights"):
-        training.train(m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False)
+        train(m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == ["epoch_1.pt"]
 
 
 def test_learning_rate_schedule():
-    assert training.learning_rate(0.005, 7, 100) == 0.005
+    assert learning_rate(0.005, 7, 100) == 0.005
     sched = {"start": 1e-2, "end": 1e-5}
-    assert training.learning_rate(sched, 1, 100) == pytest.approx(1e-2)
-    assert training.learning_rate(sched, 100, 100) == pytest.approx(1e-5)
-    rates = [training.learning_rate(sched, e, 100) for e in range(1, 101)]
+    assert learning_rate(sched, 1, 100) == pytest.approx(1e-2)
+    assert learning_rate(sched, 100, 100) == pytest.approx(1e-5)
+    rates = [learning_rate(sched, e, 100) for e in range(1, 101)]
     assert all(a > b for a, b in zip(rates, rates[1:], strict=False))
 
 
@@ -130,8 +146,8 @@ def test_machine_state_round_trip(prior):
         "visible": {"prior": prior},
         "hidden": [{"prior": "bernoulli", "units": 4}, {"prior": "bernoulli", "units": 3}],
     }
-    m = training.build_machine(spec, x, 0.1, training.seeded_generator(0, prior))
-    back = training.machine_from_state(training.machine_state(m), dtype=torch.float64)
+    m = build_machine(spec, x, 0.1, seeded_generator(0, prior))
+    back = machine_from_state(machine_state(m), dtype=torch.float64)
     assert back.sizes == (9, 4, 3)
     for a, b in zip(m.priors, back.priors, strict=True):
         assert type(a) is type(b) and a.config() == b.config()
@@ -142,19 +158,19 @@ def test_machine_state_round_trip(prior):
 
 
 def test_seeded_generators_are_reproducible_and_distinct():
-    a = torch.rand(3, generator=training.seeded_generator(1, "m", "train"))
-    b = torch.rand(3, generator=training.seeded_generator(1, "m", "train"))
-    c = torch.rand(3, generator=training.seeded_generator(1, "m", "harvest"))
+    a = torch.rand(3, generator=seeded_generator(1, "m", "train"))
+    b = torch.rand(3, generator=seeded_generator(1, "m", "train"))
+    c = torch.rand(3, generator=seeded_generator(1, "m", "harvest"))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 def test_changed_settings_restart_instead_of_resuming(tmp_path):
     x = bars_and_stripes()
-    g = training.seeded_generator(2, "stale")
-    m = training.build_machine(SPEC, x, 0.01, g)
-    training.train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
-    g = training.seeded_generator(2, "stale")
-    _, history = training.train(
+    g = seeded_generator(2, "stale")
+    m = build_machine(SPEC, x, 0.01, g)
+    train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
+    g = seeded_generator(2, "stale")
+    _, history = train(
         m, x, settings(epochs=3, learning_rate=0.01), g, checkpoint_dir=tmp_path, progress=False
     )
     assert [h["epoch"] for h in history] == [1, 2, 3]
@@ -165,63 +181,82 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
     x = bars_and_stripes()
 
     def run(epochs):
-        g = training.seeded_generator(6, "code")
-        m = training.build_machine(SPEC, x, 0.01, g)
-        training.train(m, x, settings(epochs=epochs), g, checkpoint_dir=tmp_path, progress=False)
+        g = seeded_generator(6, "code")
+        m = build_machine(SPEC, x, 0.01, g)
+        train(m, x, settings(epochs=epochs), g, checkpoint_dir=tmp_path, progress=False)
         return (tmp_path / "epoch_1.pt").stat().st_mtime_ns
 
     first = run(2)
     assert run(3) == first  # same numerics: epochs 1-2 resumed, epoch_1.pt untouched
-    monkeypatch.setattr(training, "NUMERICS_VERSION", training.NUMERICS_VERSION + 1)
+    monkeypatch.setattr(resume, "NUMERICS_VERSION", resume.NUMERICS_VERSION + 1)
     assert run(3) != first  # other numerics: retrained from scratch
 
 
-def test_fields_at_their_defaults_keep_the_resume_fingerprint(monkeypatch):
-    """train_noise, rho_step and the converged mode's keys are left out of the fingerprint where
-    they leave the numbers as before they existed; set otherwise, they count. retry_damping is
-    always left out."""
+def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
+    """Every setting enters the resume fingerprint except the converged mode's keys in a
+    fixed-iteration run, the evaluation's second pass and, at a constant step size, the number of
+    epochs."""
     x = bars_and_stripes()
-    m = training.build_machine(SPEC, x, 0.01, training.seeded_generator(7, "fp"))
+    m = build_machine(SPEC, x, 0.01, seeded_generator(7, "fp"))
     base = settings()
-    fp = training._fingerprint(m, x, base)
+    fp = fingerprint(m, x, base)
     # Fixed iterations: the converged mode's tolerance, cap and weighting are not used.
     unused = dataclasses.replace(base, train_tol=1e-3, train_max_iter=7, train_unique=False)
-    assert training._fingerprint(m, x, unused) == fp
-    assert training._fingerprint(m, x, dataclasses.replace(base, rho_step="plain")) != fp
-    conv = dataclasses.replace(base, train_iterations="converge")
-    assert training._fingerprint(m, x, conv) != fp
-    tighter = dataclasses.replace(conv, train_tol=1e-6)
-    assert training._fingerprint(m, x, tighter) != training._fingerprint(m, x, conv)
+    assert fingerprint(m, x, unused) == fp
     # The evaluation's second pass touches no training numbers: a run may resume with it changed.
-    assert training._fingerprint(m, x, dataclasses.replace(base, retry_damping=None)) == fp
-    # The default run's identity is the one of settings without the new fields at all.
-    new = {"train_noise", "rho_step", "train_tol", "train_max_iter", "train_unique"}
-    new.add("retry_damping")
-    new.add("solver")
-    # Another TAP solver changes the numbers of a converged run and its evaluation.
-    assert training._fingerprint(m, x, dataclasses.replace(conv, solver="anderson")) != (
-        training._fingerprint(m, x, conv)
-    )
+    assert fingerprint(m, x, dataclasses.replace(base, retry_damping=None)) == fp
+    assert fingerprint(m, x, dataclasses.replace(base, epochs=base.epochs + 5)) == fp
+    decaying = dataclasses.replace(base, learning_rate={"start": 0.1, "end": 0.01})
+    assert fingerprint(m, x, dataclasses.replace(decaying, epochs=9)) != fingerprint(m, x, decaying)
+    conv = dataclasses.replace(base, train_iterations="converge")
+    assert fingerprint(m, x, conv) != fp
+    assert fingerprint(m, x, dataclasses.replace(conv, train_tol=1e-6)) != fingerprint(m, x, conv)
+    for changed in (
+        {"rho_step": "plain"},
+        {"inference": "adatap"},
+        {"solver": "anderson"},
+        {"train_noise": {"fraction": 0.5, "p": 0.1}},
+        {"evaluate": False},
+        {"momentum": 0.25},
+    ):
+        assert fingerprint(m, x, dataclasses.replace(base, **changed)) != fp, changed
 
-    class Before:
-        @staticmethod
-        def asdict(obj):
-            return {k: v for k, v in dataclasses.asdict(obj).items() if k not in new}
 
-    monkeypatch.setattr(training, "dataclasses", Before)
-    assert training._fingerprint(m, x, base) == fp
+def test_a_checkpoint_of_an_older_layout_stops_training_with_a_clear_error(tmp_path):
+    """A checkpoint written before ``modelfile.CHECKPOINT_FORMAT`` (PCD chains under ``chains``,
+    no ``format``) is not resumed, scored or removed: training stops and names the file, its
+    format and the one this code reads."""
+    from tapmachine.io.modelfile import CHECKPOINT_FORMAT, Checkpoint, CheckpointFormatError
+
+    x = bars_and_stripes()
+    g = seeded_generator(8, "old")
+    m = build_machine(SPEC, x, 0.01, g)
+    pcd = settings(epochs=1, method="pcd")
+    train(m, x, pcd, g, checkpoint_dir=tmp_path, progress=False)
+    path = tmp_path / "epoch_1.pt"
+    blob = torch.load(path, weights_only=True)
+    assert blob["format"] == CHECKPOINT_FORMAT and "visible" in blob["state"]
+    del blob["format"]
+    blob["chains"] = blob.pop("state")["visible"]
+    torch.save(blob, path)
+    with pytest.raises(CheckpointFormatError, match=r"epoch_1.pt is a checkpoint of format 1;"):
+        Checkpoint.load(path)
+    g = seeded_generator(8, "old")
+    m = build_machine(SPEC, x, 0.01, g)
+    message = rf"format 1; .* reads format {CHECKPOINT_FORMAT} only .* remove {tmp_path}"
+    with pytest.raises(TrainingError, match=message):
+        train(m, x, settings(epochs=2, method="pcd"), g, checkpoint_dir=tmp_path, progress=False)
+    assert path.exists()
 
 
 def test_more_epochs_extend_a_finished_run(tmp_path):
     x = bars_and_stripes()
-    g = training.seeded_generator(4, "extend")
-    m = training.build_machine(SPEC, x, 0.01, g)
-    training.train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
-    g = training.seeded_generator(4, "extend")
-    m = training.build_machine(SPEC, x, 0.01, g)
-    _, history = training.train(
-        m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False
-    )
+    g = seeded_generator(4, "extend")
+    m = build_machine(SPEC, x, 0.01, g)
+    train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
+    g = seeded_generator(4, "extend")
+    m = build_machine(SPEC, x, 0.01, g)
+    _, history = train(m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False)
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == [
         "epoch_1.pt",
@@ -233,22 +268,20 @@ def test_more_epochs_extend_a_finished_run(tmp_path):
 def test_rho_steps_stay_in_the_unit_interval_and_follow_the_gradient():
     rho = torch.tensor([1e-4, 0.3, 0.5, 0.9999])
     grad = torch.tensor([1e6, -50.0, 3.0, 1e6])
-    new = training._step_prior_parameter("rho", rho, grad, lr=0.01)
+    new = step_prior_parameter("rho", rho, grad, lr=0.01)
     assert ((new > 0) & (new < 1)).all()
     assert torch.equal(torch.sign(new - rho), torch.sign(grad))
     U = torch.tensor([0.5])
-    assert training._step_prior_parameter(
-        "U", U, torch.tensor([2.0]), lr=0.1
-    ).item() == pytest.approx(0.7)
+    assert step_prior_parameter("U", U, torch.tensor([2.0]), lr=0.1).item() == pytest.approx(0.7)
 
 
 @pytest.mark.parametrize("method", ["cd", "pcd"])
 def test_sampling_baselines_train_in_the_same_loop(method):
     x = bars_and_stripes().repeat(4, 1)
-    g = training.seeded_generator(0, method)
-    machine = training.build_machine(SPEC, x, 0.01, g)
+    g = seeded_generator(0, method)
+    machine = build_machine(SPEC, x, 0.01, g)
     before = exact_mean_log_likelihood(machine, x)
-    machine, history = training.train(
+    machine, history = train(
         machine, x, settings(epochs=40, learning_rate=0.3, method=method), g, progress=False
     )
     assert exact_mean_log_likelihood(machine, x) > before + 1.0
@@ -262,8 +295,8 @@ def test_sampling_baselines_train_in_the_same_loop(method):
 
 def test_converged_iteration_training_raises_the_exact_log_likelihood():
     x = bars_and_stripes().repeat(4, 1)
-    g = training.seeded_generator(0, "bas-converge")
-    machine = training.build_machine(SPEC, x, 0.01, g)
+    g = seeded_generator(0, "bas-converge")
+    machine = build_machine(SPEC, x, 0.01, g)
     before = exact_mean_log_likelihood(machine, x)
     s = settings(
         epochs=40,
@@ -273,7 +306,7 @@ def test_converged_iteration_training_raises_the_exact_log_likelihood():
         train_max_iter=200,
         max_iter=3000,  # near the end, some rows need ~1,000 damped iterations
     )
-    machine, history = training.train(machine, x, s, g, progress=False)
+    machine, history = train(machine, x, s, g, progress=False)
     after = exact_mean_log_likelihood(machine, x)
     assert after > before + 1.0, (before, after)
     # The per-epoch statistics of the converged steps are recorded and sensible.
@@ -311,9 +344,7 @@ def test_eq40_gradient_at_converged_solutions_matches_finite_differences(unique_
     (solutions re-converged from the same initialisations) measure independently."""
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
-    grads = training.converged_tap_gradients(
-        machine, x, x, tol=1e-28, max_iter=5000, unique_tol=unique_tol
-    )
+    grads = converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000, unique_tol=unique_tol)
     h = 1e-5
 
     def with_weight(i, j, delta):
@@ -352,7 +383,7 @@ def test_fixed_iterations_are_not_the_converged_gradient():
 
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
-    conv = training.converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000)
+    conv = converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000)
     few = tap.tap_gradients(machine, x, tap.solve(machine, x, damping=0.5, max_iter=3))
     assert not torch.allclose(conv["weights"][0], few["weights"][0], atol=1e-4)
 
@@ -362,20 +393,18 @@ def test_converged_gradient_skips_rows_stopped_by_the_cap():
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
     stats = {}
-    training.converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=1, stats=stats)
+    converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=1, stats=stats)
     assert stats["unconverged_steps"] == 1 and stats["solutions"] == 12
     stats = {}
-    training.converged_tap_gradients(
-        machine, x, x, tol=1e-28, max_iter=5000, unique_tol=1e-3, stats=stats
-    )
+    converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000, unique_tol=1e-3, stats=stats)
     assert stats["converged"] == 1.0 and 1 <= stats["solutions"] <= 12
 
 
 def test_plain_rho_step_is_alg2_clipped_into_the_unit_interval():
     rho = torch.tensor([1e-4, 0.3, 0.5, 0.9999])
     grad = torch.tensor([-1e6, -5.0, 3.0, 1e6])
-    new = training._step_prior_parameter("rho", rho, grad, lr=0.01, rho_step="plain")
-    lo, hi = training._RHO_RANGE
+    new = step_prior_parameter("rho", rho, grad, lr=0.01, rho_step="plain")
+    lo, hi = RHO_RANGE
     torch.testing.assert_close(new, torch.tensor([lo, 0.25, 0.53, hi]))
 
 
@@ -392,12 +421,12 @@ def test_dbm_numerics_version_moves_only_dbm_fingerprints(monkeypatch):
     from tapmachine.ucd import dbm
 
     x = bars_and_stripes()
-    m = training.build_machine(SPEC, x, 0.01, training.seeded_generator(7, "fp"))
+    m = build_machine(SPEC, x, 0.01, seeded_generator(7, "fp"))
     rbm, deep = settings(), settings(method="dbm_pcd")
-    before = training._fingerprint(m, x, rbm), training._fingerprint(m, x, deep)
+    before = fingerprint(m, x, rbm), fingerprint(m, x, deep)
     monkeypatch.setattr(dbm, "NUMERICS_VERSION", dbm.NUMERICS_VERSION + 1)
-    assert training._fingerprint(m, x, rbm) == before[0]
-    assert training._fingerprint(m, x, deep) != before[1]
+    assert fingerprint(m, x, rbm) == before[0]
+    assert fingerprint(m, x, deep) != before[1]
 
 
 def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
@@ -406,13 +435,11 @@ def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
     log-likelihood of those solutions."""
     m, x = cycling_rbm
     without = settings(max_iter=2000, tol=1e-12, retry_damping=None)
-    none = training.evaluate_tap_log_likelihood(m, x, without)
+    none = evaluate_tap_log_likelihood(m, x, without)
     assert none["n_unique"] == none["n_converged"] == none["n_converged_retry"] == 0
     assert math.isnan(none["tap_ll"]) and math.isnan(none["log_z_tap"])
     assert none["mean_iterations"] == 2000
-    result = training.evaluate_tap_log_likelihood(
-        m, x, dataclasses.replace(without, retry_damping=0.95)
-    )
+    result = evaluate_tap_log_likelihood(m, x, dataclasses.replace(without, retry_damping=0.95))
     assert result["n_converged"] == result["n_converged_retry"] == len(x)
     assert result["mean_iterations"] > 2000
     states = tap.solve(m, x, damping=0.95, tol=1e-12, max_iter=4000)
@@ -432,9 +459,9 @@ def test_evaluation_first_pass_curve_and_validity():
     second pass's fixed points (there are none), and the validity numbers are the largest and
     median Onsager strength of the unique solutions."""
     x = bars_and_stripes()
-    m = training.build_machine(SPEC, x, 0.3, training.seeded_generator(3, "eval"))
+    m = build_machine(SPEC, x, 0.3, seeded_generator(3, "eval"))
     s = settings(max_iter=2000, tol=1e-12, retry_damping=0.95)
-    result = training.evaluate_tap_log_likelihood(m, x, s)
+    result = evaluate_tap_log_likelihood(m, x, s)
     assert result["n_converged_retry"] == 0 and result["n_unique_retry_only"] == 0
     assert result["tap_ll_first_pass"] == pytest.approx(result["tap_ll"], abs=1e-12)
     states = tap.solve(m, x, damping=0.5, tol=1e-12, max_iter=2000)
@@ -466,7 +493,7 @@ def test_first_pass_curve_leaves_out_second_pass_fixed_points():
     ll = float(tap.log_likelihood(m, x, unique, per_unit=True).mean())
     # Mark every row of solution 0 as reached in the second pass.
     states.iterations[inverse == 0] = 2001
-    out = training._pass_and_validity(m, states, inverse, unique, ll, max_iter=2000)
+    out = pass_and_validity(m, states, inverse, unique, ll, max_iter=2000)
     assert out["n_unique_retry_only"] == 1
     kept = torch.arange(reps.numel()) != 0
     expected = tap.log_likelihood(m, x, unique.select(kept), per_unit=True).mean()
@@ -484,16 +511,16 @@ def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_
     s = settings(epochs=3, max_iter=12, tol=1e-14, retry_damping=None)
 
     def run(ckpt, epochs, retry):
-        g = training.seeded_generator(3, "retry")
-        m = training.build_machine(SPEC, x, 0.01, g)
+        g = seeded_generator(3, "retry")
+        m = build_machine(SPEC, x, 0.01, g)
         s_run = dataclasses.replace(s, epochs=epochs, retry_damping=retry)
-        return training.train(m, x, s_run, g, checkpoint_dir=ckpt, progress=False)[1]
+        return train(m, x, s_run, g, checkpoint_dir=ckpt, progress=False)[1]
 
     throughout = run(tmp_path / "a", 4, 0.0)
     assert all(h["n_converged_retry"] == h["n_converged"] > 0 for h in throughout)
     run(tmp_path / "b", 3, 0.3)
     # The first re-evaluation pass is interrupted after one epoch.
-    real = training.evaluate_tap_log_likelihood
+    real = evaluate_tap_log_likelihood
     calls = []
 
     def interrupted(*args):
@@ -502,15 +529,17 @@ def test_resuming_with_another_retry_damping_evaluates_earlier_epochs_again(tmp_
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(training, "evaluate_tap_log_likelihood", interrupted)
+    monkeypatch.setattr(loop, "evaluate_tap_log_likelihood", interrupted)
+    monkeypatch.setattr(resume, "evaluate_tap_log_likelihood", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "b", 4, 0.0)
     assert Checkpoint.load(tmp_path / "b" / "epoch_1.pt").settings["retry_damping"] == 0.0
     assert Checkpoint.load(tmp_path / "b" / "epoch_2.pt").settings["retry_damping"] == 0.3
     counted = []
-    monkeypatch.setattr(
-        training, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
-    )
+    for module in (loop, resume):
+        monkeypatch.setattr(
+            module, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
+        )
     before = [h["mean_iterations"] for h in Checkpoint.load(tmp_path / "b" / "epoch_3.pt").history]
     resumed = run(tmp_path / "b", 4, 0.0)
     assert [h["mean_iterations"] for h in resumed[:3]] != before
@@ -537,7 +566,7 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     spec = dict(tiny_harvest.SPEC, epochs=2)
     spec["tap"] = {"max_iter": 1, "tol": 1e-14, "retry_damping": None}
     model_dir = tmp_path / "models" / "tiny"
-    machine = training.train_from_spec("tiny", spec, str(data_file), str(model_dir))
+    machine = train_from_spec("tiny", spec, str(data_file), str(model_dir))
     assert torch.isfinite(machine.W).all() and machine.W.std() > 0.0
     metrics = model_dir / "metrics.csv"
     df = pd.read_csv(metrics)
@@ -555,33 +584,29 @@ def test_an_epoch_without_tap_solutions_is_a_gap_and_training_goes_on(tmp_path):
     assert "2 epoch(s) without a converged TAP solution" in result.figure.get_suptitle()
 
 
-def test_resuming_a_run_evaluated_with_the_loose_second_pass_evaluates_again(tmp_path, monkeypatch):
-    """Checkpoints whose rows do not record the second pass's tolerance made that pass at the
-    first pass's tol (before tap.retry_tolerance): a resumed run evaluates them again."""
-    from tapmachine.io.modelfile import Checkpoint
+def test_settings_defaults_are_the_schemas():
+    """TrainSettings and PretrainSettings take their defaults from the config schema (``model``
+    for RBMs and deep TAP machines, ``dbm_model`` for an entry of a DBM method)."""
+    import yaml
 
-    x = bars_and_stripes().repeat(3, 1)
-    s = settings(epochs=2, max_iter=12, tol=1e-14, retry_damping=0.3)
+    from tapmachine.io.schema import SCHEMA_FILE
+    from tapmachine.train import PretrainSettings
 
-    def run(epochs):
-        g = training.seeded_generator(3, "loose")
-        m = training.build_machine(SPEC, x, 0.01, g)
-        s_run = dataclasses.replace(s, epochs=epochs)
-        return training.train(m, x, s_run, g, checkpoint_dir=tmp_path, progress=False)[1]
-
-    first = run(2)
-    assert [h["retry_tol"] for h in first] == [tap.retry_tolerance(1e-14, 0.5, 0.3)] * 2
-    for path in tmp_path.glob("epoch_*.pt"):
-        ckpt = Checkpoint.load(path)
-        for row in ckpt.history:
-            del row["retry_tol"]
-        ckpt.save(path)
-    counted = []
-    real = training.evaluate_tap_log_likelihood
-    monkeypatch.setattr(
-        training, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
-    )
-    resumed = run(3)
-    assert len(counted) == 3  # epochs 1 and 2 again, then epoch 3
-    assert [h["retry_tol"] for h in resumed] == [tap.retry_tolerance(1e-14, 0.5, 0.3)] * 3
-    assert [h["tap_ll"] for h in resumed[:2]] == [h["tap_ll"] for h in first]
+    defs = yaml.safe_load(SCHEMA_FILE.read_text())["$defs"]
+    model, dbm_model = defs["model"]["properties"], defs["dbm_model"]["properties"]
+    tap_keys = model["tap"]["properties"]
+    fields = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
+    for key, prop in model.items():
+        if key in fields:
+            assert fields[key] == prop["default"], key
+    for key, prop in tap_keys.items():
+        assert fields[key] == prop["default"], key
+    assert fields["eval_samples"] == model["eval"]["properties"]["n_samples"]["default"]
+    pretrain = {f.name: f.default for f in dataclasses.fields(PretrainSettings)}
+    assert pretrain == {k: p["default"] for k, p in model["pretrain"]["properties"].items()}
+    dbm = TrainSettings.from_spec({"method": "dbm_pcd", "hidden": [3]})
+    for key, prop in dbm_model.items():
+        if key in fields and key != "ucd" and "default" in prop:
+            assert getattr(dbm, key) == prop["default"], key
+    assert dbm.momentum != fields["momentum"] and not dbm.evaluate
+    assert TrainSettings.from_spec({"method": "dbm_pcd", "momentum": 0.3}).momentum == 0.3

@@ -7,7 +7,8 @@ import itertools
 import pytest
 import torch
 
-from tapmachine.train import training
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, train
 from tapmachine.ucd import dbm
 
 SIZES = [5, 3, 2]
@@ -42,12 +43,12 @@ def _data(generator) -> torch.Tensor:
 
 
 def _train(method: str, seed: int, steps: int = 300):
-    g = training.seeded_generator(seed, "test", "init")
+    g = seeded_generator(seed, "test", "init")
     opts = dbm.DBMOptions()
     machine = dbm.build_dbm(SIZES, g, opts, 0.01)
     x01 = _data(g)
     x = dbm.data_for(machine, x01)
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=steps * 20 // len(x),
         batch_size=20,
         learning_rate=0.05,
@@ -57,8 +58,8 @@ def _train(method: str, seed: int, steps: int = 300):
         evaluate=False,
     )
     start = exact_log_likelihood(machine, x)
-    gen = training.seeded_generator(seed, "test", "train")
-    out, _ = training.train(machine, x, settings, gen, progress=False)
+    gen = seeded_generator(seed, "test", "train")
+    out, _ = train(machine, x, settings, gen, progress=False)
     return start, exact_log_likelihood(out, x)
 
 
@@ -105,7 +106,7 @@ def test_completion_returns_the_exact_conditional_mode_when_unique():
 
     checked = 0
     for seed in range(200):
-        g = training.seeded_generator(seed, "test", "complete")
+        g = seeded_generator(seed, "test", "complete")
         m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
         m = m.replace(weights=[0.7 * W for W in m.weights])
         v_obs = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
@@ -207,10 +208,10 @@ def test_centered_step_is_the_centered_coordinate_update():
 
 
 def test_on_step_receives_the_ucd_metrics():
-    g = training.seeded_generator(0, "test", "on_step")
+    g = seeded_generator(0, "test", "on_step")
     machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
     x = dbm.data_for(machine, _data(g)[:60])
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=1,
         batch_size=20,
         learning_rate=0.05,
@@ -220,9 +221,7 @@ def test_on_step_receives_the_ucd_metrics():
         evaluate=False,
     )
     seen = []
-    training.train(
-        machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m))
-    )
+    train(machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m)))
     assert [s for s, _ in seen] == [1, 2, 3]
     for _, m in seen:
         for key in ("tau_mean", "T_mean", "corrected_fraction", "start_energy_gap", "grad_norm"):
@@ -238,10 +237,10 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
     def run(epochs, folder):
-        g = training.seeded_generator(0, "test", "resume")
+        g = seeded_generator(0, "test", "resume")
         machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
         x = dbm.data_for(machine, _data(g)[:100])
-        settings = training.TrainSettings(
+        settings = TrainSettings(
             epochs=epochs,
             batch_size=20,
             learning_rate=0.05,
@@ -250,12 +249,12 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
             method=method,
             evaluate=False,
         )
-        return training.train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
+        return train(machine, x, settings, g, checkpoint_dir=folder, progress=False)
 
     whole, _ = run(3, tmp_path / "whole")
     run(1, tmp_path / "cut")
     assert checkpoint_epochs(tmp_path / "cut") == [1]
-    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").dbm_state
+    state = Checkpoint.load(tmp_path / "cut" / "epoch_1.pt").state
     assert state is not None and state["method"] == method
     if method == "centered_pcd":
         assert state["chains"] is not None and state["offsets"] is not None
@@ -273,10 +272,45 @@ def test_interrupted_dbm_training_resumes_to_the_same_parameters(tmp_path, metho
 def test_mean_field_updates_every_hidden_layer_to_a_fixed_point(sizes):
     """Every hidden layer's means solve mu_l = E[x_l | input from mu_{l-1}, mu_{l+1}] (the even
     hidden layers too: they were once left at their prior means)."""
-    g = training.seeded_generator(0, "test", "mean_field")
+    g = seeded_generator(0, "test", "mean_field")
     machine = dbm.build_dbm(sizes, g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
     v = dbm.data_for(machine, (torch.rand(7, sizes[0], generator=g) < 0.5).double())
     xs = dbm.mean_field(machine, v, 200)
     for l in range(1, machine.n_layers):
         fixed = machine.priors[l].mean(machine.input_to(l, xs))
         torch.testing.assert_close(xs[l], fixed, atol=1e-8, rtol=0)
+
+
+def test_one_path_from_config_entry_to_initial_machine(tmp_path):
+    """``train.prepare`` builds RBMs and DBMs from their config entries: a DBM entry gives
+    ``dbm.build_dbm`` of the entry's sizes and switches drawn from the stream
+    (seed, "ucd_dbm", "{dataset}/{name}", "train"), its rows in the machine's units; an RBM entry
+    Alg. 2's machine from (seed, name, "train"); a DBM on non-binary data is refused."""
+    import numpy as np
+
+    from tapmachine.io.data import Dataset, save_dataset
+    from tapmachine.train import TrainingError, build_machine, prepare
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((60, 5)) < 0.4).astype(np.uint8)
+    y = np.zeros(60, dtype=np.int64)
+    save_dataset(Dataset(x, y, x[:10], y[:10], (1, 5), {}, "toy"), tmp_path / "toy.npz")
+    entry = {"method": "ucd_lmi", "hidden": [3, 2], "batch_size": 20, "ucd": {"centering": True}}
+    job = prepare("d", entry, tmp_path / "toy.npz", seed=4, n_train=40)
+    expected = dbm.build_dbm(
+        [5, 3, 2], seeded_generator(4, "ucd_dbm", "toy/d", "train"), dbm.DBMOptions(), 0.01
+    )
+    for a, b in zip(job.machine.weights, expected.weights, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(job.machine.priors, expected.priors, strict=True):
+        assert type(a) is type(b) and torch.equal(a.U, b.U)
+    assert torch.equal(job.x, 2 * torch.as_tensor(x[:40], dtype=torch.float32) - 1)
+    assert job.settings.momentum == 0.0 and not job.settings.evaluate  # dbm_model's defaults
+    rbm = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    job = prepare("r", {**rbm, "batch_size": 20}, tmp_path / "toy.npz", seed=4)
+    rows = torch.as_tensor(x, dtype=torch.float32)
+    expected = build_machine(rbm, rows, 0.001, seeded_generator(4, "r", "train"))
+    assert torch.equal(job.machine.W, expected.W) and job.settings.evaluate
+    save_dataset(Dataset(x / 2, y, x[:10], y[:10], (1, 5), {}, "half"), tmp_path / "half.npz")
+    with pytest.raises(TrainingError, match="not binary"):
+        prepare("d", entry, tmp_path / "half.npz")

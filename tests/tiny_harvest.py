@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io import data
 from tapmachine.tap_paper import harvest
-from tapmachine.train import training
+from tapmachine.train import TrainSettings, build_machine, train, train_from_spec
 
 SIDE = 6
 EPOCHS = 8
@@ -56,7 +57,7 @@ def build(root: Path, epochs=(1, 3, EPOCHS), n_init: int = 200, substitute=None)
     root.mkdir(parents=True, exist_ok=True)
     data_file = synthetic_dataset(root / "synth.npz", substitute=substitute)
     model_dir = root / "models" / "tiny"
-    training.train_from_spec("tiny", SPEC, str(data_file), str(model_dir), dtype="float64")
+    train_from_spec("tiny", SPEC, str(data_file), str(model_dir), dtype="float64")
     settings = harvest.HarvestSettings(n_init=n_init, max_iter=2000)
     files = []
     for e in epochs:
@@ -86,7 +87,7 @@ def prototype_machine(epochs: int = 15):
     """A float64 RBM trained in memory on the synthetic prototypes (several TAP solutions), and
     its training images as a tensor."""
     x = torch.as_tensor(synthetic_images()[0], dtype=torch.float64)
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=epochs,
         batch_size=20,
         learning_rate=0.1,
@@ -94,7 +95,7 @@ def prototype_machine(epochs: int = 15):
         weight_init_std=0.01,
         eval_samples=20,
     )
-    g = training.seeded_generator(0, "prototypes")
-    machine = training.build_machine(SPEC, x, 0.01, g)
-    machine, _ = training.train(machine, x, settings, g, progress=False)
+    g = seeded_generator(0, "prototypes")
+    machine = build_machine(SPEC, x, 0.01, g)
+    machine, _ = train(machine, x, settings, g, progress=False)
     return machine, x

@@ -184,7 +184,7 @@ def wall_times(
     job counts its earlier starts too, from its ``metrics.csv``:
 
     - with ``logs_dir`` (the run's ``logs/``, ``<stage>/<job>.log``), whose log names the epoch
-      its last start resumed from (``training.resumed_epoch``): the ``epoch_seconds`` of the
+      its last start resumed from (``resumed_epoch``): the ``epoch_seconds`` of the
       epochs up to it plus the benchmark. This is exact, up to the unfinished epoch each
       interrupted start lost, and includes a last start's evaluation of earlier epochs again.
     - otherwise, where its epochs sum to more ``epoch_seconds`` than the benchmark: that sum,
@@ -231,7 +231,7 @@ def _resumed_training(metrics_csv: Path, row: dict, log: Path | None) -> dict:
     if "epoch_seconds" not in epochs:
         return {}
     if log is not None and log.is_file():
-        from tapmachine.train.training import resumed_epoch
+        from tapmachine.io.runlog import resumed_epoch
 
         earlier = epochs[epochs["epoch"] <= resumed_epoch(log.read_text(errors="replace"))]
         if earlier.empty:

@@ -24,7 +24,9 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.io.files import atomic_write
 
 __all__ = [
+    "CHECKPOINT_FORMAT",
     "ModelFileError",
+    "CheckpointFormatError",
     "ModelFile",
     "Checkpoint",
     "machine_state",
@@ -39,9 +41,19 @@ __all__ = [
 MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
 
+#: Layout of a checkpoint, stored in it (``format``); a checkpoint of another layout is refused
+#: with ``CheckpointFormatError``. 2: a gradient method's persistent state under ``state``
+#: (``train.methods.GradientMethod.save_state``), where 1 (unversioned) kept PCD chains under
+#: ``chains`` and a DBM's under ``dbm_state``.
+CHECKPOINT_FORMAT = 2
+
 
 class ModelFileError(Exception):
     """A model or checkpoint file is missing, unreadable or not of this layout."""
+
+
+class CheckpointFormatError(ModelFileError):
+    """A whole checkpoint of another layout (``CHECKPOINT_FORMAT``) than this code reads."""
 
 
 def model_path(model_dir: str | os.PathLike) -> Path:
@@ -187,32 +199,29 @@ class Checkpoint:
     velocity: list
     generator: torch.Tensor
     fingerprint: str
-    settings: dict = dataclasses.field(default_factory=dict)
-    chains: torch.Tensor | None = None
-    #: A DBM method's persistent state (``ucd.dbm.DBMState.to_dict``): chains of every layer and
-    #: centering offsets, as lists of tensors.
-    dbm_state: dict | None = None
+    settings: dict
+    #: The gradient method's persistent state (``GradientMethod.save_state``: plain CPU tensors,
+    #: lists and dicts), None for a method without one.
+    state: dict | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Checkpoint:
-        blob = _read(Path(path), "checkpoint")
-        chains = blob.get("chains")
-        if chains is not None and not isinstance(chains, torch.Tensor):
-            raise ModelFileError(f"{path}: chains are not a tensor (an older layout)")
-        return cls(
-            machine_state=blob["machine"],
-            epoch=int(blob.get("epoch", -1)),
-            history=list(blob.get("history") or []),
-            velocity=list(blob.get("velocity") or []),
-            generator=blob.get("generator"),
-            fingerprint=str(blob.get("fingerprint") or ""),
-            settings=dict(blob.get("settings") or {}),
-            chains=chains,
-            dbm_state=blob.get("dbm_state"),
-        )
+        path = Path(path)
+        blob = _read(path, "checkpoint")
+        found = blob.get("format", 1)
+        if found != CHECKPOINT_FORMAT:
+            raise CheckpointFormatError(
+                f"{path} is a checkpoint of format {found}; this version of tapmachine reads "
+                f"format {CHECKPOINT_FORMAT} only and cannot resume or score it"
+            )
+        fields = [f.name for f in dataclasses.fields(cls) if f.name != "machine_state"]
+        missing = [name for name in fields if name not in blob]
+        if missing:
+            raise ModelFileError(f"{path} is not a whole checkpoint (no {', '.join(missing)})")
+        return cls(machine_state=blob["machine"], **{name: blob[name] for name in fields})
 
     def save(self, path: str | os.PathLike) -> None:
-        _write(_blob(self), Path(path))
+        _write({**_blob(self), "format": CHECKPOINT_FORMAT}, Path(path))
 
     def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
         return machine_from_state(self.machine_state, device=device, dtype=dtype)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.pipeline.stages.ucd_dbm import UCDDBMError
     from tapmachine.tap_paper.denoise import DenoiseError
     from tapmachine.tap_paper.harvest import HarvestError
-    from tapmachine.train.training import TrainingError
+    from tapmachine.train import TrainingError
 
     try:
         args.func(args)

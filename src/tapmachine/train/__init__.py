@@ -1,1 +1,40 @@
-"""Training Boltzmann machines: settings, the loop, gradient methods, resume, pretraining."""
+"""Training Boltzmann machines, for both papers.
+
+One concept per module, from the bottom: ``settings`` (a run's settings, defaults from the config
+schema), ``update`` (Alg. 2's parameter update), ``tap_gradient`` (TAP machines' gradient),
+``methods`` (the registry of gradient methods: tap, cd, pcd and the DBM methods), ``evaluation``
+(the per-epoch TAP log-likelihood), ``resume`` (fingerprint and checkpoints), ``loop`` (the one
+training loop), ``build`` (config entry -> initial machine), ``pretrain`` (Alg. 4's greedy
+pretraining) and ``job`` (config entry -> ``model.pt``).
+"""
+
+from tapmachine.train.build import build_machine, initial_machine, load_model
+from tapmachine.train.evaluation import (
+    evaluate_tap_log_likelihood,
+    evaluation_signature,
+    expected_signature,
+)
+from tapmachine.train.job import Prepared, prepare, run_params, train_from_spec
+from tapmachine.train.loop import train
+from tapmachine.train.methods import METHODS, GradientMethod, register
+from tapmachine.train.settings import PretrainSettings, TrainingError, TrainSettings
+
+__all__ = [
+    "TrainingError",
+    "TrainSettings",
+    "PretrainSettings",
+    "GradientMethod",
+    "METHODS",
+    "register",
+    "build_machine",
+    "initial_machine",
+    "load_model",
+    "evaluate_tap_log_likelihood",
+    "evaluation_signature",
+    "expected_signature",
+    "train",
+    "Prepared",
+    "prepare",
+    "train_from_spec",
+    "run_params",
+]

@@ -4,7 +4,7 @@ Alg. 4 first trains the RBM (visible, h1) by Alg. 2 on the data, then for every 
 layer l >= 2 the RBM (h_{l-1}, h_l) by Alg. 2 on the representation H^(l-1) of the data in
 layer l-1, and finally trains all couplings jointly on free and clamped TAP solutions (App. E.1,
 eqs. 121-129; ``tapmachine.core.tap.tap_gradients`` with ``clamped_state``, run by the ordinary
-training loop ``tapmachine.train.training.train`` on the layered machine).
+training loop ``tapmachine.train.loop.train`` on the layered machine).
 
 How the lower layer's output feeds the next RBM. Alg. 4 writes H^(l-1) ~ P(h^(l) | H^(l-1), ...),
 a draw of the layer given the one below. TAP machines replace samples by magnetisations
@@ -25,14 +25,15 @@ Composition. Layer 0 keeps the first RBM's visible prior; hidden layer l takes t
 as the hidden layer of RBM l (its visible prior in RBM l+1, fitted to the same layer's
 magnetisations from above, is discarded), and W_l is RBM l's coupling matrix.
 
-Departure (config key ``pretrain.inputs``): the default ``magnetisations`` follows the issue's
-TAP-machine reading; ``samples`` is Alg. 4's literal draw (one draw per training row, made
+Departure (config key ``pretrain.inputs``): the default ``magnetisations`` follows the TAP
+machines' reading; ``samples`` is Alg. 4's literal draw (one draw per training row, made
 once), the value in ``workflow/config/paper.yaml``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import torch
@@ -40,23 +41,11 @@ from torch import Tensor
 
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
+from tapmachine.train.build import visible_prior
+from tapmachine.train.loop import train
+from tapmachine.train.settings import PretrainSettings, TrainSettings
 
-__all__ = ["PretrainSettings", "layer_inputs", "prefixed", "pretrain", "pretrain_from_spec"]
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainSettings:
-    """A model's ``pretrain:`` entry: epochs and step size of every greedy RBM, and what the next
-    RBM is trained on: the layer's magnetisations (default) or one draw of binary states from
-    them (Alg. 4's literal H ~ P(h | ...), the paper's value)."""
-
-    epochs: int = 50
-    learning_rate: float = 0.001
-    inputs: str = "magnetisations"
-
-    @classmethod
-    def from_spec(cls, spec: dict) -> PretrainSettings:
-        return cls(**spec)
+__all__ = ["layer_inputs", "prefixed", "pretrain", "pretrain_from_spec"]
 
 
 def layer_inputs(rbm: BoltzmannMachine, x: Tensor, sample: bool = False, generator=None) -> Tensor:
@@ -71,12 +60,10 @@ def layer_inputs(rbm: BoltzmannMachine, x: Tensor, sample: bool = False, generat
 
 def _input_prior(template, x: Tensor):
     """A visible prior of ``template``'s family fitted to the means of ``x`` (Alg. 2's init)."""
-    mean = x.mean(0)
     if isinstance(template, Bernoulli):
-        m = mean.clamp(1e-3, 1 - 1e-3)
-        return Bernoulli(torch.log(m) - torch.log1p(-m))
+        return visible_prior({"prior": "bernoulli"}, x)
     if isinstance(template, Spin):
-        return Spin(torch.atanh(mean.clamp(-0.999, 0.999)))
+        return visible_prior({"prior": "spin"}, x)
     raise ValueError(
         f"greedy pretraining feeds magnetisations into binary layers; got {type(template).__name__}"
     )
@@ -85,7 +72,7 @@ def _input_prior(template, x: Tensor):
 def pretrain(
     machine: BoltzmannMachine,
     x: Tensor,
-    settings,
+    settings: TrainSettings,
     pre: PretrainSettings,
     generator: torch.Generator,
     checkpoint_dir: str | Path | None = None,
@@ -95,13 +82,11 @@ def pretrain(
     """Greedy pretraining of Alg. 4: the stacked machine and each RBM's metrics per epoch.
 
     ``machine`` gives the layer sizes, priors and initial couplings (``build_machine``);
-    ``settings`` (a ``TrainSettings``) the optimiser of every RBM, with ``pre.epochs`` and
-    ``pre.learning_rate`` replacing its epochs and step size and TAP inference. RBM l is
-    checkpointed in ``checkpoint_dir/layer_{l+1}`` (resumable like any training).
-    ``on_epoch(layer, epoch, metrics)`` is called after each RBM epoch.
+    ``settings`` the optimiser of every RBM, with ``pre.epochs`` and ``pre.learning_rate``
+    replacing its epochs and step size and TAP inference. RBM l is checkpointed in
+    ``checkpoint_dir/layer_{l+1}`` (resumable like any training). ``on_epoch(layer, epoch,
+    metrics)`` is called after each RBM epoch.
     """
-    from tapmachine.train.training import train
-
     rbm_settings = dataclasses.replace(
         settings, epochs=pre.epochs, learning_rate=pre.learning_rate, inference="tap"
     )
@@ -137,8 +122,6 @@ def pretrain_from_spec(machine, x, spec: dict, settings, generator, outdir, on_e
     """``pretrain`` with a model's ``pretrain:`` settings, checkpoints in ``outdir/pretrain``;
     ``on_epoch(layer, epoch, metrics)`` after each greedy RBM epoch (e.g. logging
     ``prefixed(layer, metrics)`` with the epoch as step). Returns the stacked machine."""
-    import sys
-
     pre = PretrainSettings.from_spec(spec["pretrain"])
     print(
         f"greedy pretraining: {pre.epochs} epochs per RBM at lr {pre.learning_rate}, "

@@ -1,6 +1,6 @@
 """DBM training by UCD-LMI and its baselines, as gradient functions for the one training loop.
 
-Three methods, selected by ``TrainSettings.method`` (``tapmachine.train.training``):
+Three methods, selected by ``TrainSettings.method`` (registered in ``tapmachine.train.methods``):
 
 - ``ucd_lmi``: the unbiased estimator of Alg. 2 (``estimator.log_likelihood_gradient``): positive
   phase one posterior coupling per data row (eq. 28), negative phase ``n_chains`` joint couplings
@@ -41,7 +41,7 @@ from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.ucd.estimator import UCDSettings, _combine, log_likelihood_gradient
+from tapmachine.ucd.estimator import UCDSettings, combine, log_likelihood_gradient
 from tapmachine.ucd.init import logistic, orthogonal, to_spin
 from tapmachine.ucd.target import Target
 
@@ -61,7 +61,7 @@ __all__ = [
 DBM_METHODS = ("ucd_lmi", "dbm_pcd", "centered_pcd")
 
 #: Version of the DBM methods' arithmetic, part of their resume fingerprint beside
-#: ``training.NUMERICS_VERSION`` (which RBM runs share, so a DBM-only change leaves RBM
+#: ``train.resume.NUMERICS_VERSION`` (which RBM runs share, so a DBM-only change leaves RBM
 #: checkpoints resumable). 2: the mean-field positive phase updates every hidden layer (it
 #: skipped the top one). 3: the Gibbs sweep after local search draws its block order per chain.
 NUMERICS_VERSION = 3
@@ -183,12 +183,11 @@ class DBMState:
         def move(xs):
             return None if xs is None else [x.to(device) for x in xs]
 
-        tau_hist = blob.get("tau_hist")
         return cls(
             str(blob["method"]),
-            move(blob.get("chains")),
-            move(blob.get("offsets")),
-            tau_hist=tau_hist,
+            move(blob["chains"]),
+            move(blob["offsets"]),
+            tau_hist=blob["tau_hist"],
         )
 
 
@@ -238,7 +237,7 @@ def _mean_stats(machine: BoltzmannMachine, xs: list) -> dict:
     """Row mean of f = -grad E at states (or means: f is linear in each layer)."""
     n = xs[0].shape[0]
     stats = Target.joint(machine).statistics(xs)
-    return _combine(stats, stats, lambda a, _: a / n)
+    return combine(stats, stats, lambda a, _: a / n)
 
 
 def gradient_norm(grads: dict) -> float:
@@ -314,7 +313,7 @@ def gradients(
         chains = machine.gibbs_step(chains, generator)
     state.chains = chains
     pos, neg = _mean_stats(machine, pos_states), _mean_stats(machine, chains)
-    grads = _combine(pos, neg, torch.sub)
+    grads = combine(pos, neg, torch.sub)
     if method == "centered_pcd":
         grads = _centered(grads, pos_states, chains, state.offsets)
         rate = options.offset_rate

@@ -134,7 +134,7 @@ class Estimate:
         }
 
 
-def _combine(a: dict, b: dict, fn) -> dict:
+def combine(a: dict, b: dict, fn) -> dict:
     return {
         "weights": [fn(x, y) for x, y in zip(a["weights"], b["weights"], strict=True)],
         "priors": [
@@ -148,7 +148,7 @@ def _fold(a: Tensor, _: Tensor, k: int) -> Tensor:
 
 
 def _scatter_add(acc: dict, rows: Tensor, new: dict) -> dict:
-    return _combine(acc, new, lambda x, y: x.index_add(0, rows, y))
+    return combine(acc, new, lambda x, y: x.index_add(0, rows, y))
 
 
 def _cat(xs: list, ys: list) -> list:
@@ -184,10 +184,10 @@ def couple(target: Target, kernel, x0: list, cap: int, per_chain: bool = False):
         sign[k:] = -1.0
         if per_chain:
             both = target.statistics(_cat(X, Y), sign, per_chain=True)
-            term = _combine(both, both, functools.partial(_fold, k=k))
+            term = combine(both, both, functools.partial(_fold, k=k))
             acc = _scatter_add(acc, alive, term)
         else:
-            acc = _combine(acc, target.statistics(_cat(X, Y), sign), torch.add)
+            acc = combine(acc, target.statistics(_cat(X, Y), sign), torch.add)
         X, EX, Y, EY = kernel.coupled(X, EX, Y, EY)
         t += 1
         tau[alive] = t
@@ -246,10 +246,10 @@ def _estimate(
             parts.append(
                 couple(target, kernel_class(target, generator), start, settings.cap, per_chain)
             )
-        total = _combine(parts[0][0], parts[1][0], lambda a, b: 0.5 * (a + b))  # eq. 27
+        total = combine(parts[0][0], parts[1][0], lambda a, b: 0.5 * (a + b))  # eq. 27
         tau = torch.maximum(parts[0][1], parts[1][1])
         capped = parts[0][2] | parts[1][2]
-    grads = total if per_chain else _combine(total, total, lambda a, _: a / n)
+    grads = total if per_chain else combine(total, total, lambda a, _: a / n)
     return Estimate(grads, tau, steps, capped, search_capped, plain.energy(x0))
 
 
@@ -302,7 +302,7 @@ def log_likelihood_gradient(
     positive = posterior_expectation(machine, v, settings, generator)
     n = int(v.shape[0]) if n_chains is None else n_chains
     negative = model_expectation(machine, n, settings, generator)
-    return _combine(positive.grads, negative.grads, torch.sub), positive, negative
+    return combine(positive.grads, negative.grads, torch.sub), positive, negative
 
 
 def coupling_steps(

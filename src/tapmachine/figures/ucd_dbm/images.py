@@ -112,8 +112,8 @@ def samples(
     """
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.train import training
     from tapmachine.ucd import dbm, diversity, generate
 
     if data_paths is not None and len(data_paths) != len(model_paths):
@@ -126,7 +126,7 @@ def samples(
         blob, machine = _load(path, device)
         info = _info(blob)
         infos.append(info)
-        g = training.seeded_generator(seed, "ucd_samples", info.name, device=device)
+        g = seeded_generator(seed, "ucd_samples", info.name, device=device)
         x, T = generate.sample(machine, n, g)
         images = dbm.to_unit_interval(machine, x).cpu()
         n_distinct = diversity.distinct(images)
@@ -224,8 +224,8 @@ def completion(
     """Fig. 3: lower halves of ``n`` test images completed by local search; truth beside."""
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.train import training
     from tapmachine.ucd import dbm, generate
 
     if len(model_paths) != len(data_paths):
@@ -244,7 +244,7 @@ def completion(
         h, w = ds.image_shape
         truth = torch.as_tensor(ds.x_test[:n], dtype=machine.dtype)
         mask = generate.lower_half_mask(h, w)
-        g = training.seeded_generator(seed, "ucd_completion", info.name, device=device)
+        g = seeded_generator(seed, "ucd_completion", info.name, device=device)
         out, steps = generate.complete(machine, dbm.data_for(machine, truth), mask, g)
         filled = dbm.to_unit_interval(machine, out[0]).cpu()
         masked = truth.clone()

@@ -3,6 +3,7 @@ and the params files that let ``tapmachine track`` replay a run's params."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 from pathlib import Path
@@ -20,6 +21,17 @@ def parse_json(text: str, flag: str):
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{flag} is not JSON: {err}") from err
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: ``text`` as an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
 
 
 def params_file(output) -> Path:

@@ -48,11 +48,11 @@ def curve_args(deep: dict, model: str) -> str:
 def _cmd_curve(args) -> None:
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline import tracking
     from tapmachine.tap_paper import curves
-    from tapmachine.train.training import seeded_generator
 
     set_threads(args.threads)
     model_file = Path(args.model_file)
@@ -117,10 +117,10 @@ def _cmd_curve(args) -> None:
 def _cmd_timing(args) -> None:
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline import tracking
     from tapmachine.tap_paper import curves
-    from tapmachine.train.training import seeded_generator
 
     set_threads(args.threads)
     gen = seeded_generator(args.seed, "fig10", "timing")

@@ -154,7 +154,7 @@ def _load_machine(model_file, n_visible: int, dtype, device):
 
 
 def _noise_generator(seed: int, channel: str):
-    from tapmachine.train.training import seeded_generator
+    from tapmachine.core.seeding import seeded_generator
 
     return seeded_generator(seed, "denoise", channel)
 

@@ -10,13 +10,13 @@ time of its latest epochs and what the remaining epochs take at that pace. Model
 checkpoint yet are not listed (the dry run lists their jobs).
 
 A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
-earlier epochs again (``training.reevaluate_history``), rewriting their checkpoints from epoch 1
+earlier epochs again (``train.resume.reevaluate_history``), rewriting their checkpoints from epoch 1
 on; while that pass runs, the epochs whose checkpoint still holds the old evaluation are
 counted and priced at the original evaluation's pace (epoch minus training seconds: a lower
 bound, the second pass makes an evaluation longer). A pass that has not begun (its job not yet
 started) is seen only with the run's config (``--configfile``, the files given to snakemake):
 every epoch whose checkpoint was evaluated otherwise than the config's settings evaluate
-(``training.expected_signature``) is then counted, started or not.
+(``train.expected_signature``) is then counted, started or not.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ PACE_EPOCHS = 5
 
 def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
-    whose checkpoint's evaluation (``training.evaluation_signature``: retry_damping and its
+    whose checkpoint's evaluation (``train.evaluation_signature``: retry_damping and its
     tolerance) is not the one the pass has written into epoch 1's."""
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
-    from tapmachine.train.training import evaluation_signature
+    from tapmachine.train import evaluation_signature
 
     def value(ckpt):
         return evaluation_signature(ckpt.settings, ckpt.history[-1] if ckpt.history else {})
@@ -58,9 +58,9 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
 
 def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
     """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
-    ``training.expected_signature`` of the run's config): those its job evaluates again."""
+    ``train.expected_signature`` of the run's config): those its job evaluates again."""
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
-    from tapmachine.train.training import evaluation_signature
+    from tapmachine.train import evaluation_signature
 
     rows = {row["epoch"]: row for row in latest.history}
     stale = []
@@ -73,13 +73,13 @@ def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
 
 
 def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dict[str, tuple]:
-    """Each model's ``training.expected_signature`` under the run's config: ``config_files`` as
+    """Each model's ``train.expected_signature`` under the run's config: ``config_files`` as
     given to ``snakemake --configfile`` (merged in order), validated against ``schema``."""
     import yaml
     from snakemake.utils import update_config
 
     from tapmachine.pipeline.configuration import ConfigError, validate
-    from tapmachine.train.training import TrainSettings, expected_signature
+    from tapmachine.train import TrainSettings, expected_signature
 
     config: dict = {}
     for path in config_files:

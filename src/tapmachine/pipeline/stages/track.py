@@ -157,7 +157,7 @@ def _train_items(results: Path, data: Path | None) -> Iterator[Item]:
         model_file = csv.parent / "model.pt"
         if model_file.exists():
             from tapmachine.io.modelfile import ModelFile
-            from tapmachine.train.training import run_params
+            from tapmachine.train import run_params
 
             record = ModelFile.load(model_file)
             recorded = record.mlflow_run_id

@@ -24,10 +24,11 @@ def train_model(
     dtype: str = "float32",
     manifest=None,
 ):
-    """``training.train_from_spec`` inside a run of experiment "train" (metrics per epoch,
+    """``train_from_spec`` inside a run of experiment "train" (metrics per epoch,
     a deep model's greedy pretraining epochs as ``pretrain_l{layer}.*``, metrics.csv as artifact,
     the run id in model.pt)."""
-    from tapmachine.train import pretrain, training
+    from tapmachine.train import train_from_spec
+    from tapmachine.train.pretrain import prefixed
 
     with contextlib.ExitStack() as stack:
         tracked = LazyRun(stack, manifest, "train", name, system_metrics=True)
@@ -36,9 +37,9 @@ def train_model(
             tracked.run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
 
         def log_pretrain_epoch(layer, epoch, metrics):
-            tracked.run.log_metrics(pretrain.prefixed(layer, metrics), step=epoch)
+            tracked.run.log_metrics(prefixed(layer, metrics), step=epoch)
 
-        machine = training.train_from_spec(
+        machine = train_from_spec(
             name,
             spec,
             str(data_path),

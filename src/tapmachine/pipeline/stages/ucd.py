@@ -13,10 +13,11 @@ is only in the live run.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from pathlib import Path
+
+from tapmachine.pipeline.stages.common import positive_int
 
 __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
 
@@ -27,16 +28,6 @@ STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped", "corrected", "search_
 
 class UCDError(Exception):
     """Bad input to a UCD stage (a method, size or cap out of range)."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
 
 
 def run_steps(
@@ -58,10 +49,10 @@ def run_steps(
     import torch
 
     from tapmachine import ucd
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline import tracking
     from tapmachine.pipeline.stages.common import write_params
-    from tapmachine.train.training import seeded_generator
 
     if method not in ucd.METHODS:
         raise UCDError(f"method {method!r} is not one of {list(ucd.METHODS)}")
@@ -179,10 +170,10 @@ def register(subparsers) -> None:
     st = sub.add_parser("steps", help="Fig. 1: coupling time tau and local-search steps T vs d")
     # checked by run_steps against ucd.METHODS: importing it here would load torch for --help
     st.add_argument("--method", required=True, help="a method of tapmachine.ucd.METHODS")
-    st.add_argument("--dims", nargs="+", type=_positive_int, required=True)
-    st.add_argument("--reps", type=_positive_int, default=100, help="chains per dimension")
-    st.add_argument("--cap", type=_positive_int, default=1000, help="coupling steps at most")
-    st.add_argument("--search-cap", type=_positive_int, default=10_000)
+    st.add_argument("--dims", nargs="+", type=positive_int, required=True)
+    st.add_argument("--reps", type=positive_int, default=100, help="chains per dimension")
+    st.add_argument("--cap", type=positive_int, default=1000, help="coupling steps at most")
+    st.add_argument("--search-cap", type=positive_int, default=10_000)
     st.add_argument("--units", default="spin", choices=["spin", "binary"])
     st.add_argument("--bias", default="logistic", choices=["logistic", "zero"])
     st.add_argument("--gain", type=float, default=1.0, help="scale of the orthogonal W")

@@ -3,7 +3,7 @@
 Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
 
 - ``ucd train-dbm``: one DBM of config ``ucd.dbm.models`` / ``ucd.dbm.ablation`` on one dataset,
-  by the one training loop (``training.train``, methods ``ucd_lmi``, ``dbm_pcd``,
+  by the one training loop (``train.train``, methods ``ucd_lmi``, ``dbm_pcd``,
   ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
   ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
@@ -49,32 +49,10 @@ def _load_binary(path):
     )
 
 
-def _settings(spec: dict):
-    from tapmachine.train.training import TrainSettings
-    from tapmachine.ucd import dbm
-
-    keys = {
-        "method",
-        "epochs",
-        "batch_size",
-        "learning_rate",
-        "momentum",
-        "l2",
-        "sampling_steps",
-        "weight_init_std",
-    }
-    plain = {k: spec[k] for k in keys if k in spec}
-    if plain.get("method") not in dbm.DBM_METHODS:
-        raise UCDDBMError(f"method {plain.get('method')!r} is not one of {list(dbm.DBM_METHODS)}")
-    try:
-        options = dbm.DBMOptions.from_dict(spec.get("ucd"))
-    except ValueError as exc:
-        raise UCDDBMError(str(exc)) from None
-    return TrainSettings(**plain, ucd=dict(spec.get("ucd") or {}), evaluate=False), options
-
-
 def _epoch_image(machine, x01, shape, generator, path):
     """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
+    import torch
+
     from tapmachine.figures.common import new_figure
     from tapmachine.figures.ucd_dbm import image_grid
     from tapmachine.io.files import atomic_write
@@ -91,7 +69,7 @@ def _epoch_image(machine, x01, shape, generator, path):
         (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
         (
             axes[1],
-            torch_cat(x01[:16], dbm.to_unit_interval(machine, recon).cpu()),
+            torch.cat([x01[:16], dbm.to_unit_interval(machine, recon).cpu()]),
             "data | recon.",
             8,
         ),
@@ -100,12 +78,6 @@ def _epoch_image(machine, x01, shape, generator, path):
         ax.set_title(title, fontsize=8)
         ax.axis("off")
     atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
-
-
-def torch_cat(a, b):
-    import torch
-
-    return torch.cat([a, b])
 
 
 def train_dbm(
@@ -125,40 +97,28 @@ def train_dbm(
     ``device``; training draws from a generator on ``device`` (on the CPU: the same generator).
     """
 
-    import torch
-
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline import tracking
-    from tapmachine.train import training
-    from tapmachine.ucd import dbm
+    from tapmachine.train import prepare, train
+    from tapmachine.ucd.dbm import DBM_METHODS
 
-    settings, options = _settings(spec)
-    hidden = spec.get("hidden")
-    if not hidden or any(not isinstance(h, int) or h < 1 for h in hidden):
-        raise UCDDBMError(f"model {name}: hidden must be a list of positive integers, got {hidden}")
-    ds, x_all, _ = _load_binary(data_path)
-    if n_train:
-        x_all = x_all[:n_train]
-    if x_all.shape[0] < settings.batch_size:
-        raise UCDDBMError(f"model {name}: {x_all.shape[0]} rows < batch_size {settings.batch_size}")
+    if spec.get("method") not in DBM_METHODS:
+        raise UCDDBMError(f"method {spec.get('method')!r} is not one of {list(DBM_METHODS)}")
+    job = prepare(name, spec, data_path, seed, device, n_train=n_train)
+    settings, machine, x, ds, x_all = job.settings, job.machine, job.x, job.dataset, job.rows
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     label = f"{ds.name}/{name}"
-    generator = training.seeded_generator(seed, "ucd_dbm", label, "train")
-    machine = dbm.build_dbm([x_all.shape[1], *hidden], generator, options, settings.weight_init_std)
-    if torch.device(device).type != "cpu":
-        machine = machine.to(device)
-        generator = _device_generator(generator, device)
-    x = dbm.data_for(machine, x_all)
     # Rows of steps.csv written before an interruption: kept below the first step run now.
     earlier = _read_steps(outdir / "steps.csv")
     steps: list[dict] = []
     run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
     params = train_params(name, ds.name, spec, machine.sizes, run_info)
     tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
-    img_gen = training.seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
+    img_gen = seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
     run_name = f"train_{ds.name}_{name}"
     with tracking.start_run(manifest, "ucd", run_name, params, tags, system_metrics=True) as run:
 
@@ -176,11 +136,11 @@ def train_dbm(
             run.log_artifact(png, "epochs")
 
         t0 = time.perf_counter()
-        machine, history = training.train(
+        machine, history = train(
             machine,
             x,
             settings,
-            generator,
+            job.generator,
             checkpoint_dir=modelfile.checkpoint_dir(outdir),
             on_epoch=on_epoch,
             on_step=on_step,
@@ -212,17 +172,6 @@ def train_dbm(
         run.log_artifact(outdir / "steps.csv")
     print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
     return machine
-
-
-def _device_generator(generator, device):
-    """A generator on ``device`` seeded from the CPU ``generator`` (torch draws on a device only
-    from a generator of that device)."""
-    import torch
-
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    return g
 
 
 def train_params(name: str, dataset: str, spec: dict, sizes, run: dict | None = None) -> dict:
@@ -275,11 +224,11 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     """Train the FID classifier on ``data_path``; write it (with its test accuracy) to ``out``."""
     import torch
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
     from tapmachine.io.files import atomic_write
     from tapmachine.pipeline import tracking
     from tapmachine.pipeline.stages.common import write_params
-    from tapmachine.train import training
     from tapmachine.ucd import fid
 
     ds = data.load_dataset(data_path)
@@ -294,7 +243,7 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     x, y = ds.x_train, ds.y_train
     if n_train:
         x, y = x[:n_train], y[:n_train]
-    g = training.seeded_generator(seed, "ucd_classifier", ds.name)
+    g = seeded_generator(seed, "ucd_classifier", ds.name)
     params = {"dataset": ds.name, **settings}
     with tracking.start_run(manifest, "ucd", f"classifier_{ds.name}", params) as run:
         t0 = time.perf_counter()
@@ -348,9 +297,10 @@ def score(
     the training rows; the data term by ``mean_field_steps`` mean-field sweeps.
     """
 
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline import tracking
-    from tapmachine.train import training
+    from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
     from tapmachine.ucd import ais, dbm, fid, generate
 
     for key, value, low in (
@@ -367,7 +317,7 @@ def score(
     x_train, x_test = x_train.to(device), x_test.to(device)
     net, acc = load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
-    g = training.seeded_generator(seed, "ucd_score", label, device=device)
+    g = seeded_generator(seed, "ucd_score", label, device=device)
     t0 = time.perf_counter()
     samples, T = generate.sample(machine, n_samples, g)
     images = dbm.to_unit_interval(machine, samples).cpu()
@@ -376,13 +326,11 @@ def score(
     # the floor: two disjoint halves of the test set at the same size (at most half of it)
     n_floor = min(n_real, x_test.shape[0] // 2)
     floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
-    settings = training.TrainSettings(max_iter=200, tol=1e-8)
+    settings = TrainSettings(max_iter=200, tol=1e-8)
     # NaN when TAP converges from none of the images (the table then says "nan")
-    ll = training.evaluate_tap_log_likelihood(
-        machine, dbm.data_for(machine, x_test[:n_ll]), settings
-    )
+    ll = evaluate_tap_log_likelihood(machine, dbm.data_for(machine, x_test[:n_ll]), settings)
     t_ais = time.perf_counter()
-    ais_gen = training.seeded_generator(seed, "ucd_score", label, "ais", device=device)
+    ais_gen = seeded_generator(seed, "ucd_score", label, "ais", device=device)
     log_z = ais.dbm_ais_log_partition(
         machine,
         dbm.data_for(machine, x_train),
@@ -507,14 +455,14 @@ def _cmd_cifar10(args) -> None:
 
 def register(ucd_sub) -> None:
     """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``)."""
-    from tapmachine.pipeline.stages.ucd import _positive_int
+    from tapmachine.pipeline.stages.common import positive_int
 
     t = ucd_sub.add_parser("train-dbm", help="train one DBM (UCD-LMI, PCD or centered PCD)")
     t.add_argument("--model", required=True)
     t.add_argument("--spec", required=True, help="the model's config entry as JSON")
     t.add_argument("--data", required=True, help="binary dataset .npz")
     t.add_argument("--out-dir", required=True)
-    t.add_argument("--n-train", type=_positive_int, default=None)
+    t.add_argument("--n-train", type=positive_int, default=None)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -533,11 +481,11 @@ def register(ucd_sub) -> None:
     s.add_argument("--classifier", required=True)
     s.add_argument("--data", required=True)
     s.add_argument("--out", required=True)
-    s.add_argument("--samples", type=_positive_int, default=2000)
-    s.add_argument("--ll-images", type=_positive_int, default=200)
-    s.add_argument("--ais-runs", type=_positive_int, default=100, help="AIS runs (>= 2)")
-    s.add_argument("--ais-betas", type=_positive_int, default=1000, help="AIS temperatures")
-    s.add_argument("--mean-field-steps", type=_positive_int, default=30)
+    s.add_argument("--samples", type=positive_int, default=2000)
+    s.add_argument("--ll-images", type=positive_int, default=200)
+    s.add_argument("--ais-runs", type=positive_int, default=100, help="AIS runs (>= 2)")
+    s.add_argument("--ais-betas", type=positive_int, default=1000, help="AIS temperatures")
+    s.add_argument("--mean-field-steps", type=positive_int, default=30)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--device", default="cpu", help="cpu or cuda[:N]")

@@ -69,7 +69,7 @@ def score_machine(
 
     ``images``: split name -> rows to score; ``tap_init``: rows TAP starts from; ``base_data``:
     rows the AIS base-rate model is fitted to (the training data). Random streams (AIS runs, PL
-    sites) come from ``training.seeded_generator(*seed_labels, stage)``: giving every epoch of a
+    sites) come from ``seeded_generator(*seed_labels, stage)``: giving every epoch of a
     model the same labels makes their AIS and PL noise common (differences between epochs are
     then less noisy than the values).
 
@@ -78,7 +78,7 @@ def score_machine(
     again. The TAP log-likelihood of an image needs only ln Z (eq. 39: data term - ln Z), so
     both ways give the same numbers; ``log_z_tap_source`` says which was used.
     """
-    from tapmachine.train.training import seeded_generator
+    from tapmachine.core.seeding import seeded_generator
 
     if machine.n_layers != 2:
         raise ValueError("likelihood scoring needs an RBM (one hidden layer)")

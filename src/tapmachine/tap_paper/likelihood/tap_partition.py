@@ -58,7 +58,7 @@ def tap_log_partition(
 #: The TAP numbers of a score row that come from one solve (or from training's record of it).
 TAP_INFO_KEYS = ("log_z_tap", "n_unique", "n_converged", "mean_iterations")
 
-#: Checkpoint ``settings`` keys (``training.TrainSettings``) that must equal the score settings'.
+#: Checkpoint ``settings`` keys (``TrainSettings``) that must equal the score settings'.
 _SAME_TAP = ("damping", "tol", "max_iter", "dedup_tol")
 #: Checkpoint settings written before the key existed did the run without its value here.
 _ABSENT_MEANS = {"retry_damping": None, "solver": "damped"}
@@ -88,7 +88,7 @@ def recorded_tap_partition(
 ) -> tuple[dict | None, str]:
     """TAP's ln Z as training's per-epoch evaluation recorded it, if it is what scoring would get.
 
-    Training (``training.evaluate_tap_log_likelihood``) solves TAP from the first
+    Training (``evaluate_tap_log_likelihood``) solves TAP from the first
     ``eval_samples`` training rows after every epoch and records ``log_z_tap`` (minus the mean
     free energy of the unique converged solutions) with the solution counts in the checkpoint's
     history. Scoring solves from the first ``tap_inits`` of the same rows (``score_checkpoints``:
@@ -107,7 +107,7 @@ def recorded_final_tap_partition(
 ) -> tuple[dict | None, str]:
     """``recorded_tap_partition`` for a final model (``model.pt``): training's evaluation after
     its last epoch, with the training settings rebuilt from the model's config entry."""
-    from tapmachine.train.training import TrainingError, TrainSettings
+    from tapmachine.train import TrainingError, TrainSettings
 
     try:
         trained = dataclasses.asdict(TrainSettings.from_spec(model.spec)) if model.spec else {}
@@ -117,7 +117,7 @@ def recorded_final_tap_partition(
 
 
 def _recorded(trained, history, epoch, machine_state, settings, dtype):
-    from tapmachine.train.training import evaluation_signature, expected_signature
+    from tapmachine.train import evaluation_signature, expected_signature
 
     why = evaluation_differs(trained, settings)
     if why:

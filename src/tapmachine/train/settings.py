@@ -1,0 +1,110 @@
+"""The settings of one training run (a config ``models.<name>`` or ``ucd.dbm.models.<name>``
+entry) and of greedy pretraining, with their defaults read from the config schema."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tapmachine.core import tap
+from tapmachine.io.schema import defaults
+from tapmachine.ucd.dbm import DBM_METHODS, DBMOptions
+
+__all__ = ["TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
+
+#: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
+RHO_STEPS = ("plain", "logit")
+
+_RBM = defaults("model")
+_TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
+
+
+class TrainingError(Exception):
+    """Training cannot go on (divergence, inconsistent resume state, bad settings)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """The optimisation settings of one model, validated; defaults: the schema's ``model``."""
+
+    epochs: int = _RBM["epochs"]
+    batch_size: int = _RBM["batch_size"]
+    n_solutions: int | None = _RBM["n_solutions"]
+    learning_rate: float | dict = _RBM["learning_rate"]
+    momentum: float = _RBM["momentum"]
+    l2: float = _RBM["l2"]
+    weight_init_std: float = _RBM["weight_init_std"]
+    #: A name of the gradient-method registry (``train.methods``).
+    method: str = _RBM["method"]
+    sampling_steps: int = _RBM["sampling_steps"]
+    damping: float = _TAP["damping"]
+    #: TAP solver of the converged training steps and the per-epoch evaluation (``tap.SOLVERS``):
+    #: Alg. 1's damped iteration, or Anderson mixing on it (same fixed points, fewer iterations;
+    #: ``tap.solve``). Fixed-iteration steps always take Alg. 1's damped iterations.
+    solver: str = _TAP["solver"]
+    train_iterations: int | str = _TAP["train_iterations"]
+    train_tol: float = _TAP["train_tol"]
+    train_max_iter: int = _TAP["train_max_iter"]
+    train_unique: bool = _TAP["train_unique"]
+    rho_step: str = _RBM["rho_step"]
+    tol: float = _TAP["tol"]
+    max_iter: int = _TAP["max_iter"]
+    #: Damping of the evaluation's second pass over rows not converged within ``max_iter``
+    #: (``tap.solve_with_retry``; None: no second pass). It changes no training numbers.
+    retry_damping: float | None = _TAP["retry_damping"]
+    dedup_tol: float = _TAP["dedup_tol"]
+    eval_samples: int = _RBM["eval"]["n_samples"]
+    #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
+    ucd: dict | None = None
+    #: Run the per-epoch TAP evaluation (off for the DBMs, which ``ucd score`` scores).
+    evaluate: bool = True
+    train_noise: dict | None = _RBM["train_noise"]
+    inference: str = _RBM["inference"]
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> TrainSettings:
+        """The settings of a config entry: an RBM or deep TAP machine (schema ``model``: keys
+        at the top, under ``tap:`` and ``eval:``) or a DBM (schema ``dbm_model``, whose defaults
+        fill what the entry leaves out; no per-epoch TAP evaluation)."""
+        keys = {f.name for f in dataclasses.fields(cls)}
+        plain = {}
+        if spec.get("method") in DBM_METHODS:
+            plain = {k: v for k, v in defaults("dbm_model").items() if k in keys}
+            plain["evaluate"] = False
+        plain.update({k: v for k, v in spec.items() if k in keys})
+        plain.update({k: v for k, v in spec.get("tap", {}).items() if k in keys})
+        if "n_samples" in spec.get("eval", {}):
+            plain["eval_samples"] = spec["eval"]["n_samples"]
+        return cls(**plain)
+
+    def __post_init__(self):
+        it = self.train_iterations
+        if not (it == "converge" or (isinstance(it, int) and not isinstance(it, bool) and it >= 1)):
+            raise TrainingError(
+                f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
+            )
+        if self.solver not in tap.SOLVERS:
+            raise TrainingError(f"tap.solver must be one of {tap.SOLVERS}, not {self.solver!r}")
+        if self.rho_step not in RHO_STEPS:
+            raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
+        if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
+            raise TrainingError(f"tap.retry_damping must be in [0, 1), not {self.retry_damping}")
+        if self.method in DBM_METHODS:
+            try:
+                DBMOptions.from_dict(self.ucd)
+            except ValueError as exc:
+                raise TrainingError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainSettings:
+    """A model's ``pretrain:`` entry: epochs and step size of every greedy RBM, and what the next
+    RBM is trained on: the layer's magnetisations (default) or one draw of binary states from
+    them (Alg. 4's literal H ~ P(h | ...), the paper's value). Defaults: the schema's."""
+
+    epochs: int = _PRE["epochs"]
+    learning_rate: float = _PRE["learning_rate"]
+    inputs: str = _PRE["inputs"]
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> PretrainSettings:
+        return cls(**spec)

@@ -1,0 +1,148 @@
+"""The TAP machine's gradient (first paper, Alg. 2): TAP solutions from the mini-batch (Alg. 1,
+or adaTAP's Alg. 3 for ``inference: adatap``, App. D) in eqs. (40)-(42)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from tapmachine.core import tap
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli, Spin
+from tapmachine.train.settings import TrainingError, TrainSettings
+
+__all__ = [
+    "tap_step_gradients",
+    "converged_tap_gradients",
+    "noisy_initialisations",
+    "check_train_noise",
+]
+
+
+def tap_step_gradients(
+    machine: BoltzmannMachine,
+    x: Tensor,
+    settings: TrainSettings,
+    generator: torch.Generator,
+    stats: dict | None = None,
+) -> dict:
+    """Alg. 2's gradient on the batch ``x``: K TAP solutions from the batch's rows (K =
+    ``n_solutions``, the rows repeated when K exceeds the batch), by ``train_iterations`` fixed
+    iterations of Alg. 1 or until convergence (``converged_tap_gradients``)."""
+    K = settings.n_solutions or x.shape[0]
+    init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
+    solver = functools.partial(tap.solve, solver=settings.solver)
+    if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
+        from tapmachine.core import adatap
+
+        solver = adatap.solve
+    if settings.train_noise:
+        init = noisy_initialisations(machine, init, settings.train_noise, generator)
+    if settings.train_iterations == "converge":
+        return converged_tap_gradients(
+            machine,
+            x,
+            init,
+            damping=settings.damping,
+            tol=settings.train_tol,
+            max_iter=settings.train_max_iter,
+            unique_tol=settings.dedup_tol if settings.train_unique else None,
+            stats=stats,
+            solver=solver,
+        )
+    fixed = tap.solve if settings.inference == "tap" else solver
+    states = fixed(
+        machine,
+        init,
+        damping=settings.damping,
+        tol=settings.tol,
+        max_iter=settings.train_iterations,
+    )
+    return tap.tap_gradients(machine, x, states)
+
+
+def converged_tap_gradients(
+    machine: BoltzmannMachine,
+    x: Tensor,
+    init: Tensor,
+    damping: float = 0.5,
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    unique_tol: float | None = None,
+    stats: dict | None = None,
+    solver=tap.solve,
+) -> dict:
+    """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
+
+    The K rows of ``init`` (data points, eqs. 37-38) are iterated until the mean squared step of
+    the magnetisations is below ``tol`` or ``max_iter`` iterations have passed. Only the rows
+    that converged enter the model term (a row stopped by the cap is not a TAP solution); with
+    ``unique_tol`` the converged rows are first grouped (``tap.unique``, max-abs distance of the
+    magnetisations) and each unique solution gets weight 1/K with K the number of unique
+    solutions -- eq. (40)'s average over "the set of TAP solutions", as Fig. 3 averages the free
+    energy over unique solutions; without it every converged row counts (solutions weighted by
+    how many data points fall into them). If no row converged, all rows are used and the step
+    is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
+    ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
+    ``solutions`` (sum of solutions used) and ``unconverged_steps``. ``solver`` is
+    ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
+    """
+    states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
+    converged = states.converged
+    if bool(converged.any()):
+        if unique_tol is not None:
+            keep, _, _ = tap.unique(states, unique_tol)
+        else:
+            keep = torch.nonzero(converged, as_tuple=True)[0]
+        used = states.select(keep)
+    else:
+        used = states
+    if stats is not None:
+        stats["steps"] = stats.get("steps", 0) + 1
+        stats["iterations"] = stats.get("iterations", 0.0) + float(states.iterations.float().mean())
+        stats["converged"] = stats.get("converged", 0.0) + float(converged.float().mean())
+        stats["solutions"] = stats.get("solutions", 0) + used.n_rows
+        stats["unconverged_steps"] = stats.get("unconverged_steps", 0) + int(
+            not bool(converged.any())
+        )
+    return tap.tap_gradients(machine, x, used)
+
+
+def noisy_initialisations(
+    machine: BoltzmannMachine, init: Tensor, noise: dict, generator: torch.Generator
+) -> Tensor:
+    """TAP initialisations with the first ``fraction`` of the rows flipped at rate ``p``.
+
+    Beyond the paper: the remedy Sec. VII.4.1 suggests for the spurious TAP solutions near noisy
+    images (``train_noise: {fraction, p}``). The batch is already shuffled, so its first
+    round(fraction K) rows are a random subset; each of their bits flips independently with
+    probability p (binary symmetric channel, eq. 43: x -> 1 - x for {0, 1} units, x -> -x for
+    spins), from the training generator. The data term of the gradient keeps the clean batch.
+    """
+    n_noisy = int(round(float(noise["fraction"]) * init.shape[0]))
+    if n_noisy == 0 or float(noise["p"]) == 0.0:
+        return init
+    check_train_noise(machine, noise)
+    rows = init[:n_noisy]
+    u = torch.rand(rows.shape, generator=generator, device=generator.device, dtype=rows.dtype)
+    flips = u.to(rows.device) < float(noise["p"])
+    flipped = -rows if isinstance(machine.visible, Spin) else 1.0 - rows
+    return torch.cat([torch.where(flips, flipped, rows), init[n_noisy:]], 0)
+
+
+def check_train_noise(machine: BoltzmannMachine, noise: dict | None) -> None:
+    """``train_noise`` needs binary visible units and fraction in [0, 1], p in [0, 0.5]."""
+    if not noise:
+        return
+    if not isinstance(machine.visible, Bernoulli | Spin):
+        raise TrainingError(
+            f"train_noise flips bits: the visible prior must be bernoulli or spin, "
+            f"got {type(machine.visible).__name__}"
+        )
+    fraction, p = noise.get("fraction"), noise.get("p")
+    if fraction is None or not 0.0 <= float(fraction) <= 1.0:
+        raise TrainingError(f"train_noise.fraction = {fraction} must be in [0, 1]")
+    if p is None or not 0.0 <= float(p) <= 0.5:
+        raise TrainingError(f"train_noise.p = {p} must be in [0, 0.5]")

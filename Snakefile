@@ -29,10 +29,10 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
-include: "workflow/rules/ucd.smk"
+include: "workflow/rules/ucd_fig1.smk"
 include: "workflow/rules/ucd_dbm.smk"
 include: "workflow/rules/denoise.smk"
-include: "workflow/rules/dbm.smk"
+include: "workflow/rules/deep.smk"
 
 
 # One MLflow parent run per experiment for this invocation; at the end a short summary (what was

@@ -31,7 +31,7 @@ class DeepStageError(Exception):
 
 
 def curve_args(deep: dict, model: str) -> str:
-    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for dbm.smk):
+    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for deep.smk):
     pseudo-likelihood for a Fig. 10 model, TAP train/test likelihood for a Fig. 11 model."""
     fig10 = deep.get("fig10") or {}
     if model in fig10.get("models", []):

@@ -13,6 +13,7 @@ from tapmachine.pipeline.configuration import (
     load_schema,
     merge,
     remove_nulled,
+    schema_default,
     validate,
 )
 
@@ -273,3 +274,59 @@ def test_null_removes_a_section_or_named_entry_never_a_setting():
     remove_nulled(config, schema)
     with pytest.raises(ConfigError, match=r"models\.bmnist_h50\.epochs: None is not of type"):
         validate(config, SCHEMA)
+
+
+def test_every_schema_key_is_described():
+    """Every property of the schema (of sections, named entries, list items and alternatives)
+    says what it means, itself or in the definition it refers to."""
+    schema = load_schema(SCHEMA)
+
+    def resolve(node):
+        while "$ref" in node and "description" not in node:
+            target = schema
+            for part in node["$ref"].removeprefix("#/").split("/"):
+                target = target[part]
+            node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return node
+
+    def undescribed(node, path):
+        node = resolve(node)
+        for key, child in node.get("properties", {}).items():
+            if "description" not in resolve(child):
+                yield f"{path}{key}"
+            yield from undescribed(child, f"{path}{key}.")
+        for part in ("additionalProperties", "items"):
+            if isinstance(node.get(part), dict):
+                yield from undescribed(node[part], f"{path}*.")
+        for branch in node.get("oneOf", []):
+            yield from undescribed(branch, path)
+
+    assert list(undescribed(schema, "")) == []
+
+
+def test_stage_options_read_their_defaults_from_the_schema():
+    """A stage's command-line default is the schema's (the rules pass every value; one place)."""
+    import argparse
+
+    from tapmachine.pipeline.stages import denoise, harvest, ucd
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    ucd.register(sub)
+    harvest.register(sub)
+    steps = parser.parse_args(["ucd", "steps", "--method", "mh", "--dims", "2", "--out", "x"])
+    fig1 = {key: schema_default("ucd", "fig1", key) for key in ("reps", "cap", "search_cap")}
+    assert {key: getattr(steps, key) for key in fig1} == fig1
+    assert (steps.seed, steps.device) == (schema_default("seed"), schema_default("device"))
+    score = ["ucd", "score", "--model", "m", "--classifier", "c", "--data", "d", "--out", "o"]
+    score = parser.parse_args(score)
+    assert score.ll_images == schema_default("ucd", "dbm", "ll_images")
+    assert score.ais_betas == schema_default("ucd", "dbm", "ais", "n_betas")
+    files = ["--model-file", "m", "--checkpoint", "c", "--epoch", "1", "--data", "d"]
+    run = parser.parse_args(["harvest", *files, "--out-npz", "a", "--out-csv", "b"])
+    assert (run.tol, run.max_iter, run.dtype) == (1e-12, 2000, "float64")
+    assert run.tol == schema_default("harvest", "any_model", "tol")
+    assert denoise.REAL_DEFAULTS["max_iter"] == schema_default("denoise", "real", "max_iter")
+    assert schema_default("likelihood", "table", "n_train") == 0  # its own, not fig12's 1000
+    with pytest.raises(KeyError, match="models.m.dataset has no default"):
+        schema_default("models", "m", "dataset")

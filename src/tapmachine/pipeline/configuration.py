@@ -14,11 +14,7 @@ import copy
 import functools
 from pathlib import Path
 
-import jsonschema
 import yaml
-from jsonschema.exceptions import best_match
-from snakemake.utils import update_config
-from snakemake.utils import validate as snakemake_validate
 
 __all__ = [
     "ConfigError",
@@ -120,6 +116,8 @@ def merge(*configs: dict) -> dict:
     """One config from several, each updating the ones before it as Snakemake merges the
     ``configfile:`` default and each ``--configfile`` (``snakemake.utils.update_config``):
     mappings key by key, recursively; any other value, a list or null included, replaces."""
+    from snakemake.utils import update_config
+
     merged: dict = {}
     for config in configs:
         update_config(merged, config)
@@ -157,6 +155,10 @@ def schema_default(*path: str, schema_file: str | Path = SCHEMA):
 
 def validate(config: dict, schema_file: str | Path) -> dict:
     """Validate ``config`` in place (filling defaults) and return it; raise ``ConfigError``."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+    from snakemake.utils import validate as snakemake_validate
+
     schema = yaml.safe_load(Path(schema_file).read_text())
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:

@@ -1,5 +1,5 @@
 # tapmachine: TAP machines (Tramel et al. 2018) and UCD-LMI (Taniguchi et al. 2023) as one workflow.
-# Run `snakemake --cores N`; the papers' sizes: `--configfile workflow/config/paper.yaml`.
+# Run `snakemake --cores N`; the papers' sizes: `--configfile workflow/config/paper.yaml` (an overlay).
 import os
 
 from snakemake.utils import min_version
@@ -16,11 +16,10 @@ os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 report: "workflow/report/workflow.rst"
 
 
-# A --configfile replaces the embedded default rather than being merged into it, so a paper-size
-# run never inherits the reduced models of config.yaml.
-if not workflow.overwrite_configfiles:
-
-    configfile: "config.yaml"
+# The default config; each --configfile (then --config) overlays it: mappings are merged key by
+# key, any other value (a list included) replaced, and a section or named entry set to null is
+# removed (common.smk). Relative to the working directory, as every output path.
+configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
@@ -30,10 +29,10 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/harvest.smk"
 include: "workflow/rules/figures.smk"
-include: "workflow/rules/ucd.smk"
+include: "workflow/rules/ucd_fig1.smk"
 include: "workflow/rules/ucd_dbm.smk"
 include: "workflow/rules/denoise.smk"
-include: "workflow/rules/dbm.smk"
+include: "workflow/rules/deep.smk"
 
 
 # One MLflow parent run per experiment for this invocation; at the end a short summary (what was

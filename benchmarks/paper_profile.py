@@ -101,11 +101,9 @@ PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12",
 
 
 def _paper_config() -> dict:
-    import yaml
+    from tapmachine.pipeline.configuration import load_config, validate
 
-    from tapmachine.pipeline.configuration import validate
-
-    cfg = yaml.safe_load((ROOT / "workflow" / "config" / "paper.yaml").read_text())
+    cfg = load_config([ROOT / "workflow" / "config" / "paper.yaml"], default=ROOT / "config.yaml")
     return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
 
 

@@ -1,19 +1,33 @@
-"""The config schema and the checks that go with it, on good and bad configs."""
+"""The config schema and the checks that go with it, on good and bad configs; the overlays."""
 
 import copy
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.configuration import (
+    ConfigError,
+    load_config,
+    load_schema,
+    merge,
+    remove_nulled,
+    schema_default,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+OVERLAYS = ["workflow/config/paper.yaml", "workflow/config/ucd_cpu.yaml"]
+#: The last commit whose paper.yaml and ucd_cpu.yaml were whole configs, not overlays.
+FULL_CONFIGS_COMMIT = "b720a32"
 
 
 def load(name):
-    return yaml.safe_load((ROOT / name).read_text())
+    """A shipped config as a run sees it: config.yaml, overlaid by ``name`` if it is another."""
+    overlays = [] if name == "config.yaml" else [ROOT / name]
+    return load_config(overlays, default=ROOT / "config.yaml", schema=SCHEMA)
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +35,7 @@ def default():
     return load("config.yaml")
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "workflow/config/paper.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", OVERLAYS[0]])
 def test_shipped_configs_validate(name):
     config = validate(load(name), SCHEMA)
     assert config["models"], "a shipped config must declare models"
@@ -199,3 +213,120 @@ def test_ucd_cpu_config_is_the_hidden_equals_visible_demonstration():
     assert {m["method"] for m in entries.values()} == {"ucd_lmi", "dbm_pcd", "centered_pcd"}
     assert all(m["hidden"] == [784, 784] for m in entries.values())
     assert len(dbm["ablation"]) == 4
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_overlays_give_the_whole_configs_they_replaced(name):
+    """config.yaml overlaid by paper.yaml (ucd_cpu.yaml) is, defaults filled, the whole file that
+    replaced config.yaml before the overlays; and the overlay repeats no value config.yaml sets
+    (it may restate a schema default: the paper's value of a departure)."""
+    old = subprocess.run(
+        ["git", "show", f"{FULL_CONFIGS_COMMIT}:{name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert validate(load(name), SCHEMA) == validate(yaml.safe_load(old), SCHEMA)
+
+    def repeated(overlay, base, path=""):
+        for key, value in overlay.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                yield from repeated(value, base[key], f"{path}.{key}")
+            elif key in base and base[key] == value:
+                yield f"{path}.{key}"
+
+    overlay = yaml.safe_load((ROOT / name).read_text())
+    assert list(repeated(overlay, load("config.yaml"))) == []
+
+
+def test_merge_updates_mappings_and_replaces_lists_as_snakemake():
+    base = {"a": {"x": 1, "y": [1, 2]}, "b": [1], "c": {"z": 1}}
+    merged = merge(base, {"a": {"y": [3]}, "b": [2, 3], "c": None})
+    assert merged == {"a": {"x": 1, "y": [3]}, "b": [2, 3], "c": None}
+    assert base == {"a": {"x": 1, "y": [1, 2]}, "b": [1], "c": {"z": 1}}
+
+
+def test_null_removes_a_section_or_named_entry_never_a_setting():
+    schema = load_schema(SCHEMA)
+    config = merge(
+        load("config.yaml"),
+        {
+            "deep": None,
+            "ucd": {"fig1": None},
+            "models": {"bmnist_h25": None, "bmnist_h50": {"n_train": None}},
+            "denoise": {"fig8": {"models": {"tap_nh25": None}}, "real": {"model": None}},
+            "data": {"derived": {"real_faces": None}, "faces": {"cbcl_archive": None}},
+            "likelihood": {"fig12": {"ais": {"n_betas": None}}},
+        },
+    )
+    remove_nulled(config, schema)
+    assert "deep" not in config and "fig1" not in config["ucd"] and "dbm" in config["ucd"]
+    assert "bmnist_h25" not in config["models"]
+    assert config["models"]["bmnist_h50"]["n_train"] is None  # null = all images
+    assert "tap_nh25" not in config["denoise"]["fig8"]["models"]
+    assert config["denoise"]["real"]["model"] is None  # null = no fig_denoise_real
+    assert "real_faces" not in config["data"]["derived"]
+    assert config["data"]["faces"]["cbcl_archive"] is None
+    assert config["likelihood"]["fig12"]["ais"]["n_betas"] is None
+    # A null where a number belongs is not a removal: validate names it.
+    config["models"]["bmnist_h50"]["epochs"] = None
+    remove_nulled(config, schema)
+    with pytest.raises(ConfigError, match=r"models\.bmnist_h50\.epochs: None is not of type"):
+        validate(config, SCHEMA)
+
+
+def test_every_schema_key_is_described():
+    """Every property of the schema (of sections, named entries, list items and alternatives)
+    says what it means, itself or in the definition it refers to."""
+    schema = load_schema(SCHEMA)
+
+    def resolve(node):
+        while "$ref" in node and "description" not in node:
+            target = schema
+            for part in node["$ref"].removeprefix("#/").split("/"):
+                target = target[part]
+            node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return node
+
+    def undescribed(node, path):
+        node = resolve(node)
+        for key, child in node.get("properties", {}).items():
+            if "description" not in resolve(child):
+                yield f"{path}{key}"
+            yield from undescribed(child, f"{path}{key}.")
+        for part in ("additionalProperties", "items"):
+            if isinstance(node.get(part), dict):
+                yield from undescribed(node[part], f"{path}*.")
+        for branch in node.get("oneOf", []):
+            yield from undescribed(branch, path)
+
+    assert list(undescribed(schema, "")) == []
+
+
+def test_stage_options_read_their_defaults_from_the_schema():
+    """A stage's command-line default is the schema's (the rules pass every value; one place)."""
+    import argparse
+
+    from tapmachine.pipeline.stages import denoise, harvest, ucd
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    ucd.register(sub)
+    harvest.register(sub)
+    steps = parser.parse_args(["ucd", "steps", "--method", "mh", "--dims", "2", "--out", "x"])
+    fig1 = {key: schema_default("ucd", "fig1", key) for key in ("reps", "cap", "search_cap")}
+    assert {key: getattr(steps, key) for key in fig1} == fig1
+    assert (steps.seed, steps.device) == (schema_default("seed"), schema_default("device"))
+    score = ["ucd", "score", "--model", "m", "--classifier", "c", "--data", "d", "--out", "o"]
+    score = parser.parse_args(score)
+    assert score.ll_images == schema_default("ucd", "dbm", "ll_images")
+    assert score.ais_betas == schema_default("ucd", "dbm", "ais", "n_betas")
+    files = ["--model-file", "m", "--checkpoint", "c", "--epoch", "1", "--data", "d"]
+    run = parser.parse_args(["harvest", *files, "--out-npz", "a", "--out-csv", "b"])
+    assert (run.tol, run.max_iter, run.dtype) == (1e-12, 2000, "float64")
+    assert run.tol == schema_default("harvest", "any_model", "tol")
+    assert denoise.REAL_DEFAULTS["max_iter"] == schema_default("denoise", "real", "max_iter")
+    assert schema_default("likelihood", "table", "n_train") == 0  # its own, not fig12's 1000
+    with pytest.raises(KeyError, match="models.m.dataset has no default"):
+        schema_default("models", "m", "dataset")

@@ -13,7 +13,7 @@ import yaml
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import fig10, fig11
-from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import curves
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_bad_deep_configs_name_the_key(default, path, value, expected):
 
 def test_shipped_configs_declare_figs_10_11():
     for name in ("config.yaml", "workflow/config/paper.yaml"):
-        config = validate(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+        config = validate(load_config([ROOT / name], default=ROOT / "config.yaml"), SCHEMA)
         f10 = config["deep"]["fig10"]["models"]
         kinds = {
             (config["models"][m]["inference"], config["models"][m]["tap"]["train_iterations"])
@@ -112,7 +112,9 @@ def test_shipped_configs_declare_figs_10_11():
             len(config["models"][m]["hidden"]) for m in config["deep"]["fig11"]["models"]
         )
         assert depths == [2, 3]
-    paper = validate(yaml.safe_load((ROOT / "workflow/config/paper.yaml").read_text()), SCHEMA)
+    paper = validate(
+        load_config([ROOT / "workflow/config/paper.yaml"], default=ROOT / "config.yaml"), SCHEMA
+    )
     m = paper["models"]["bmnist_fig10_adatap3"]
     assert (m["n_train"], m["hidden"][0]["units"], m["learning_rate"], m["batch_size"]) == (
         5000,
@@ -302,7 +304,7 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     client = mlflow.MlflowClient(uri)
     (train_run,) = client.search_runs([train_exp])
     before = client.get_run(train_run.info.run_id).data.metrics
-    out = results / "dbm" / "tiny" / "curve.csv"
+    out = results / "deep" / "tiny" / "curve.csv"
     out.parent.mkdir(parents=True)
     args = ["deep-curve", "--model-file", str(outdir / "model.pt"), "--data", str(data)]
     args += ["--measure", "pl", "--n-train", "40", "--out", str(out), "--tracking", str(manifest)]
@@ -314,7 +316,7 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "pl")) == [1, 2]
     assert [r.info.run_id for r in client.search_runs([train_exp])] == [train_run.info.run_id]
     assert client.get_run(train_run.info.run_id).data.metrics == before
-    timing = results / "dbm" / "fig10_timing.csv"
+    timing = results / "deep" / "fig10_timing.csv"
     args = ["deep-timing", "--visible", "8", "--hidden", "4", "--batch-sizes", "2", "4"]
     args += ["--repeats", "1", "--tap-iterations", "2", "--adatap-iterations", "1"]
     assert cli.main([*args, "--out", str(timing), "--tracking", str(manifest)]) == 0

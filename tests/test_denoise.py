@@ -538,7 +538,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
         str(model),
         "--data",
         str(data),
-        "--settings",
+        "--spec",
         '{"ps": [0.2, 0.9]}',
         "--out-csv",
         str(tmp_path / "b.csv"),

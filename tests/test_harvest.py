@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from tapmachine.core import tap
-from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import harvest
 from tapmachine.tap_paper.harvest import HarvestError, HarvestSettings
 
@@ -245,7 +245,7 @@ def _config():
 
 def test_shipped_configs_declare_harvest_and_figures():
     for name in ("config.yaml", "workflow/config/paper.yaml"):
-        config = validate(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+        config = validate(load_config([ROOT / name], default=ROOT / "config.yaml"), SCHEMA)
         assert config["harvest"] and set(config["figures"]) == {
             "fig3",
             "fig4",
@@ -253,7 +253,9 @@ def test_shipped_configs_declare_harvest_and_figures():
             "fig6",
             "fig7",
         }
-    paper = validate(yaml.safe_load((ROOT / "workflow/config/paper.yaml").read_text()), SCHEMA)
+    paper = validate(
+        load_config([ROOT / "workflow/config/paper.yaml"], default=ROOT / "config.yaml"), SCHEMA
+    )
     assert paper["harvest"]["bmnist_h100"]["n_init"] == 10000
     assert {1, 3, 25, 100} <= set(paper["harvest"]["bmnist_h100"]["epochs"])
     assert paper["harvest"]["faces_h256"]["n_init"] == 2400

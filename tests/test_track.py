@@ -129,11 +129,11 @@ def every_stage(results):
         {"model": ["m"] * 2, "epoch": [1, 2], "ais_ll_test": [-9.0, -8.0], "tap_ll_test": [-9, -7]},
     )
     _write(
-        results / "dbm" / "m" / "curve.csv",
+        results / "deep" / "m" / "curve.csv",
         {"model": ["m"] * 2, "measure": ["pl"] * 2, "epoch": [1, 2], "pl_train": [-3.0, -2.5]},
     )
     _write(
-        results / "dbm" / "fig10_timing.csv",
+        results / "deep" / "fig10_timing.csv",
         {"batch_size": [1, 10], "tap_seconds": [0.1, 0.2], "adatap_seconds": [0.3, 0.4]},
     )
     bsc = {"method": ["tap"] * 2, "p": [0.0, 0.2], "value": [1.0, 0.7], "se": [0.0, 0.05]}
@@ -308,11 +308,11 @@ def test_params_of_every_stage_from_its_files(every_stage, monkeypatch, capsys):
             {"model": "m", "epochs": [1, 2], "ais": {"n_runs": 8}, "seed": 0},
         ),
         ("likelihood", "m-curve"): (
-            results / "dbm" / "m" / "curve.csv",
+            results / "deep" / "m" / "curve.csv",
             {"model": "m", "measure": "pl", "pl_sites": None, "n_train": 40},
         ),
         ("benchmarks", "fig10/timing"): (
-            results / "dbm" / "fig10_timing.csv",
+            results / "deep" / "fig10_timing.csv",
             {"batch_sizes": [1, 10], "repeats": 3, "out": "x.csv"},
         ),
         ("ucd", "classifier_binary_mnist"): (

@@ -11,7 +11,7 @@ import yaml
 from tapmachine.figures import ucd_fig1
 from tapmachine.figures.common import FigureError
 from tapmachine.pipeline.cli import main
-from tapmachine.pipeline.configuration import ConfigError, validate
+from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.pipeline.stages.ucd import STEP_FIELDS, UCDError, run_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def default():
 
 def test_shipped_configs_have_the_ucd_section():
     for name in ("config.yaml", "workflow/config/paper.yaml"):
-        config = validate(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+        config = validate(load_config([ROOT / name], default=ROOT / "config.yaml"), SCHEMA)
         fig1 = config["ucd"]["fig1"]
         assert {1, 25, 50, 100, 200} <= set(fig1["dims"]) and fig1["reps"] >= 100
         assert fig1["methods"] == ["gibbs", "gibbs_lmi", "mh", "mh_lmi"]

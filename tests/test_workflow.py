@@ -610,3 +610,43 @@ def test_no_job_runs_more_torch_threads_than_its_cores():
             if threads.group(1) != "1":
                 assert "--threads {threads}" in block, f"{path.name}: rule {name.group(1)}"
     assert checked > 10
+
+
+def _planned(workdir, *args, config):
+    """The jobs `snakemake -n -p` plans in ``workdir``: sorted (rule, outputs, shell command)."""
+    import re
+
+    result = snakemake(workdir, "-n", "-p", *args, config=config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout + result.stderr
+    jobs = []
+    for block in re.split(r"\n\[[^\]]+\]\n", text)[1:]:
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        output = re.search(r"^    output: (.*)$", block, re.M)
+        shell = re.search(r"^Shell command: (.*)$", block, re.M)
+        if rule:
+            jobs.append((rule[1], output[1] if output else "", shell[1] if shell else ""))
+    return sorted(jobs)
+
+
+@pytest.mark.parametrize("name", ["paper.yaml", "ucd_cpu.yaml"])
+def test_an_overlay_plans_what_the_whole_config_it_replaced_planned(tmp_path, name):
+    """`--configfile workflow/config/{name}` is merged into config.yaml by Snakemake itself; the
+    jobs and their commands are those of the whole config the overlay replaced (given with
+    --replace-workflow-config, so that nothing of config.yaml is merged into it)."""
+    overlay, whole = tmp_path / "overlay", tmp_path / "whole"
+    for workdir in (overlay, whole):
+        workdir.mkdir()
+        shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
+    shutil.copy(ROOT / "workflow" / "config" / name, overlay / name)
+    old = subprocess.run(  # the last commit whose paper.yaml and ucd_cpu.yaml were whole configs
+        ["git", "show", f"b720a32:workflow/config/{name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (whole / name).write_text(old.stdout)
+    planned = _planned(overlay, config=name)
+    assert len(planned) > 30
+    assert planned == _planned(whole, "--replace-workflow-config", config=name)

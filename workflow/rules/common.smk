@@ -5,7 +5,13 @@ from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
 
-from tapmachine.pipeline.configuration import RAW_DATASETS, check_device, validate
+from tapmachine.pipeline.configuration import (
+    RAW_DATASETS,
+    check_device,
+    load_schema,
+    remove_nulled,
+    validate,
+)
 from tapmachine.io.files import set_aside_damaged
 from tapmachine.pipeline.stages.workflow import jobs_run_checkout
 
@@ -14,6 +20,10 @@ from tapmachine.pipeline.stages.workflow import jobs_run_checkout
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     jobs_run_checkout(workflow.basedir)
 
+SCHEMA_FILE = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+# An overlay removes a section (`deep: null`) or a named entry (`models: {bmnist_h25: null}`) of
+# the default config by setting it to null.
+remove_nulled(config, load_schema(SCHEMA_FILE))
 # The optional sections the config itself gives, before the schema's defaults fill the rest: the
 # targets of an absent one (ucd.fig1, ucd.dbm, denoise, deep) are left out of `all`.
 _GIVEN_UCD = config.get("ucd") or {}
@@ -36,7 +46,7 @@ for _section, _given in SECTIONS.items():
             file=sys.stderr,
         )
 
-validate(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+validate(config, SCHEMA_FILE)
 # device: cuda where jobs run on this machine but torch sees no GPU: one line, before any job.
 if workflow.local_exec:
     check_device(config["device"])

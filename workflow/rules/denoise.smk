@@ -27,11 +27,11 @@ rule denoise_bsc:
         mem_mb=6000,
         runtime=60,
     params:
-        settings=DENOISE_BSC_SETTINGS,
+        spec=DENOISE_BSC_SETTINGS,
         device=DEVICE_ARGS,
     shell:
         "tapmachine denoise bsc --model-file {input.model} --data {input.data} "
-        "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
+        "--spec {params.spec:q} --out-csv {output.csv} --out-npz {output.npz} "
         "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 
@@ -53,10 +53,10 @@ rule denoise_baselines:
         mem_mb=6000,
         runtime=30,
     params:
-        settings=DENOISE_BSC_SETTINGS,
+        spec=DENOISE_BSC_SETTINGS,
         device=DEVICE_ARGS,
     shell:
-        "tapmachine denoise baselines --data {input.data} --settings {params.settings:q} "
+        "tapmachine denoise baselines --data {input.data} --spec {params.spec:q} "
         "--out-csv {output.csv} --out-npz {output.npz} {params.device} --threads {threads} "
         "--tracking {input.tracking} > {log} 2>&1"
 
@@ -82,11 +82,11 @@ rule denoise_real:
         mem_mb=6000,
         runtime=60,
     params:
-        settings=DENOISE_REAL_SETTINGS,
+        spec=DENOISE_REAL_SETTINGS,
         device=DEVICE_ARGS,
     shell:
         "tapmachine denoise real --model-file {input.model} --data {input.data} "
-        "--settings {params.settings:q} --out-csv {output.csv} --out-npz {output.npz} "
+        "--spec {params.spec:q} --out-csv {output.csv} --out-npz {output.npz} "
         "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 

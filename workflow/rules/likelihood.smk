@@ -41,11 +41,11 @@ rule score_epochs:
     params:
         model_dir=lambda w: f"{RESULTS}/models/{w.model}",
         epochs=FIG12_EPOCHS,
-        settings=SCORE_SETTINGS["fig12"],
+        spec=SCORE_SETTINGS["fig12"],
         device=DEVICE_ARGS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
-        "--epochs {params.epochs} --settings {params.settings:q} --out {output.scores} "
+        "--epochs {params.epochs} --spec {params.spec:q} --out {output.scores} "
         "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 
@@ -71,11 +71,11 @@ rule score_final:
         gpu=GPUS,
     params:
         model_dir=lambda w: f"{RESULTS}/models/{w.model}",
-        settings=SCORE_SETTINGS["table"],
+        spec=SCORE_SETTINGS["table"],
         device=DEVICE_ARGS,
     shell:
         "tapmachine score --model-dir {params.model_dir} --data {input.data} "
-        "--settings {params.settings:q} --out {output.scores} "
+        "--spec {params.spec:q} --out {output.scores} "
         "{params.device} --threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
 

@@ -78,11 +78,11 @@ rule ucd_classifier:
         mem_mb=3000,
         runtime=30,
     params:
-        settings=json.dumps(UCD_DBM["classifier"], sort_keys=True),
+        spec=json.dumps(UCD_DBM["classifier"], sort_keys=True),
         seed=config["seed"],
     shell:
         "tapmachine ucd classifier --data {input.data} --out {output.classifier} "
-        "--settings {params.settings:q} --seed {params.seed} --threads {threads} "
+        "--spec {params.spec:q} --seed {params.seed} --threads {threads} "
         "--tracking {input.tracking} > {log} 2>&1"
 
 

@@ -1,23 +1,41 @@
-"""Validation of the workflow configuration (a dict; this module never reads the config file).
+"""The workflow configuration: overlays merged as Snakemake merges them, then validated.
 
-The JSON Schema (``workflow/schemas/config.schema.yaml``, draft 2020-12) states types, ranges and
-defaults; ``validate`` reports the first violation as one line naming the key and the bad value,
-fills the defaults, then checks what a schema cannot: that paths exist and that each model's
-dataset is produced by the data stage.
+``config.yaml`` is the default; a ``--configfile`` overlays it (``merge``: mappings key by key,
+any other value, a list included, replaced), and a section or named entry the overlay sets to
+null is removed (``remove_nulled``). The JSON Schema (``workflow/schemas/config.schema.yaml``,
+draft 2020-12) states types, ranges, defaults and what each key means; ``validate`` reports the
+first violation as one line naming the key and the bad value, fills the defaults, then checks what
+a schema cannot: that paths exist and that each model's dataset is produced by the data stage.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 
-import jsonschema
 import yaml
-from jsonschema.exceptions import best_match
-from snakemake.utils import validate as snakemake_validate
 
-__all__ = ["ConfigError", "RAW_DATASETS", "validate", "dataset_names", "check_device"]
+__all__ = [
+    "ConfigError",
+    "DEFAULT_CONFIG",
+    "RAW_DATASETS",
+    "SCHEMA",
+    "check_device",
+    "dataset_names",
+    "load_config",
+    "load_schema",
+    "merge",
+    "remove_nulled",
+    "schema_default",
+    "validate",
+]
 
 RAW_DATASETS = ("mnist", "fashion_mnist", "faces")
+#: The default configuration, relative to the workflow's working directory (the Snakefile's
+#: ``configfile:``), and the schema, relative to the repository.
+DEFAULT_CONFIG = "config.yaml"
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
@@ -36,8 +54,111 @@ def dataset_names(config: dict) -> list[str]:
     return [*RAW_DATASETS, *config.get("data", {}).get("derived", {})]
 
 
+def load_schema(schema_file: str | Path = SCHEMA) -> dict:
+    return yaml.safe_load(Path(schema_file).read_text())
+
+
+def _resolve(node: dict, schema: dict) -> dict:
+    """``node`` with a local ``$ref`` (``#/$defs/...``) replaced by its target, siblings kept."""
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    target = schema
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**_resolve(target, schema), **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _child(node: dict, key: str, schema: dict) -> tuple[dict | None, bool]:
+    """Subschema of ``key`` inside the object schema ``node``, and whether ``key`` is a name of
+    a named collection (matched by ``additionalProperties``, as a model's name is)."""
+    if key in node.get("properties", {}):
+        return _resolve(node["properties"][key], schema), False
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        return _resolve(extra, schema), True
+    return None, False
+
+
+def _types(node: dict) -> set:
+    kind = node.get("type", ())
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _admits_null(node: dict, schema: dict) -> bool:
+    if "null" in _types(node) or node.get("const", 0) is None or None in node.get("enum", ()):
+        return True
+    return any(_admits_null(_resolve(n, schema), schema) for n in node.get("oneOf", ()))
+
+
+def remove_nulled(config: dict, schema: dict) -> dict:
+    """Delete, in place, the keys set to null where null is not a value of the key: a section
+    (``deep: null``) or a named entry (``models: {bmnist_h25: null}``) that an overlay removes
+    from the default config. A setting that takes null (``n_train: null``) keeps it, and a null
+    where the schema wants a number or string stays, for ``validate`` to report."""
+
+    def walk(value: dict, node: dict) -> None:
+        for key in list(value):
+            child, named = _child(node, key, schema)
+            if child is None:
+                continue
+            if value[key] is None:
+                if not _admits_null(child, schema) and (named or "object" in _types(child)):
+                    del value[key]
+            elif isinstance(value[key], dict):
+                walk(value[key], child)
+
+    walk(config, schema)
+    return config
+
+
+def merge(*configs: dict) -> dict:
+    """One config from several, each updating the ones before it as Snakemake merges the
+    ``configfile:`` default and each ``--configfile`` (``snakemake.utils.update_config``):
+    mappings key by key, recursively; any other value, a list or null included, replaces."""
+    from snakemake.utils import update_config
+
+    merged: dict = {}
+    for config in configs:
+        update_config(merged, config)
+    return merged
+
+
+def load_config(config_files, default: str | Path | None = DEFAULT_CONFIG, schema=SCHEMA) -> dict:
+    """The config a ``snakemake --configfile config_files...`` run sees, before validation: the
+    ``default`` file when it exists, then each of ``config_files`` merged in order, with the
+    nulled sections and entries removed."""
+    paths = [Path(default)] if default is not None and Path(default).is_file() else []
+    configs = [yaml.safe_load(p.read_text()) or {} for p in [*paths, *map(Path, config_files)]]
+    return remove_nulled(merge(*configs), load_schema(schema))
+
+
+@functools.cache
+def _cached_schema(schema_file: Path) -> dict:
+    return load_schema(schema_file)
+
+
+def schema_default(*path: str, schema_file: str | Path = SCHEMA):
+    """The default the schema gives the key at ``path`` (property names from the top, e.g.
+    ``schema_default("ucd", "fig1", "cap")``): defaults are defined once, in the schema, and the
+    stages' command-line options read theirs from it."""
+    schema = _cached_schema(Path(schema_file).resolve())
+    node = schema
+    for key in path:
+        node, _ = _child(node, key, schema)
+        if node is None:
+            raise KeyError(f"no key {'.'.join(path)} in {schema_file}")
+    if "default" not in node:
+        raise KeyError(f"{'.'.join(path)} has no default in {schema_file}")
+    return copy.deepcopy(node["default"])
+
+
 def validate(config: dict, schema_file: str | Path) -> dict:
     """Validate ``config`` in place (filling defaults) and return it; raise ``ConfigError``."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+    from snakemake.utils import validate as snakemake_validate
+
     schema = yaml.safe_load(Path(schema_file).read_text())
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:

@@ -63,10 +63,13 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(max(1, n))
 
 
-def add_numeric_args(s, dtype: str = "float32") -> None:
-    s.add_argument("--device", default="cpu")
-    s.add_argument("--dtype", default=dtype, choices=["float32", "float64"])
-    s.add_argument("--seed", type=int, default=0)
+def add_numeric_args(s) -> None:
+    """--device, --dtype, --seed (the config's, defaults from the schema) and --threads."""
+    from tapmachine.pipeline.configuration import schema_default
+
+    s.add_argument("--device", default=schema_default("device"))
+    s.add_argument("--dtype", default=schema_default("dtype"), choices=["float32", "float64"])
+    s.add_argument("--seed", type=int, default=schema_default("seed"))
     s.add_argument("--threads", type=int, default=1)
 
 

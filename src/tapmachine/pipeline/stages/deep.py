@@ -31,7 +31,7 @@ class DeepStageError(Exception):
 
 
 def curve_args(deep: dict, model: str) -> str:
-    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for dbm.smk):
+    """``deep-curve`` options of ``model`` from the config's ``deep`` section (for deep.smk):
     pseudo-likelihood for a Fig. 10 model, TAP train/test likelihood for a Fig. 11 model."""
     fig10 = deep.get("fig10") or {}
     if model in fig10.get("models", []):
@@ -179,31 +179,43 @@ def register(subparsers, figures=None) -> None:
     """Add ``deep-curve`` and ``deep-timing`` to ``subparsers`` and fig10/fig11 to ``figures``
     (the ``figure`` command's subparsers; found in ``subparsers`` when not given, so calling
     ``register(sub)`` after the figure command exists is enough)."""
+    import functools
+
+    from tapmachine.pipeline.configuration import schema_default
+
+    fig11 = functools.partial(schema_default, "deep", "fig11")
+    timing = functools.partial(schema_default, "deep", "fig10", "timing")
     s = subparsers.add_parser("deep-curve", help="per-epoch PL or TAP likelihood (Figs. 10-11)")
     s.add_argument("--model-file", required=True, help="results/{run}/models/{model}/model.pt")
     s.add_argument("--data", required=True, help="the model's dataset (.npz)")
     s.add_argument("--measure", required=True, choices=["pl", "tap"])
-    s.add_argument("--n-train", type=int, default=1000, help="first training images scored")
-    s.add_argument("--n-test", type=int, default=1000, help="first test images (tap)")
+    s.add_argument(
+        "--n-train", type=int, default=fig11("n_train"), help="first training images scored"
+    )
+    s.add_argument("--n-test", type=int, default=fig11("n_test"), help="first test images (tap)")
     s.add_argument("--pl-sites", type=int, default=None, help="PL sites per block (pl)")
-    s.add_argument("--tap-inits", type=int, default=500, help="TAP initialisations (tap)")
+    s.add_argument(
+        "--tap-inits", type=int, default=fig11("tap_inits"), help="TAP initialisations (tap)"
+    )
     s.add_argument("--out", required=True)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=schema_default("seed"))
     s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_curve)
 
     s = subparsers.add_parser("deep-timing", help="seconds per TAP / adaTAP iteration (Fig. 10)")
-    s.add_argument("--visible", type=int, default=784)
-    s.add_argument("--hidden", type=int, default=500)
+    s.add_argument("--visible", type=int, default=timing("visible_units"))
+    s.add_argument("--hidden", type=int, default=timing("hidden_units"))
     s.add_argument("--batch-sizes", type=int, nargs="+", required=True)
-    s.add_argument("--repeats", type=int, default=3)
-    s.add_argument("--tap-iterations", type=int, default=20)
-    s.add_argument("--adatap-iterations", type=int, default=2)
-    s.add_argument("--adatap-method", default="bipartite", choices=["bipartite", "joint"])
-    s.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--repeats", type=int, default=timing("repeats"))
+    s.add_argument("--tap-iterations", type=int, default=timing("tap_iterations"))
+    s.add_argument("--adatap-iterations", type=int, default=timing("adatap_iterations"))
+    s.add_argument(
+        "--adatap-method", default=timing("adatap_method"), choices=["bipartite", "joint"]
+    )
+    s.add_argument("--dtype", default=schema_default("dtype"), choices=["float32", "float64"])
+    s.add_argument("--seed", type=int, default=schema_default("seed"))
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--out", required=True)
     s.add_argument("--tracking", default=None)

@@ -28,29 +28,23 @@ from pathlib import Path
 
 import numpy as np
 
+from tapmachine.pipeline.configuration import schema_default
 from tapmachine.pipeline.stages.common import add_numeric_args, set_threads
 
 __all__ = ["register", "bsc_settings", "real_settings", "run_bsc", "run_baselines", "run_real"]
 
+#: Settings a job is given as JSON (config denoise.fig8 with fig9.image, and denoise.real),
+#: defaults from the schema.
 BSC_DEFAULTS = {
-    "ps": [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5],
-    "n_images": 1000,
-    "n_reference": None,
-    "k": 1,
-    "tol": 1e-8,
-    "max_iter": 1000,
-    "damping": 0.5,
-    "fig9_image": 0,
+    **{
+        key: schema_default("denoise", "fig8", key)
+        for key in ("ps", "n_images", "n_reference", "k", "tol", "max_iter", "damping")
+    },
+    "fig9_image": schema_default("denoise", "fig9", "image"),
 }
 REAL_DEFAULTS = {
-    "sigmas": [0.1, 0.2, 0.3, 0.5],
-    "n_images": 200,
-    "n_reference": None,
-    "k": 1,
-    "tol": 1e-8,
-    "max_iter": 500,
-    "damping": 0.5,
-    "fig_image": 0,
+    key: schema_default("denoise", "real", key)
+    for key in ("sigmas", "n_images", "n_reference", "k", "tol", "max_iter", "damping", "fig_image")
 }
 
 
@@ -60,7 +54,7 @@ def _settings(text: str, defaults: dict, what: str) -> dict:
     try:
         given = json.loads(text) if isinstance(text, str) else dict(text)
     except json.JSONDecodeError as err:
-        raise DenoiseError(f"--settings is not JSON: {err}") from err
+        raise DenoiseError(f"--spec is not JSON: {err}") from err
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise DenoiseError(f"{what}: unknown settings {unknown}; known: {sorted(defaults)}")
@@ -467,7 +461,7 @@ def _cmd_run(args) -> None:
     model = {} if run is run_baselines else {"model_file": args.model_file, "device": args.device}
     run(
         data_path=args.data,
-        settings=parse_settings(args.settings),
+        settings=parse_settings(args.spec),
         out_csv=args.out_csv,
         out_npz=args.out_npz,
         seed=args.seed,
@@ -507,7 +501,7 @@ def register(subparsers) -> None:
     (drawn through ``stages.figures.FIGURES``)."""
     s = subparsers.add_parser("denoise", help="denoising with a trained machine (Sec. VII.4)")
     sub = s.add_subparsers(dest="denoise_command", required=True)
-    settings_help = "JSON settings (the config's denoise.fig8 / denoise.real section)"
+    spec_help = "the config's denoise.fig8 / denoise.real section as JSON"
     b = sub.add_parser("bsc", help="TAP denoising of the binary symmetric channel (Fig. 8)")
     b.add_argument("--model-file", required=True, help="model.pt with Bernoulli visible units")
     r = sub.add_parser("real", help="TAP denoising of the Gaussian channel (real-valued)")
@@ -515,7 +509,7 @@ def register(subparsers) -> None:
     base = sub.add_parser("baselines", help="OPE (eq. 46) and k-NN on the BSC")
     for p in (b, r, base):
         p.add_argument("--data", required=True, help="dataset .npz (test images denoised)")
-        p.add_argument("--settings", default="{}", help=settings_help)
+        p.add_argument("--spec", default="{}", help=spec_help)
         p.add_argument("--out-csv", required=True)
         p.add_argument("--out-npz", required=True)
         add_numeric_args(p)

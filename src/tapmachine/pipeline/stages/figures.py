@@ -246,6 +246,12 @@ def register(subparsers) -> None:
         "(the current verdicts of a run whose inputs are gone, e.g. docs/results/paper)",
     )
     c.set_defaults(func=claims_report)
+    import functools
+
+    from tapmachine.pipeline.configuration import schema_default
+
+    fig = functools.partial(schema_default, "figures")
+    seed = schema_default("seed")
     s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")
     figs = s.add_subparsers(dest="figure", required=True)
     f3 = figs.add_parser("fig3", help="TAP log-likelihood per epoch")
@@ -254,9 +260,11 @@ def register(subparsers) -> None:
     f4 = figs.add_parser("fig4", help="receptive fields ranked by spread and activation")
     f4.add_argument("--model-files", nargs="+", required=True)
     f4.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")
-    f4.add_argument("--n-images", type=int, default=2000)
-    f4.add_argument("--per-group", type=int, default=8)
-    f4.add_argument("--spread", default="raw", choices=["raw", "peak"], help="l_0.1 measure")
+    f4.add_argument("--n-images", type=int, default=fig("fig4", "n_images"))
+    f4.add_argument("--per-group", type=int, default=fig("fig4", "per_group"))
+    f4.add_argument(
+        "--spread", default=fig("fig4", "spread"), choices=["raw", "peak"], help="l_0.1 measure"
+    )
     f5 = figs.add_parser("fig5", help="free energies and counts of TAP solutions per epoch")
     f5.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
     f5.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")
@@ -267,10 +275,10 @@ def register(subparsers) -> None:
     f7.add_argument("--data", required=True, help="the model's dataset (.npz)")
     f7.add_argument("--digits", nargs="*", type=int, default=None, help="labels (default: all)")
     f7.add_argument("--n-images", type=int, default=None)
-    for f in (f6, f7):
-        f.add_argument("--embedding", default="isomap", choices=["isomap", "umap"])
-        f.add_argument("--n-neighbors", type=int, default=10)
-        f.add_argument("--seed", type=int, default=0)
+    for name, f in (("fig6", f6), ("fig7", f7)):
+        f.add_argument("--embedding", default=fig(name, "embedding"), choices=["isomap", "umap"])
+        f.add_argument("--n-neighbors", type=int, default=fig(name, "n_neighbors"))
+        f.add_argument("--seed", type=int, default=seed)
     f12 = figs.add_parser("fig12", help="TAP vs AIS vs pseudo-likelihood per epoch (App. F)")
     f12.add_argument("--scores", required=True, help="scores.csv of `tapmachine score --epochs`")
     f12.add_argument("--model-file", required=True, help="the model's model.pt")
@@ -293,10 +301,9 @@ def register(subparsers) -> None:
     ut2 = figs.add_parser("ucd_table2", help="second paper, Table 2: ablation (classifier FID)")
     for f in (ut1, ut2):
         f.add_argument("--scores", nargs="+", required=True, help="score JSONs of `ucd score`")
-    for f in (us, uc, ut1, ut2):
-        f.add_argument("--seed", type=int, default=0)
     for f in (us, uc):
-        f.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+        f.add_argument("--seed", type=int, default=seed)
+        f.add_argument("--device", default=schema_default("device"), help="cpu or cuda[:N]")
     for f in (f3, f4, f5, f6, f7, f12, tab, u1, us, uc, ut1, ut2):
         f.add_argument("--png", required=True)
         f.add_argument("--pdf", required=True)

@@ -68,37 +68,44 @@ def run(args) -> None:
 
 
 def register(subparsers) -> None:
+    import functools
+
+    from tapmachine.pipeline.configuration import schema_default
+
+    entry = functools.partial(schema_default, "harvest", "*")
     s = subparsers.add_parser("harvest", help="TAP solutions of one training epoch (Figs. 5-7)")
     s.add_argument("--model-file", required=True, help="the model's model.pt")
     s.add_argument("--checkpoint", required=True, help="checkpoints/epoch_{e}.pt of that model")
     s.add_argument("--epoch", type=int, required=True)
     s.add_argument("--data", required=True, help="the model's dataset (.npz)")
     s.add_argument("--n-init", type=int, default=None, help="first n images (default: all)")
-    s.add_argument("--dedup-tol", type=float, default=0.01)
-    s.add_argument("--tol", type=float, default=1e-12)
-    s.add_argument("--max-iter", type=int, default=2000)
-    s.add_argument("--damping", type=float, default=0.5)
+    s.add_argument("--dedup-tol", type=float, default=entry("dedup_tol"))
+    s.add_argument("--tol", type=float, default=entry("tol"))
+    s.add_argument("--max-iter", type=int, default=entry("max_iter"))
+    s.add_argument("--damping", type=float, default=entry("damping"))
     s.add_argument(
         "--retry-damping",
         type=lambda v: None if v.lower() in ("none", "null") else float(v),
-        default=0.95,
+        default=entry("retry_damping"),
         help="damping of a second pass over rows not converged (none: no second pass)",
     )
     s.add_argument(
-        "--merge-rule", default="magnetisations", choices=["magnetisations", "free_energy"]
+        "--merge-rule", default=entry("merge_rule"), choices=["magnetisations", "free_energy"]
     )
-    s.add_argument("--solver", default="damped", choices=["damped", "anderson"])
+    s.add_argument("--solver", default=entry("solver"), choices=["damped", "anderson"])
     s.add_argument(
         "--polish-tol",
         type=lambda v: None if v.lower() in ("none", "null") else float(v),
-        default=1e-12,
+        default=entry("polish_tol"),
         help="converged rows iterated on to this tolerance before merging (none: not polished)",
     )
-    s.add_argument("--polish-solver", default="anderson", choices=["damped", "anderson"])
+    s.add_argument(
+        "--polish-solver", default=entry("polish_solver"), choices=["damped", "anderson"]
+    )
     s.add_argument("--out-npz", required=True)
     s.add_argument("--out-csv", required=True)
-    s.add_argument("--device", default="cpu")
-    s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    s.add_argument("--device", default=schema_default("device"))
+    s.add_argument("--dtype", default=entry("dtype"), choices=["float32", "float64"])
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=run)

@@ -69,7 +69,7 @@ def score(args) -> None:
     from tapmachine.tap_paper import likelihood
 
     set_threads(args.threads)
-    section = parse_json(args.settings, "--settings")
+    section = parse_json(args.spec, "--spec")
     model_dir = Path(args.model_dir)
     spec = ModelFile.load(model_path(model_dir)).spec
     settings = likelihood.ScoreSettings.from_config(section, spec)
@@ -104,7 +104,7 @@ def register(subparsers) -> None:
         "omitted: score model.pt (one row with the training settings)",
     )
     s.add_argument(
-        "--settings",
+        "--spec",
         default="{}",
         help='JSON: {"ais": {"n_runs", "schedule", "n_betas"}, "pl_sites", "n_train", '
         '"n_test", "tap_inits"} (a likelihood.fig12 / likelihood.table config section)',

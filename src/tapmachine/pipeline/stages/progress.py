@@ -73,21 +73,17 @@ def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
 
 
 def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dict[str, tuple]:
-    """Each model's ``train.expected_signature`` under the run's config: ``config_files`` as
-    given to ``snakemake --configfile`` (merged in order), validated against ``schema``."""
-    import yaml
-    from snakemake.utils import update_config
-
-    from tapmachine.pipeline.configuration import ConfigError, validate
+    """Each model's ``train.expected_signature`` under the run's config: config.yaml overlaid
+    by ``config_files`` as given to ``snakemake --configfile``, validated against ``schema``."""
+    from tapmachine.pipeline.configuration import ConfigError, load_config, validate
     from tapmachine.train import TrainSettings, expected_signature
 
-    config: dict = {}
     for path in config_files:
         if not Path(path).is_file():
             raise UsageError(f"config file {path} does not exist")
-        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
     if not Path(schema).is_file():
         raise UsageError(f"{schema} not found: run from the workflow's directory")
+    config = load_config(config_files, schema=schema)
     try:
         validate(config, schema)
     except ConfigError as err:

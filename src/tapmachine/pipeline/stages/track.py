@@ -9,8 +9,8 @@ rebuilds the missing runs from the files alone, under the names the live jobs gi
 - training (``models/*/metrics.csv``, with the machine as an MLflow model when ``model.pt`` and
   its dataset are there; ``train``);
 - harvests (``solutions/*/epoch_*.npz``/``.csv``; ``harvest``), likelihood scores
-  (``likelihood/*/*.csv``) and the deep curves of Figs. 10-11 (``dbm/*/curve.csv``;
-  ``likelihood``), the Fig. 10 timing (``dbm/fig10_timing.csv``; ``benchmarks``);
+  (``likelihood/*/*.csv``) and the deep curves of Figs. 10-11 (``deep/*/curve.csv``;
+  ``likelihood``), the Fig. 10 timing (``deep/fig10_timing.csv``; ``benchmarks``);
 - denoising (``denoise/{model}/denoise_bsc.csv``, ``denoise_real.csv``,
   ``denoise/baselines/bsc.csv``; ``denoise``);
 - UCD-LMI (``ucd/fig1/*.csv``, ``ucd/dbm/{dataset}/{model}/`` training, ``score.json``,
@@ -259,7 +259,7 @@ def _likelihood_items(results: Path) -> Iterator[Item]:
             older["epochs"] = sorted(e for e in steps if e is not None)
         params = _read_params(csv, older)
         yield Item("likelihood", f"{model}-{kind}", params, steps, [csv], tags, ("train", model))
-    for csv in sorted(results.glob("dbm/*/curve.csv")):
+    for csv in sorted(results.glob("deep/*/curve.csv")):
         model = csv.parent.name
         info = ("model", "inference", "train_iterations", "n_hidden_layers", "measure")
         table, steps = _numeric_rows(csv, "epoch", skip=info)
@@ -270,7 +270,7 @@ def _likelihood_items(results: Path) -> Iterator[Item]:
         first = table.iloc[0].to_dict() if len(table) else {}
         params = _read_params(csv, {k: first[k] for k in info if k in first})
         yield Item("likelihood", f"{model}-curve", params, steps, [csv], tags, ("train", model))
-    timing = results / "dbm" / "fig10_timing.csv"
+    timing = results / "deep" / "fig10_timing.csv"
     if timing.exists():
         table = pd.read_csv(timing)
         steps = {

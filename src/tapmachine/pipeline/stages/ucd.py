@@ -165,23 +165,26 @@ def _cmd_steps(args) -> None:
 
 def register(subparsers) -> None:
     """Add ``tapmachine ucd ...`` (the UCD figures are in ``stages.figures.FIGURES``)."""
+    import functools
+
+    from tapmachine.pipeline.configuration import schema_default
+    from tapmachine.pipeline.stages.common import add_numeric_args
+
     s = subparsers.add_parser("ucd", help="UCD-LMI (second paper): coupling studies")
     sub = s.add_subparsers(dest="ucd_command", required=True)
     st = sub.add_parser("steps", help="Fig. 1: coupling time tau and local-search steps T vs d")
     # checked by run_steps against ucd.METHODS: importing it here would load torch for --help
     st.add_argument("--method", required=True, help="a method of tapmachine.ucd.METHODS")
     st.add_argument("--dims", nargs="+", type=positive_int, required=True)
-    st.add_argument("--reps", type=positive_int, default=100, help="chains per dimension")
-    st.add_argument("--cap", type=positive_int, default=1000, help="coupling steps at most")
-    st.add_argument("--search-cap", type=positive_int, default=10_000)
-    st.add_argument("--units", default="spin", choices=["spin", "binary"])
-    st.add_argument("--bias", default="logistic", choices=["logistic", "zero"])
-    st.add_argument("--gain", type=float, default=1.0, help="scale of the orthogonal W")
+    fig1 = functools.partial(schema_default, "ucd", "fig1")
+    st.add_argument("--reps", type=positive_int, default=fig1("reps"), help="chains per dimension")
+    st.add_argument("--cap", type=positive_int, default=fig1("cap"), help="coupling steps at most")
+    st.add_argument("--search-cap", type=positive_int, default=fig1("search_cap"))
+    st.add_argument("--units", default=fig1("units"), choices=["spin", "binary"])
+    st.add_argument("--bias", default=fig1("bias"), choices=["logistic", "zero"])
+    st.add_argument("--gain", type=float, default=fig1("gain"), help="scale of the orthogonal W")
     st.add_argument("--out", required=True, help="long-form CSV (d, method, rep, tau, T, capped)")
-    st.add_argument("--device", default="cpu")
-    st.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    st.add_argument("--seed", type=int, default=0)
-    st.add_argument("--threads", type=int, default=1)
+    add_numeric_args(st)
     st.add_argument("--tracking", default=None)
     st.set_defaults(func=_cmd_steps)
     from tapmachine.pipeline.stages import ucd_dbm

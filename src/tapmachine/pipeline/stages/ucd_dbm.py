@@ -426,7 +426,7 @@ def _cmd_classifier(args) -> None:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    train_classifier(args.data, args.out, json.loads(args.settings), args.seed, args.tracking)
+    train_classifier(args.data, args.out, json.loads(args.spec), args.seed, args.tracking)
 
 
 def _cmd_score(args) -> None:
@@ -455,24 +455,30 @@ def _cmd_cifar10(args) -> None:
 
 def register(ucd_sub) -> None:
     """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``)."""
+    import functools
+
+    from tapmachine.pipeline.configuration import schema_default
     from tapmachine.pipeline.stages.common import positive_int
+
+    dbm = functools.partial(schema_default, "ucd", "dbm")
+    seed, device = schema_default("seed"), schema_default("device")
 
     t = ucd_sub.add_parser("train-dbm", help="train one DBM (UCD-LMI, PCD or centered PCD)")
     t.add_argument("--model", required=True)
     t.add_argument("--spec", required=True, help="the model's config entry as JSON")
     t.add_argument("--data", required=True, help="binary dataset .npz")
     t.add_argument("--out-dir", required=True)
-    t.add_argument("--n-train", type=positive_int, default=None)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--n-train", type=positive_int, default=dbm("n_train"))
+    t.add_argument("--seed", type=int, default=seed)
     t.add_argument("--threads", type=int, default=1)
-    t.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    t.add_argument("--device", default=device, help="cpu or cuda[:N]")
     t.add_argument("--tracking", default=None)
     t.set_defaults(func=_cmd_train)
     c = ucd_sub.add_parser("classifier", help="train the classifier of the classifier FID")
     c.add_argument("--data", required=True)
     c.add_argument("--out", required=True)
-    c.add_argument("--settings", default="{}", help="config ucd.dbm.classifier as JSON")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--spec", default="{}", help="config ucd.dbm.classifier as JSON")
+    c.add_argument("--seed", type=int, default=seed)
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--tracking", default=None)
     c.set_defaults(func=_cmd_classifier)
@@ -481,14 +487,15 @@ def register(ucd_sub) -> None:
     s.add_argument("--classifier", required=True)
     s.add_argument("--data", required=True)
     s.add_argument("--out", required=True)
-    s.add_argument("--samples", type=positive_int, default=2000)
-    s.add_argument("--ll-images", type=positive_int, default=200)
-    s.add_argument("--ais-runs", type=positive_int, default=100, help="AIS runs (>= 2)")
-    s.add_argument("--ais-betas", type=positive_int, default=1000, help="AIS temperatures")
-    s.add_argument("--mean-field-steps", type=positive_int, default=30)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--samples", type=positive_int, default=dbm("fid_samples"))
+    s.add_argument("--ll-images", type=positive_int, default=dbm("ll_images"))
+    ais = functools.partial(dbm, "ais")
+    s.add_argument("--ais-runs", type=positive_int, default=ais("n_runs"), help="AIS runs (>= 2)")
+    s.add_argument("--ais-betas", type=positive_int, default=ais("n_betas"), help="temperatures")
+    s.add_argument("--mean-field-steps", type=positive_int, default=ais("mean_field_steps"))
+    s.add_argument("--seed", type=int, default=seed)
     s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    s.add_argument("--device", default=device, help="cpu or cuda[:N]")
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_score)
     a = ucd_sub.add_parser("cifar10", help="binary CIFAR-10 from the official archive (md5 first)")

@@ -17,11 +17,11 @@ rule deep_curve:
         data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/dbm/{{model}}/curve.csv",
+        csv=f"{RESULTS}/deep/{{model}}/curve.csv",
     log:
-        f"{LOGS}/dbm/curve_{{model}}.log",
+        f"{LOGS}/deep/curve_{{model}}.log",
     benchmark:
-        f"{BENCHMARKS}/dbm/curve_{{model}}.tsv"
+        f"{BENCHMARKS}/deep/curve_{{model}}.tsv"
     wildcard_constraints:
         model="|".join(FIG10_MODELS + FIG11_MODELS) or "^$",
     conda:
@@ -43,11 +43,11 @@ rule deep_timing:
     input:
         tracking=TRACKING,
     output:
-        csv=f"{RESULTS}/dbm/fig10_timing.csv",
+        csv=f"{RESULTS}/deep/fig10_timing.csv",
     log:
-        f"{LOGS}/dbm/timing.log",
+        f"{LOGS}/deep/timing.log",
     benchmark:
-        f"{BENCHMARKS}/dbm/timing.tsv"
+        f"{BENCHMARKS}/deep/timing.tsv"
     conda:
         "../../envs/tapmachine.yaml"
     threads: 1
@@ -72,7 +72,7 @@ rule deep_timing:
 
 rule draw_fig10:
     input:
-        curves=expand(f"{RESULTS}/dbm/{{model}}/curve.csv", model=FIG10_MODELS),
+        curves=expand(f"{RESULTS}/deep/{{model}}/curve.csv", model=FIG10_MODELS),
         models=model_files(FIG10_MODELS),
         timing=rules.deep_timing.output.csv,
         tracking=TRACKING,
@@ -96,7 +96,7 @@ rule draw_fig10:
 
 rule draw_fig11:
     input:
-        curves=expand(f"{RESULTS}/dbm/{{model}}/curve.csv", model=FIG11_MODELS),
+        curves=expand(f"{RESULTS}/deep/{{model}}/curve.csv", model=FIG11_MODELS),
         models=model_files(FIG11_MODELS),
         tracking=TRACKING,
     output:

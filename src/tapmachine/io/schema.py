@@ -6,17 +6,64 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["SCHEMA_FILE", "defaults"]
+__all__ = ["SCHEMA_FILE", "child", "defaults", "load_schema", "resolve", "schema_default"]
 
 #: The schema beside the package's source tree (the repository's ``workflow/`` folder).
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
-@functools.cache
-def _schema() -> dict:
+def load_schema(schema_file: str | Path = SCHEMA_FILE) -> dict:
     import yaml
 
-    return yaml.safe_load(SCHEMA_FILE.read_text())
+    return yaml.safe_load(Path(schema_file).read_text())
+
+
+@functools.cache
+def _cached_schema(schema_file: Path) -> dict:
+    return load_schema(schema_file)
+
+
+def _schema() -> dict:
+    return _cached_schema(SCHEMA_FILE)
+
+
+def resolve(node: dict, schema: dict) -> dict:
+    """``node`` with a local ``$ref`` (``#/$defs/...``) replaced by its target, siblings kept."""
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    target = schema
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**resolve(target, schema), **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def child(node: dict, key: str, schema: dict) -> tuple[dict | None, bool]:
+    """Subschema of ``key`` inside the object schema ``node``, and whether ``key`` is a name of
+    a named collection (matched by ``additionalProperties``, as a model's name is)."""
+    if key in node.get("properties", {}):
+        return resolve(node["properties"][key], schema), False
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        return resolve(extra, schema), True
+    return None, False
+
+
+def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
+    """The default the schema gives the key at ``path`` (property names from the top, e.g.
+    ``schema_default("ucd", "fig1", "cap")``): defaults are defined once, in the schema, and the
+    stages' command-line options read theirs from it."""
+    import copy
+
+    schema = _cached_schema(Path(schema_file).resolve())
+    node = schema
+    for key in path:
+        node, _ = child(node, key, schema)
+        if node is None:
+            raise KeyError(f"no key {'.'.join(path)} in {schema_file}")
+    if "default" not in node:
+        raise KeyError(f"{'.'.join(path)} has no default in {schema_file}")
+    return copy.deepcopy(node["default"])
 
 
 def _defaults_of(node: dict) -> dict:

@@ -10,11 +10,11 @@ a schema cannot: that paths exist and that each model's dataset is produced by t
 
 from __future__ import annotations
 
-import copy
-import functools
 from pathlib import Path
 
 import yaml
+
+from tapmachine.io.schema import SCHEMA_FILE, child, load_schema, resolve, schema_default
 
 __all__ = [
     "ConfigError",
@@ -35,7 +35,7 @@ RAW_DATASETS = ("mnist", "fashion_mnist", "faces")
 #: The default configuration, relative to the workflow's working directory (the Snakefile's
 #: ``configfile:``), and the schema, relative to the repository.
 DEFAULT_CONFIG = "config.yaml"
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = SCHEMA_FILE
 
 
 class ConfigError(ValueError):
@@ -54,32 +54,6 @@ def dataset_names(config: dict) -> list[str]:
     return [*RAW_DATASETS, *config.get("data", {}).get("derived", {})]
 
 
-def load_schema(schema_file: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(schema_file).read_text())
-
-
-def _resolve(node: dict, schema: dict) -> dict:
-    """``node`` with a local ``$ref`` (``#/$defs/...``) replaced by its target, siblings kept."""
-    ref = node.get("$ref")
-    if ref is None:
-        return node
-    target = schema
-    for part in ref.removeprefix("#/").split("/"):
-        target = target[part]
-    return {**_resolve(target, schema), **{k: v for k, v in node.items() if k != "$ref"}}
-
-
-def _child(node: dict, key: str, schema: dict) -> tuple[dict | None, bool]:
-    """Subschema of ``key`` inside the object schema ``node``, and whether ``key`` is a name of
-    a named collection (matched by ``additionalProperties``, as a model's name is)."""
-    if key in node.get("properties", {}):
-        return _resolve(node["properties"][key], schema), False
-    extra = node.get("additionalProperties")
-    if isinstance(extra, dict):
-        return _resolve(extra, schema), True
-    return None, False
-
-
 def _types(node: dict) -> set:
     kind = node.get("type", ())
     return {kind} if isinstance(kind, str) else set(kind)
@@ -88,7 +62,7 @@ def _types(node: dict) -> set:
 def _admits_null(node: dict, schema: dict) -> bool:
     if "null" in _types(node) or node.get("const", 0) is None or None in node.get("enum", ()):
         return True
-    return any(_admits_null(_resolve(n, schema), schema) for n in node.get("oneOf", ()))
+    return any(_admits_null(resolve(n, schema), schema) for n in node.get("oneOf", ()))
 
 
 def remove_nulled(config: dict, schema: dict) -> dict:
@@ -99,14 +73,14 @@ def remove_nulled(config: dict, schema: dict) -> dict:
 
     def walk(value: dict, node: dict) -> None:
         for key in list(value):
-            child, named = _child(node, key, schema)
-            if child is None:
+            sub, named = child(node, key, schema)
+            if sub is None:
                 continue
             if value[key] is None:
-                if not _admits_null(child, schema) and (named or "object" in _types(child)):
+                if not _admits_null(sub, schema) and (named or "object" in _types(sub)):
                     del value[key]
             elif isinstance(value[key], dict):
-                walk(value[key], child)
+                walk(value[key], sub)
 
     walk(config, schema)
     return config
@@ -131,26 +105,6 @@ def load_config(config_files, default: str | Path | None = DEFAULT_CONFIG, schem
     paths = [Path(default)] if default is not None and Path(default).is_file() else []
     configs = [yaml.safe_load(p.read_text()) or {} for p in [*paths, *map(Path, config_files)]]
     return remove_nulled(merge(*configs), load_schema(schema))
-
-
-@functools.cache
-def _cached_schema(schema_file: Path) -> dict:
-    return load_schema(schema_file)
-
-
-def schema_default(*path: str, schema_file: str | Path = SCHEMA):
-    """The default the schema gives the key at ``path`` (property names from the top, e.g.
-    ``schema_default("ucd", "fig1", "cap")``): defaults are defined once, in the schema, and the
-    stages' command-line options read theirs from it."""
-    schema = _cached_schema(Path(schema_file).resolve())
-    node = schema
-    for key in path:
-        node, _ = _child(node, key, schema)
-        if node is None:
-            raise KeyError(f"no key {'.'.join(path)} in {schema_file}")
-    if "default" not in node:
-        raise KeyError(f"{'.'.join(path)} has no default in {schema_file}")
-    return copy.deepcopy(node["default"])
 
 
 def validate(config: dict, schema_file: str | Path) -> dict:

@@ -52,7 +52,6 @@ __all__ = [
     "train_from_spec",
     "resume_message",
     "resumed_epoch",
-    "run_params",
     "seeded_generator",
 ]
 
@@ -920,9 +919,8 @@ def train_from_spec(
     check_train_noise(machine, settings.train_noise)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    # plain strings and numbers: model.pt keeps them (extras["run"]) for tapmachine track
-    run = {"dataset_file": str(data_path), "seed": seed, "device": str(device), "dtype": dtype}
-    params = run_params(name, spec, machine.sizes, run)
+    job = {"dataset_file": str(data_path), "seed": seed, "device": str(device), "dtype": dtype}
+    params = {"model": name, **job, **spec, "sizes": [int(n) for n in machine.sizes]}
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
@@ -949,16 +947,6 @@ def train_from_spec(
         dataset=ds.name,
         substitute=ds.provenance.get("substitute"),
         mlflow_run_id=run_id,
-        extras={"run": run},
     ).save(modelfile.model_path(outdir))
     write_csv(history, outdir / "metrics.csv")
     return machine
-
-
-def run_params(name: str, spec: dict, sizes, run: dict | None = None) -> dict:
-    """The params of the training run of model ``name`` (``on_start``'s description, which the
-    stage logs to MLflow): the name, ``run`` (dataset file, seed, device, dtype of this job),
-    the config entry ``spec`` and the layer sizes. model.pt keeps ``run`` (``extras["run"]``)
-    beside the spec, so ``tapmachine track`` rebuilds the very same params with this function;
-    a model.pt written before it kept them gives name, spec and sizes only (``run=None``)."""
-    return {"model": name, **(run or {}), **spec, "sizes": [int(n) for n in sizes]}

@@ -67,8 +67,7 @@ def close_invocation(manifest: str | os.PathLike, status: str) -> dict[str, str]
     uri = None
     try:
         if parents:
-            info = json.loads(Path(manifest).read_text())
-            uri = os.environ.get(tracking.ENV_URI) or info["tracking_uri"]
+            uri = tracking.store_uri(manifest)
             client = tracking.client_for(uri)
             for run_id in parents.values():
                 client.set_terminated(run_id, status=status)
@@ -121,7 +120,7 @@ def invocation_end(ok: bool, store, manifest, results, data="results/data") -> s
     if exp:
         lines.append(f"  training runs table: {tracking.ui_link(base, exp)}")
     lines.append(
-        f"  runs missing in MLflow? replay the files: tapmachine track --results {results}"
+        f"  runs missing in MLflow? replay the run records: tapmachine track --results {results}"
     )
     text = "\n".join(lines)
     print(text)

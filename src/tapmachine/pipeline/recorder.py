@@ -70,16 +70,24 @@ def resolve_links(record: RunRecord, lookup) -> dict[str, str]:
 
 def _live_lookup(manifest):
     """``resolve_links``'s lookup in the store of ``manifest``, for the config run of this job
-    (``$TAPMACHINE_RUN_NAME``); every failure makes the link absent."""
+    (``$TAPMACHINE_RUN_NAME``). Best effort, as the run itself: the first failure disables
+    tracking for the rest of the job (``tracking.disable``) and leaves the links absent."""
     run_name = os.environ.get(tracking.ENV_RUN_NAME) or None
+    try:
+        uri = tracking.store_uri(manifest)
+    except (OSError, ValueError, KeyError) as err:
+        tracking.warn(f"reading the tracking manifest {manifest}", err)
+        uri = None
 
     def lookup(target):
         experiment, name, hint = (*target, None)[:3]
+        if uri is None or tracking.disabled_reason(uri):
+            return None
         try:
-            uri, exp_id = tracking.experiment_id(manifest, experiment)
-            return find_run(tracking.client_for(uri), exp_id, name, run_name, hint)
-        except Exception as err:  # noqa: BLE001 - a link is best effort, as the run itself
-            tracking.warn(f"looking up run {experiment}/{name}", err)
+            found_uri, exp_id = tracking.experiment_id(manifest, experiment)
+            return find_run(tracking.client_for(found_uri), exp_id, name, run_name, hint)
+        except Exception as err:  # noqa: BLE001
+            tracking.disable(uri, f"looking up run {experiment}/{name}", err)
             return None
 
     return lookup

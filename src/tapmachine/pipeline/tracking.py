@@ -53,6 +53,8 @@ __all__ = [
     "ui_link",
     "standard_tags",
     "disabled_reason",
+    "disable",
+    "store_uri",
     "client_for",
     "warn",
     "invocation_parent",
@@ -180,6 +182,11 @@ def write_json_atomic(path, obj) -> None:
     atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True)), text=True)
 
 
+def store_uri(manifest: str | os.PathLike) -> str:
+    """The URI of the store used: ``$MLFLOW_TRACKING_URI`` if set now, else the manifest's."""
+    return os.environ.get(ENV_URI) or json.loads(Path(manifest).read_text())["tracking_uri"]
+
+
 def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:
     """(tracking URI, experiment id) of experiment ``name`` in the store actually used.
 
@@ -303,16 +310,6 @@ class Run:
         except Exception as err:  # noqa: BLE001
             self._failed("log_metrics", err)
 
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        if not self.active:
-            return
-        try:
-            from mlflow.entities import RunTag
-
-            self._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-        except Exception as err:  # noqa: BLE001
-            self._failed("set_tags", err)
-
     def log_machine(
         self,
         model_file: str | os.PathLike,
@@ -409,8 +406,7 @@ def start_run(
     client, run_id, uri = None, None, None
     if manifest is not None:
         try:
-            info = json.loads(Path(manifest).read_text())
-            uri = os.environ.get(ENV_URI) or info["tracking_uri"]
+            uri = store_uri(manifest)
             uri, exp_id = experiment_id(manifest, experiment)
             client = client_for(uri)
             all_tags = {

@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
 
 #: One row per chain: ``corrected`` (the estimate carries a non-zero correction term) and
-#: ``search_capped`` (the local search hit its cap) let ``tapmachine track`` replay every metric.
+#: ``search_capped`` (the local search hit its cap).
 STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped", "corrected", "search_capped"]
 
 

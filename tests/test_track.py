@@ -13,6 +13,7 @@ from tapmachine.pipeline.recorder import publish, recording
 from tapmachine.pipeline.records import (
     RunRecord,
     Series,
+    find_records,
     flat_params,
     read_record,
     record_path,
@@ -145,7 +146,7 @@ def _track(results, store, capsys, data="") -> str:
     return capsys.readouterr().out
 
 
-def test_a_record_round_trips_and_moves_with_its_folder(tmp_path):
+def test_a_record_round_trips_and_moves_with_its_folder(tmp_path, monkeypatch):
     """Paths in a record are relative to its folder: a copied results folder reads back whole."""
     out = tmp_path / "a" / "run" / "scores.csv"
     out.parent.mkdir(parents=True)
@@ -187,6 +188,12 @@ def test_a_record_round_trips_and_moves_with_its_folder(tmp_path):
     assert back.run_id is None  # published without a store: no live run
     assert source_run(moved / "scores.csv") == ("likelihood", "m-epochs", None)
     assert source_run(moved / "other.csv") is None
+    assert find_records(tmp_path / "b", tmp_path / "a") == [
+        tmp_path / "b" / "run" / "scores.run.json",
+        tmp_path / "a" / "run" / "scores.run.json",
+    ]
+    monkeypatch.chdir(tmp_path / "a")
+    assert find_records("", None) == []  # `--data ''`: no folder, not the working directory
 
 
 def test_replay_gives_the_live_runs_and_adds_nothing_twice(tmp_path, monkeypatch, capsys):

@@ -211,9 +211,9 @@ def source_run(output: str | os.PathLike) -> tuple | None:
 
 
 def find_records(*folders: str | os.PathLike) -> list[Path]:
-    """Every record under ``folders`` (sorted, each folder in turn)."""
+    """Every record under ``folders`` (sorted, each folder in turn; None or "" is none)."""
     found = []
     for folder in folders:
-        if folder is not None and Path(folder).is_dir():
+        if folder and Path(folder).is_dir():
             found += sorted(Path(folder).rglob(f"*{SUFFIX}"))
     return found

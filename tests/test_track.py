@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow_runs import dump
 
 from tapmachine.pipeline import cli, tracking
 from tapmachine.pipeline.recorder import publish, recording
@@ -38,38 +39,7 @@ def _store(store):
 
 
 def _dump(store) -> dict:
-    """Every stage run of a store as (experiment, run name) -> params, tags (run ids named by
-    (experiment, run name), also inside JSON groups; no mlflow.* or tapmachine.replayed),
-    metric histories (step, value) and artifact paths."""
-    client, exps = _store(store)
-    runs = [r for e in exps.values() for r in client.search_runs([e], tracking.STAGE_RUNS)]
-    names = {e: k for k, e in exps.items()}
-    by_id = {r.info.run_id: (names[r.info.experiment_id], r.info.run_name) for r in runs}
-
-    def named(value):
-        try:
-            group = json.loads(value)
-        except ValueError:
-            group = None
-        if isinstance(group, dict):
-            return {k: by_id.get(v, v) for k, v in group.items()}
-        return by_id.get(value, value)
-
-    out = {}
-    for r in runs:
-        tags = {
-            k: named(v)
-            for k, v in r.data.tags.items()
-            if not k.startswith("mlflow.") and k != "tapmachine.replayed"
-        }
-        metrics = {
-            m: sorted((h.step, h.value) for h in client.get_metric_history(r.info.run_id, m))
-            for m in r.data.metrics
-        }
-        arts = sorted(a.path for a in client.list_artifacts(r.info.run_id))
-        arts += sorted(a.path for a in client.list_artifacts(r.info.run_id, "epochs"))
-        out[by_id[r.info.run_id]] = (r.data.params, tags, metrics, arts, r.info.status)
-    return out
+    return dump(json.loads((store / "experiments.json").read_text())["tracking_uri"])
 
 
 def _live_store(tmp_path, monkeypatch):
@@ -186,6 +156,7 @@ def test_a_record_round_trips_and_moves_with_its_folder(tmp_path, monkeypatch):
     assert back.artifacts == [(moved / "scores.csv", None), (moved / "e.png", "epochs")]
     assert back.machine == (moved / "model.pt", tmp_path / "b" / "data.npz", 10)
     assert back.run_id is None  # published without a store: no live run
+    assert back.output == moved / "scores.csv"
     assert source_run(moved / "scores.csv") == ("likelihood", "m-epochs", None)
     assert source_run(moved / "other.csv") is None
     assert find_records(tmp_path / "b", tmp_path / "a") == [
@@ -213,7 +184,7 @@ def test_replay_gives_the_live_runs_and_adds_nothing_twice(tmp_path, monkeypatch
     params, tags, metrics, arts, status = want["train", "m"]
     assert params == {"model": "m", "spec.lr": "0.1", "spec.hidden": "[3]"} and status == "FINISHED"
     assert metrics == {
-        "tap_ll": [(1, -1.0), (2, -0.5), (3, -1 / 3)],
+        "tap_ll": [(1, -1.0), (2, -0.5), (3, round(-1 / 3, 9))],
         "pretrain_l1.loss": [(1, 0.5)],
     }
     assert arts == ["metrics.csv"] and tags["config_digest"] == "abc123"
@@ -231,6 +202,10 @@ def test_replay_gives_the_live_runs_and_adds_nothing_twice(tmp_path, monkeypatch
     assert out.index("replayed harvest/m/epoch_2") < out.index("replayed figures/fig5")
     assert _dump(store) == want
     assert "0 runs replayed, 4 already in the store (" in _track(results, store, capsys)
+    (results / "dbm" / "fig10_timing.csv").unlink()  # say, removed by a failed rerun
+    out = _track(results, tmp_path / "other", capsys)
+    assert "skipped  benchmarks/fig10/timing: its output" in out
+    assert "3 runs replayed, 0 already in the store, 1 skipped (" in out
 
 
 def test_a_store_that_is_down_fails_no_job_and_the_record_replays(tmp_path, monkeypatch, capsys):
@@ -249,7 +224,7 @@ def test_a_store_that_is_down_fails_no_job_and_the_record_replays(tmp_path, monk
     assert "4 runs replayed" in _track(results, fresh, capsys)
     got = _dump(fresh)
     assert got["harvest", "m/epoch_2"][1]["model_run_id"] == ("train", "m")
-    assert got["train", "m"][2]["tap_ll"] == [(1, -1.0), (2, -0.5), (3, -1 / 3)]
+    assert got["train", "m"][2]["tap_ll"] == [(1, -1.0), (2, -0.5), (3, round(-1 / 3, 9))]
 
 
 def test_dead_store_is_an_error(tmp_path, monkeypatch, capsys):

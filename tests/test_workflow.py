@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from mlflow_runs import dump
 
 from tapmachine.pipeline.tracking import STAGE_RUNS
 
@@ -266,8 +267,6 @@ def test_harvest_and_every_figure(finished_run):
 
 
 def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
-    import json
-
     import pandas as pd
     import torch
 
@@ -358,7 +357,6 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     likelihood, UCD-LMI, denoising, figures): into a fresh store it makes the same runs as the
     live jobs did, with the same params, tags (each run id naming the run of the same name),
     metrics by step and artifacts; into (a copy of) the live store it adds none."""
-    import mlflow
 
     from tapmachine.pipeline import cli
 
@@ -367,46 +365,13 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     data = finished_run / "results" / "data"
     assert not list(finished_run.glob("results/**/*.params.json"))
 
-    def dump(store):
-        """(experiment, run name) -> params, tags (no mlflow.*, no tapmachine.replayed; run ids,
-        also inside JSON groups, as (experiment, run name)), metric histories (no system/*
-        samples) and artifacts of every stage run."""
-        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
-        exps = {e.experiment_id: e.name for e in client.search_experiments()}
-        runs = [r for e in exps for r in client.search_runs([e], STAGE_RUNS)]
-        by_id = {r.info.run_id: (exps[r.info.experiment_id], r.info.run_name) for r in runs}
-
-        def named(value):
-            group = json.loads(value) if value.startswith("{") else None
-            if isinstance(group, dict):
-                return {k: by_id.get(v, v) for k, v in group.items()}
-            return by_id.get(value, value)
-
-        out = {}
-        for r in runs:
-            tags = {
-                k: named(v)
-                for k, v in r.data.tags.items()
-                if not k.startswith("mlflow.") and k != "tapmachine.replayed"
-            }
-            history = {
-                m: sorted(
-                    (h.step, round(h.value, 9)) for h in client.get_metric_history(r.info.run_id, m)
-                )
-                for m in r.data.metrics
-                if not m.startswith("system/")
-            }
-            arts = sorted(a.path for a in client.list_artifacts(r.info.run_id))
-            out[by_id[r.info.run_id]] = (r.data.params, tags, history, arts, r.info.status)
-        return out
-
-    expected = dump(live)
+    expected = dump(f"sqlite:///{live}/mlflow.db")
     experiments = {experiment for experiment, _ in expected}
     assert {"data", "train", "harvest", "likelihood", "denoise", "ucd", "figures"} <= experiments
     fresh = tmp_path / "fresh"
     args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
     assert cli.main(args) == 0
-    replayed = dump(fresh)
+    replayed = dump(f"sqlite:///{fresh}/mlflow.db")
     assert replayed.keys() == expected.keys()
     differ = [key for key in expected if replayed[key] != expected[key]]
     assert not differ, [(key, expected[key], replayed[key]) for key in differ]

@@ -69,7 +69,8 @@ class RunRecord:
     store lacks); ``metrics``: step (None: no step) -> {name: value};
     ``series``: CSV files holding further metrics by step; ``artifacts``: (path, artifact
     folder or None); ``machine``: (model.pt, dataset .npz, number of training rows or None),
-    logged as an MLflow model with its dataset; ``run_id``: the live run's id, once logged."""
+    logged as an MLflow model with its dataset; ``run_id``: the live run's id, once logged;
+    ``output``: the file the record was written beside (set by ``write_record``)."""
 
     experiment: str
     name: str
@@ -82,6 +83,7 @@ class RunRecord:
     artifacts: list = field(default_factory=list)
     machine: tuple | None = None
     run_id: str | None = None
+    output: Path | None = None
 
     def link(self) -> tuple:
         """A link to this run: (experiment, run name, its live run id as a hint)."""
@@ -126,6 +128,7 @@ class RunRecord:
             "artifacts": [{"path": rel(p), "folder": f} for p, f in _pairs(self.artifacts)],
             "machine": machine,
             "run_id": self.run_id,
+            "output": None if self.output is None else rel(self.output),
         }
 
     @classmethod
@@ -150,6 +153,7 @@ class RunRecord:
             artifacts=[(at(a["path"]), a["folder"]) for a in blob["artifacts"]],
             machine=machine,
             run_id=blob.get("run_id"),
+            output=at(blob["output"]) if blob.get("output") else None,
         )
 
 
@@ -190,6 +194,7 @@ def record_path(output: str | os.PathLike) -> Path:
 
 def write_record(record: RunRecord, output: str | os.PathLike) -> Path:
     """Write ``record`` beside ``output`` as JSON, atomically."""
+    record.output = Path(output)
     path = record_path(output)
     text = json.dumps(record.to_json(path.parent), indent=1, sort_keys=True)
     return atomic_write(path, lambda fh: fh.write(text), text=True)

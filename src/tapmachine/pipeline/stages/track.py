@@ -12,6 +12,7 @@ second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. 
 replayed after the records they link to, and each link (a tag naming another run, e.g.
 ``model_run_id``) is set to the id of that run *in this store*: of several FINISHED runs of a
 name, the one the target's record names as its live run if the store has it, else the newest.
+A record whose output is gone (removed by a failed rerun, or by hand) is skipped.
 Present runs whose link tag names no such run (an id of another store, a run deleted and
 replayed anew) get it replaced ("corrected"); a missing ``model_run_id`` is added ("retagged");
 other missing links and link groups of present runs are left as they are. Only those tags of
@@ -82,8 +83,9 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
     """Replay the records under ``results`` (and ``data``) into the store
     (``$MLFLOW_TRACKING_URI`` or ``store``/mlflow.db).
 
-    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c}. Raises TrackError if
-    the store fails.
+    Returns {"replayed": n, "present": m, "retagged": k, "corrected": c, "skipped": s} (s:
+    records whose output is gone, e.g. removed by a failed rerun). Raises TrackError if the
+    store fails.
     """
     results = Path(results)
     if not results.is_dir():
@@ -97,7 +99,7 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
     uri = info["tracking_uri"]
     client = tracking.client_for(uri)
     exps = info["experiments"]
-    counts = {"replayed": 0, "present": 0, "retagged": 0, "corrected": 0}
+    counts = {"replayed": 0, "present": 0, "retagged": 0, "corrected": 0, "skipped": 0}
     run_ids: dict[tuple[str, str], str] = {}  # (experiment, run name) -> id in this store
 
     def is_target(run_id: str, target: tuple[str, str]) -> bool:
@@ -116,6 +118,10 @@ def replay(results, store, manifest=None, data=None, run_name=None) -> dict[str,
     for record in ordered(records):
         key = (record.experiment, record.name)
         label = f"{record.experiment}/{record.name}"
+        if record.output is not None and not record.output.exists():
+            counts["skipped"] += 1
+            print(f"skipped  {label}: its output {record.output} is gone")
+            continue
         links = resolve_links(record, lookup)
         found = find_run(client, exps[record.experiment], record.name, run_name, record.run_id)
         if found is not None:
@@ -155,7 +161,7 @@ def _order(step) -> int:
 
 def _cmd_track(args) -> None:
     counts = replay(args.results, args.store, args.manifest, args.data, args.run_name)
-    links = "".join(f", {counts[k]} {k}" for k in ("retagged", "corrected") if counts[k])
+    links = "".join(f", {counts[k]} {k}" for k in ("retagged", "corrected", "skipped") if counts[k])
     print(
         f"tapmachine track: {counts['replayed']} runs replayed, {counts['present']} already "
         f"in the store{links} ({tracking.default_tracking_uri(args.store)})"

@@ -36,17 +36,17 @@ include: "workflow/rules/deep.smk"
 
 
 # One MLflow parent run per experiment for this invocation; at the end a short summary (what was
-# made and where, failures, how to browse the runs). tapmachine.pipeline.stages.track.
+# made and where, failures, how to browse the runs). tapmachine.pipeline.invocation.
 onstart:
-    _track_stage.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
+    _invocation.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
 
 
 onsuccess:
-    _track_stage.invocation_end(True, config["tracking"]["store"], TRACKING_FILE, RESULTS)
+    _invocation.invocation_end(True, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 onerror:
-    _track_stage.invocation_end(False, config["tracking"]["store"], TRACKING_FILE, RESULTS)
+    _invocation.invocation_end(False, config["tracking"]["store"], TRACKING_FILE, RESULTS)
 
 
 localrules:

@@ -321,15 +321,16 @@ def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_pa
 
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.records import RunRecord, write_record
     from tapmachine.pipeline.stages import harvest as harvest_stage
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)
     with tracking.start_run(manifest, "train", "tiny") as train_run:
         train_run.log_metrics({"tap_ll": -1.0}, step=2)
-    model = ModelFile.load(run["model"])
-    model.mlflow_run_id = train_run.run_id
-    model.save(tmp_path / "model.pt")
+    ModelFile.load(run["model"]).save(tmp_path / "model.pt")
+    # the training job's record beside model.pt names its run (pipeline.records)
+    write_record(RunRecord("train", "tiny", run_id=train_run.run_id), tmp_path / "model.pt")
     uri, harvest_exp = tracking.experiment_id(manifest, "harvest")
     client = mlflow.MlflowClient(uri)
     for i in range(2):

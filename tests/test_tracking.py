@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tapmachine.pipeline import tracking
+from tapmachine.pipeline import invocation, tracking
 
 
 @pytest.fixture(autouse=True)
@@ -136,13 +136,13 @@ def test_runs_carry_provenance_tags_and_nest_under_the_invocation(store, monkeyp
     monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
     monkeypatch.setenv(tracking.ENV_CONFIG_DIGEST, "abc123")
     monkeypatch.delenv(tracking.ENV_INVOCATION, raising=False)
-    record = tracking.open_invocation(manifest.parent, manifest, "snakemake tiny")
-    assert tracking.invocation_parents() == {}  # none until an experiment gets a run
+    record = invocation.open_invocation(manifest.parent, manifest, "snakemake tiny")
+    assert invocation.invocation_parents() == {}  # none until an experiment gets a run
     run_ids = []
     for name in ("m", "n"):
         with tracking.start_run(manifest, "train", name) as run:
             run_ids.append(run.run_id)
-    parents = tracking.close_invocation(manifest, "FINISHED")
+    parents = invocation.close_invocation(manifest, "FINISHED")
     assert set(parents) == {"train"} and not record.exists()
     client = mlflow.MlflowClient(info["tracking_uri"])
     tags = client.get_run(run_ids[0]).data.tags

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from mlflow_runs import dump
 
 from tapmachine.pipeline.tracking import STAGE_RUNS
 
@@ -266,8 +267,6 @@ def test_harvest_and_every_figure(finished_run):
 
 
 def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
-    import json
-
     import pandas as pd
     import torch
 
@@ -354,125 +353,52 @@ def test_denoise_figures_and_runs(finished_run):
 
 
 def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
-    """`tapmachine track` on the tiny DAG's files (training, harvest, likelihood, UCD-LMI,
-    denoising, figures): into a fresh store it makes the same runs per experiment, under the same
-    names, as the live jobs did; into (a copy of) the live store it adds none."""
-    import mlflow
+    """`tapmachine track` on the run records of the tiny DAG (datasets, training, harvest,
+    likelihood, UCD-LMI, denoising, figures): into a fresh store it makes the same runs as the
+    live jobs did, with the same params, tags (each run id naming the run of the same name),
+    metrics by step and artifacts; into (a copy of) the live store it adds none."""
 
     from tapmachine.pipeline import cli
 
     live = finished_run / "results" / "mlflow"
     results = finished_run / "results" / "default"
     data = finished_run / "results" / "data"
+    assert not list(finished_run.glob("results/**/*.params.json"))
 
-    def names(store):
-        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
-        return {
-            e.name: sorted(
-                r.info.run_name for r in client.search_runs([e.experiment_id], STAGE_RUNS)
-            )
-            for e in client.search_experiments()
-            if e.name != "Default"
-        }
-
-    def params(store):
-        """(experiment, run name) -> the run's params as a set of (key, value)."""
-        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
-        return {
-            (e.name, r.info.run_name): set(r.data.params.items())
-            for e in client.search_experiments()
-            if e.name != "Default"
-            for r in client.search_runs([e.experiment_id], STAGE_RUNS)
-        }
-
-    def metrics(store, experiment):
-        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
-        exp = client.get_experiment_by_name(experiment).experiment_id
-        return {r.info.run_name: r.data.metrics for r in client.search_runs([exp], STAGE_RUNS)}
-
-    def figure_tags(store):
-        """Figure run name -> its own tags (no mlflow.*, no tapmachine.replayed), every run id
-        in them (a value, or one of a harvest_runs.<model> JSON) as (experiment, run name)."""
-        client = mlflow.MlflowClient(f"sqlite:///{store}/mlflow.db")
-        runs = {
-            r.info.run_id: (e.name, r.info.run_name)
-            for e in client.search_experiments()
-            for r in client.search_runs([e.experiment_id])
-        }
-        fig = client.get_experiment_by_name("figures").experiment_id
-        out = {}
-        for r in client.search_runs([fig], STAGE_RUNS):
-            tags = {}
-            for key, value in r.data.tags.items():
-                if key.startswith("mlflow.") or key == "tapmachine.replayed":
-                    continue
-                if key.startswith("harvest_runs."):
-                    value = {e: runs.get(i, i) for e, i in json.loads(value).items()}
-                tags[key] = runs.get(value, value) if isinstance(value, str) else value
-            out[r.info.run_name] = tags
-        return out
-
-    expected = names(live)
-    assert expected["denoise"] and expected["ucd"] and expected["harvest"]
+    expected = dump(f"sqlite:///{live}/mlflow.db")
+    experiments = {experiment for experiment, _ in expected}
+    assert {"data", "train", "harvest", "likelihood", "denoise", "ucd", "figures"} <= experiments
     fresh = tmp_path / "fresh"
     args = ["track", "--results", str(results), "--data", str(data), "--store", str(fresh)]
     assert cli.main(args) == 0
-    assert names(fresh) == expected
-    # Every replayed run carries the live run's params, key for key and value for value (no
-    # allow-list: every stage keeps its params in its files). Timings are metrics, not params.
-    live_params, replayed_params = params(live), params(fresh)
-    assert live_params.keys() == replayed_params.keys()
-    differ = {
-        run: (sorted(live_params[run] - got), sorted(got - live_params[run]))
-        for run, got in replayed_params.items()
-        if got != live_params[run]
-    }
-    assert not differ, "\n".join(
-        f"{run}: live only {live_only}, replayed only {replayed_only}"
-        for run, (live_only, replayed_only) in sorted(differ.items())
-    )
-    # Every figure run carries the live run's tags, each run id in them naming the replayed run
-    # of the one the live tag names (train_run.<model>, harvest_runs.<model> of Figs. 5-7,
-    # denoise_run.<label> of Figs. 8-9 and fig_denoise_real), substitute.<model> too. A live
-    # run has no train_run.<model> where it had no id to give (the UCD tables); its replay has
-    # one. config_digest, the workflow's digest of its config, is in no file: live runs only.
-    live_tags, replayed_tags = figure_tags(live), figure_tags(fresh)
-    assert live_tags.keys() == replayed_tags.keys()
-    for name, got in replayed_tags.items():
-        want = {k: v for k, v in live_tags[name].items() if k != "config_digest"}
-        extra = {k: v for k, v in got.items() if k not in want}
-        assert all(k.startswith("train_run.") for k in extra), (name, extra)
-        assert {k: v for k, v in got.items() if k not in extra} == want, name
-    assert replayed_tags["fig_denoise_real"]["substitute.tiny_real"]
-    links = replayed_tags["fig5"]["harvest_runs.tiny"]
+    replayed = dump(f"sqlite:///{fresh}/mlflow.db")
+    assert replayed.keys() == expected.keys()
+    differ = [key for key in expected if replayed[key] != expected[key]]
+    assert not differ, [(key, expected[key], replayed[key]) for key in differ]
+    figures = {name: tags for (exp, name), (_, tags, *_) in replayed.items() if exp == "figures"}
+    links = figures["fig5"]["harvest_runs.tiny"]
     assert links == {"1": ("harvest", "tiny/epoch_1"), "2": ("harvest", "tiny/epoch_2")}
-    assert replayed_tags["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
-    assert replayed_tags["fig_denoise_real"]["denoise_run.tiny_real"] == (
-        "denoise",
-        "tiny_real-gaussian",
+    assert figures["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
+    assert figures["fig_denoise_real"]["denoise_run.tiny_real"] == ("denoise", "tiny_real-gaussian")
+    assert figures["ucd_table1"]["train_run.binary_mnist/ucd_lmi"] == (
+        "ucd",
+        "train_binary_mnist_ucd_lmi",
     )
-    # dataset runs: the live metrics (n_train, n_test, mean), value for value
-    assert metrics(fresh, "data") == metrics(live, "data")
-    client = mlflow.MlflowClient(f"sqlite:///{fresh}/mlflow.db")
-    exps = {e.name: e.experiment_id for e in client.search_experiments()}
-    trained = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["train"]])}
     derived = [
-        r
-        for exp in ("harvest", "likelihood", "denoise")
-        for r in client.search_runs([exps[exp]])
-        if "model" in r.data.tags
+        tags
+        for (exp, _), (_, tags, *_) in replayed.items()
+        if exp in ("harvest", "likelihood", "denoise") and "model" in tags
     ]
     assert len(derived) == 2 + 2 + 2  # harvests of epochs 1, 2; tiny-epochs, -final; two TAP
-    for r in derived:
-        assert r.data.tags["model_run_id"] == trained[r.data.tags["model"]], r.info.run_name
-    total = sum(len(v) for v in expected.values())
+    for tags in derived:
+        assert tags["model_run_id"] == ("train", tags["model"])
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(live / "mlflow.db", copy / "mlflow.db")
     capsys.readouterr()
     args = ["track", "--results", str(results), "--data", str(data), "--store", str(copy)]
     assert cli.main(args) == 0
-    assert f"0 runs replayed, {total} already in the store (" in capsys.readouterr().out
+    assert f"0 runs replayed, {len(expected)} already in the store (" in capsys.readouterr().out
 
 
 def test_rerun_is_a_no_op(finished_run):

@@ -2,8 +2,8 @@
 
 A figure function returns a ``FigureResult``: the matplotlib figure, one table (``pandas``)
 with what the figure draws (``kind`` = "drawn") and the numbers behind the paper's claims
-(``kind`` = "claim": ``claim``, ``value``, ``detail``), and the model runs it used.
-``save`` writes the three files atomically; ``track`` logs them to the "figures" experiment.
+(``kind`` = "claim": ``claim``, ``value``, ``detail``), and the models it drew. ``save`` writes
+the three files atomically; the figure stage (``pipeline.stages.figures``) records them as a run.
 """
 
 from __future__ import annotations

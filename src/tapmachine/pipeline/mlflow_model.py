@@ -91,3 +91,12 @@ class TapMachineModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input, params=None) -> np.ndarray:
         return predict(self.machine, model_input, params, self.log_z_tap)
+
+
+def requirements() -> list[str]:
+    """The pip requirements of a logged machine: what ``pipeline.mlflow_model`` imports, pinned
+    to the installed versions (a local build tag such as ``+cpu`` dropped: pip's index has the
+    plain version). The package itself travels as code, so it is not among them."""
+    from importlib.metadata import version
+
+    return [f"{dist}=={version(dist).split('+')[0]}" for dist in ("mlflow", "numpy", "torch")]

@@ -1,27 +1,27 @@
 """The one place that talks to MLflow.
 
-Files under ``results/`` are the record; MLflow mirrors them so runs can be browsed and compared.
-Hence tracking is best effort and cheap:
+The files under ``results/`` and each job's run record beside them (``pipeline.records``) are the
+record; MLflow mirrors them so runs can be browsed and compared. Hence tracking is best effort
+and cheap:
 
 - every HTTP call is bounded (``MLFLOW_HTTP_REQUEST_TIMEOUT`` 10 s, no retries, unless the user
   set those variables), and a server is probed once (``/health``, 5 s) before a run is created;
 - the first failed call disables tracking for the rest of the process (the job) with one line on
-  stderr, so a job never waits on a dead store twice; ``tapmachine track`` replays the files of
-  ``results/`` into a store afterwards, idempotently (``tapmachine.pipeline.stages.track``);
+  stderr, so a job never waits on a dead store twice; ``tapmachine track`` replays the run
+  records into a store afterwards, idempotently (``pipeline.stages.track``);
 - experiments are looked up by name in the store actually used (``$MLFLOW_TRACKING_URI`` wins
   over the manifest's URI), so a manifest written for one store never sends runs to the wrong
   experiment of another;
 - every run carries the git commit, user, source, config digest and config run name, and is
   nested under the parent run of its ``snakemake`` invocation in its experiment, opened by the
-  experiment's first run (``open_invocation`` in the Snakefile's ``onstart`` exports
+  experiment's first run (``invocation.open_invocation``, the Snakefile's ``onstart``, exports
   ``TAPMACHINE_INVOCATION``; ``TAPMACHINE_PARENT_RUNS``, experiment -> run id, names parents
   explicitly);
 - SIGTERM inside ``start_run`` marks the run KILLED instead of leaving it RUNNING.
 
-The store is created once, by ``init_store`` (a local Snakemake rule and the Snakefile's
-``onstart``), before any parallel job: a fresh SQLite store breaks when several processes create
-its schema at once, and a named experiment first used concurrently through a server can silently
-receive runs in "Default".
+The store is created once, by ``init_store`` (a local rule and the Snakefile's ``onstart``), before
+any parallel job: a fresh SQLite store breaks when several processes create its schema at once,
+and an experiment first used concurrently through a server can receive runs in "Default".
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tapmachine.io.files import atomic_write
+from tapmachine.pipeline.records import flat_params
 
 __all__ = [
     "EXPERIMENTS",
@@ -50,20 +50,20 @@ __all__ = [
     "experiment_id",
     "init_store",
     "start_run",
-    "attach_run",
     "ui_link",
     "standard_tags",
-    "open_invocation",
-    "close_invocation",
-    "invocation_parents",
     "disabled_reason",
-    "flat_params",
+    "disable",
+    "store_uri",
+    "client_for",
+    "warn",
+    "invocation_parent",
     "STAGE_RUNS",
 ]
 
 EXPERIMENTS = ("data", "train", "harvest", "likelihood", "figures", "benchmarks", "denoise", "ucd")
 
-_ENV = "MLFLOW_TRACKING_URI"
+ENV_URI = "MLFLOW_TRACKING_URI"
 #: Bounds on every MLflow HTTP request (defaults only: a user's own settings win).
 HTTP_LIMITS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
@@ -92,7 +92,7 @@ def disabled_reason(uri: str) -> str | None:
     return _DISABLED.get(uri)
 
 
-def _disable(uri: str | None, what: str, err: BaseException) -> None:
+def disable(uri: str | None, what: str, err: BaseException) -> None:
     reason = f"{what} failed ({type(err).__name__}: {str(err)[:300]})"
     if uri is not None and uri not in _DISABLED:
         _DISABLED[uri] = reason
@@ -108,8 +108,8 @@ def _disable(uri: str | None, what: str, err: BaseException) -> None:
 
 def default_tracking_uri(store_dir: str | os.PathLike) -> str:
     """``$MLFLOW_TRACKING_URI`` if set, else an SQLite file ``mlflow.db`` inside ``store_dir``."""
-    if os.environ.get(_ENV):
-        return os.environ[_ENV]
+    if os.environ.get(ENV_URI):
+        return os.environ[ENV_URI]
     return "sqlite:///" + str(Path(store_dir).resolve() / "mlflow.db")
 
 
@@ -122,7 +122,9 @@ def _probe(uri: str) -> None:
             raise ConnectionError(f"{uri}/health answered {resp.status}")
 
 
-def _client(uri: str, probe: bool = False):
+def client_for(uri: str, probe: bool = False):
+    """An MlflowClient of ``uri`` (bounded HTTP calls; ``probe``: ask a server's /health first);
+    raises if tracking to ``uri`` is disabled in this process."""
     if uri in _DISABLED:
         raise ConnectionError(f"tracking to {uri} is disabled: {_DISABLED[uri]}")
     for key, value in HTTP_LIMITS.items():
@@ -149,15 +151,15 @@ def init_store(
     store_dir.mkdir(parents=True, exist_ok=True)
     uri = default_tracking_uri(store_dir)
     try:
-        client = _client(uri, probe=True)
+        client = client_for(uri, probe=True)
         ids = {name: _get_or_create(client, uri, store_dir, name) for name in EXPERIMENTS}
         info = {"tracking_uri": uri, "experiments": ids}
     except Exception as err:  # noqa: BLE001
         if not best_effort:
             raise
-        _disable(uri, "init_store", err)
+        disable(uri, "init_store", err)
         info = {"tracking_uri": uri, "experiments": {}, "error": _DISABLED.get(uri, str(err))}
-    _write_json_atomic(manifest, info)
+    write_json_atomic(manifest, info)
     return info
 
 
@@ -176,8 +178,13 @@ def _get_or_create(client, uri: str, store_dir: Path, name: str) -> str:
         return exp.experiment_id
 
 
-def _write_json_atomic(path, obj) -> None:
+def write_json_atomic(path, obj) -> None:
     atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True)), text=True)
+
+
+def store_uri(manifest: str | os.PathLike) -> str:
+    """The URI of the store used: ``$MLFLOW_TRACKING_URI`` if set now, else the manifest's."""
+    return os.environ.get(ENV_URI) or json.loads(Path(manifest).read_text())["tracking_uri"]
 
 
 def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:
@@ -190,10 +197,10 @@ def experiment_id(manifest: str | os.PathLike, name: str) -> tuple[str, str]:
     info = json.loads(Path(manifest).read_text())
     if name not in info.get("experiments", {}) and name not in EXPERIMENTS:
         raise KeyError(f"experiment {name!r} is not in the tracking manifest {manifest}")
-    uri = os.environ.get(_ENV) or info["tracking_uri"]
+    uri = os.environ.get(ENV_URI) or info["tracking_uri"]
     key = (uri, name)
     if key not in _IDS:
-        client = _client(uri, probe=True)
+        client = client_for(uri, probe=True)
         _IDS[key] = _get_or_create(client, uri, Path(manifest).parent, name)
     return uri, _IDS[key]
 
@@ -206,31 +213,12 @@ def ui_link(base_url: str, experiment: str) -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment}?workflowType=machine_learning"
 
 
-def _warn(what: str, err: Exception) -> None:
+def warn(what: str, err: Exception) -> None:
+    """One line on stderr saying that ``what`` failed (tracking goes on)."""
     print(
         f"tapmachine.pipeline.tracking: {what} failed ({type(err).__name__}: {err})",
         file=sys.stderr,
     )
-
-
-def flat_params(params: Mapping) -> dict[str, str]:
-    """The params exactly as ``Run.log_params`` logs them: nested keys joined by dots, lists as
-    JSON, everything else ``str``, at most 6000 characters. A stage writes these next to its
-    outputs so that ``tapmachine track`` replays the very same params (a flat dict of strings is
-    its own flattening)."""
-    return _flatten(params)
-
-
-def _flatten(params: Mapping, prefix: str = "") -> dict[str, str]:
-    flat = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, prefix=f"{name}."))
-        else:
-            text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
-            flat[name] = text[:6000]
-    return flat
 
 
 _GIT_COMMIT: list[str | None] = []
@@ -271,20 +259,11 @@ def standard_tags() -> dict[str, str]:
     return tags
 
 
-def _parent_from_env(experiment: str) -> str | None:
+def parent_from_env(experiment: str) -> str | None:
     try:
         return json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}").get(experiment)
     except (json.JSONDecodeError, AttributeError):
         return None
-
-
-def model_requirements() -> list[str]:
-    """The pip requirements of a logged machine: what ``pipeline.mlflow_model`` imports, pinned
-    to the installed versions (a local build tag such as ``+cpu`` dropped: pip's index has the
-    plain version). The package itself travels as code, so it is not among them."""
-    from importlib.metadata import version
-
-    return [f"{dist}=={version(dist).split('+')[0]}" for dist in ("mlflow", "numpy", "torch")]
 
 
 class Run:
@@ -300,7 +279,7 @@ class Run:
         return self.run_id is not None and (self._uri is None or self._uri not in _DISABLED)
 
     def _failed(self, what: str, err: BaseException) -> None:
-        _disable(self._uri, what, err)
+        disable(self._uri, what, err)
 
     def log_params(self, params: Mapping) -> None:
         if not self.active:
@@ -308,7 +287,7 @@ class Run:
         try:
             from mlflow.entities import Param
 
-            items = [Param(k, v) for k, v in _flatten(params).items()]
+            items = [Param(k, v) for k, v in flat_params(params).items()]
             for i in range(0, len(items), 100):
                 self._client.log_batch(self.run_id, params=items[i : i + 100])
         except Exception as err:  # noqa: BLE001 - tracking must never lose a result
@@ -330,16 +309,6 @@ class Run:
                 self._client.log_batch(self.run_id, metrics=items[i : i + 1000])
         except Exception as err:  # noqa: BLE001
             self._failed("log_metrics", err)
-
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        if not self.active:
-            return
-        try:
-            from mlflow.entities import RunTag
-
-            self._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-        except Exception as err:  # noqa: BLE001
-            self._failed("set_tags", err)
 
     def log_machine(
         self,
@@ -376,7 +345,7 @@ class Run:
                     signature=signature,
                     input_example=example,
                     code_paths=[str(Path(mlflow_model.__file__).parents[1])],  # the package
-                    pip_requirements=model_requirements(),
+                    pip_requirements=mlflow_model.requirements(),
                 )
                 if dataset_file is not None:
                     data = mlflow.data.from_numpy(
@@ -437,10 +406,9 @@ def start_run(
     client, run_id, uri = None, None, None
     if manifest is not None:
         try:
-            info = json.loads(Path(manifest).read_text())
-            uri = os.environ.get(_ENV) or info["tracking_uri"]
+            uri = store_uri(manifest)
             uri, exp_id = experiment_id(manifest, experiment)
-            client = _client(uri)
+            client = client_for(uri)
             all_tags = {
                 "mlflow.runName": run_name,
                 "tapmachine.stage": experiment,
@@ -449,15 +417,15 @@ def start_run(
             all_tags.update(standard_tags())
             parent = (
                 parent_run_id
-                or _parent_from_env(experiment)
-                or _invocation_parent(client, experiment, exp_id)
+                or parent_from_env(experiment)
+                or invocation_parent(client, experiment, exp_id)
             )
             if parent:
                 all_tags["mlflow.parentRunId"] = parent
             all_tags.update(tags or {})
             run_id = client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
         except Exception as err:  # noqa: BLE001
-            _disable(uri, "start_run", err)
+            disable(uri, "start_run", err)
             client, run_id = None, None
     run = Run(client, run_id, uri)
     run.log_params(params or {})
@@ -490,7 +458,7 @@ def _system_monitor(run: Run):
         monitor.start()
         return monitor
     except Exception as err:  # noqa: BLE001
-        _warn("system metrics", err)
+        warn("system metrics", err)
         return None
 
 
@@ -504,55 +472,7 @@ def _terminate(run: Run, status: str, monitor=None) -> None:
             run._failed("set_terminated", err)
 
 
-def attach_run(manifest: str | os.PathLike | None, run_id: str | None) -> Run:
-    """A handle on an existing run to add metrics or artifacts; its status is left as it is.
-    Without a manifest or run id the handle does nothing (the stages' no-op run).
-
-    The stages never use it on a finished run (a model's training run): what derives from a
-    model goes to a run of its own tagged ``model_run_id``, so that a rerun cannot add a second
-    point at the same step of the training run.
-    """
-    if manifest is None or not run_id:
-        return Run(None, None)
-    uri = None
-    try:
-        info = json.loads(Path(manifest).read_text())
-        uri = os.environ.get(_ENV) or info["tracking_uri"]
-        return Run(_client(uri), run_id, uri)
-    except Exception as err:  # noqa: BLE001
-        _disable(uri, "attach_run", err)
-        return Run(None, None)
-
-
-def open_invocation(
-    store_dir: str | os.PathLike, manifest: str | os.PathLike, name: str
-) -> Path | None:
-    """Start this ``snakemake`` invocation's record of parent runs (the store is made first
-    unless ``manifest`` already describes it), with none in it yet.
-
-    The first run an experiment gets in this invocation opens its parent run there
-    (``_invocation_parent``), so parents exist only in the experiments the invocation uses. The
-    record is a JSON file beside the manifest (``invocations/<id>.json``, experiment -> parent
-    run id), exported as ``$TAPMACHINE_INVOCATION`` so that every job started afterwards (locally
-    or through SLURM, which passes the environment on, over the shared file system) finds it.
-    Returns its path; best effort: on failure prints one line and returns None.
-    """
-    uri = None
-    try:
-        uri = default_tracking_uri(store_dir)
-        info = json.loads(Path(manifest).read_text()) if Path(manifest).exists() else {}
-        if "error" in info or info.get("tracking_uri") != uri or not info.get("experiments"):
-            init_store(store_dir, manifest)
-        record = Path(manifest).resolve().parent / "invocations" / f"{uuid.uuid4().hex}.json"
-        _write_json_atomic(record, {"name": name, "parents": {}})
-    except Exception as err:  # noqa: BLE001
-        _disable(uri, "opening the invocation's record of parent runs", err)
-        return None
-    os.environ[ENV_INVOCATION] = str(record)
-    return record
-
-
-def _invocation_parent(client, experiment: str, exp_id: str) -> str | None:
+def invocation_parent(client, experiment: str, exp_id: str) -> str | None:
     """This invocation's parent run in ``experiment``, opened now if it is the experiment's first
     run (under an exclusive lock on the record: parallel jobs open one parent, not several)."""
     record = os.environ.get(ENV_INVOCATION)
@@ -574,32 +494,3 @@ def _invocation_parent(client, experiment: str, exp_id: str) -> str | None:
             fh.flush()
             os.fsync(fh.fileno())
     return parent
-
-
-def invocation_parents() -> dict[str, str]:
-    """This invocation's parent runs so far, experiment -> run id."""
-    record = os.environ.get(ENV_INVOCATION)
-    try:
-        return dict(json.loads(Path(record).read_text())["parents"]) if record else {}
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
-def close_invocation(manifest: str | os.PathLike, status: str) -> dict[str, str]:
-    """Mark this invocation's parent runs FINISHED or FAILED and remove its record; returns
-    them (experiment -> run id)."""
-    parents = invocation_parents()
-    record = os.environ.get(ENV_INVOCATION)
-    uri = None
-    try:
-        if parents:
-            info = json.loads(Path(manifest).read_text())
-            uri = os.environ.get(_ENV) or info["tracking_uri"]
-            client = _client(uri)
-            for run_id in parents.values():
-                client.set_terminated(run_id, status=status)
-        if record:
-            Path(record).unlink(missing_ok=True)
-    except Exception as err:  # noqa: BLE001
-        _disable(uri, "closing the invocation's parent runs", err)
-    return parents

@@ -14,7 +14,7 @@ from tapmachine.train.evaluation import (
     evaluation_signature,
     expected_signature,
 )
-from tapmachine.train.job import Prepared, prepare, run_params, train_from_spec
+from tapmachine.train.job import Prepared, prepare, train_from_spec
 from tapmachine.train.loop import train
 from tapmachine.train.methods import METHODS, GradientMethod, register
 from tapmachine.train.settings import PretrainSettings, TrainingError, TrainSettings
@@ -36,5 +36,4 @@ __all__ = [
     "Prepared",
     "prepare",
     "train_from_spec",
-    "run_params",
 ]

@@ -23,7 +23,7 @@ from tapmachine.train.settings import TrainingError, TrainSettings
 from tapmachine.train.tap_gradient import check_train_noise
 from tapmachine.ucd import dbm
 
-__all__ = ["Prepared", "prepare", "train_from_spec", "run_params"]
+__all__ = ["Prepared", "prepare", "train_from_spec"]
 
 
 @dataclasses.dataclass
@@ -121,9 +121,8 @@ def train_from_spec(
     settings, machine, ds = job.settings, job.machine, job.dataset
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    # plain strings and numbers: model.pt keeps them (extras["run"]) for tapmachine track
-    run = {"dataset_file": str(data_path), "seed": seed, "device": str(device), "dtype": dtype}
-    params = run_params(name, spec, machine.sizes, run)
+    this_job = {"dataset_file": str(data_path), "seed": seed, "device": str(device), "dtype": dtype}
+    params = {"model": name, **this_job, **spec, "sizes": [int(n) for n in machine.sizes]}
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
@@ -148,15 +147,7 @@ def train_from_spec(
         dataset=ds.name,
         substitute=ds.provenance.get("substitute"),
         mlflow_run_id=run_id,
-        extras={"run": run},
     ).save(modelfile.model_path(outdir))
     write_csv(history, outdir / "metrics.csv")
     return machine
 
-
-def run_params(name: str, spec: dict, sizes, run: dict | None = None) -> dict:
-    """The params of the training run of model ``name`` (``on_start``'s description, which the
-    stage logs to MLflow): the name, ``run`` (dataset file, seed, device, dtype of this job),
-    the config entry ``spec`` and the layer sizes. model.pt keeps ``run`` (``extras["run"]``)
-    beside the spec, so ``tapmachine track`` rebuilds the very same params with this function."""
-    return {"model": name, **(run or {}), **spec, "sizes": [int(n) for n in sizes]}

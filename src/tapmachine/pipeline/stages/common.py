@@ -1,14 +1,9 @@
-"""What every stage shares: argument groups, the user-error class, a lazily opened MLflow run
-and the params files that let ``tapmachine track`` replay a run's params."""
+"""What every stage shares: argument groups, the user-error class, threads."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from pathlib import Path
-
-from tapmachine.pipeline import tracking
 
 
 class UsageError(Exception):
@@ -34,29 +29,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def params_file(output) -> Path:
-    """Where a stage keeps its MLflow run's params beside an output: ``<stem>.params.json``."""
-    return Path(output).with_suffix(".params.json")
-
-
-def write_params(output, params: dict) -> Path:
-    """Write ``params`` as the run logs them (``tracking.flat_params``: a flat dict of strings,
-    which is its own flattening) to ``params_file(output)`` as JSON, atomically, so that
-    ``tapmachine track`` replays the very same params from the files alone."""
-    from tapmachine.io.files import atomic_write
-
-    text = json.dumps(tracking.flat_params(params), indent=1, sort_keys=True)
-    path = params_file(output)
-    atomic_write(path, lambda fh: fh.write(text), text=True)
-    return path
-
-
-def read_params(output) -> dict | None:
-    """The params kept beside ``output`` by ``write_params``; None if there is no such file."""
-    path = params_file(output)
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def set_threads(n: int) -> None:
     import torch
 
@@ -76,36 +48,3 @@ def add_numeric_args(s) -> None:
 def job_kwargs(args) -> dict:
     """The device, dtype and tracking manifest of a numeric command's arguments."""
     return {"device": args.device, "dtype": args.dtype, "manifest": args.tracking}
-
-
-class LazyRun:
-    """An MLflow run opened when the library calls ``on_start(params, tags, ...)``.
-
-    Use inside ``with contextlib.ExitStack() as stack``: the run is entered on that stack, so it
-    ends with the stack, FAILED if an exception leaves it. ``run`` is a no-op run until then.
-    ``name`` is the run's name, or a function of the params that gives it. ``params``: the
-    params the run was opened with (None before), for ``write_params`` beside the outputs.
-    ``system_metrics``: the run records CPU and memory use (``tracking.start_run``).
-    """
-
-    def __init__(
-        self, stack: contextlib.ExitStack, manifest, experiment: str, name, system_metrics=False
-    ):
-        self.stack, self.manifest, self.experiment, self.name = stack, manifest, experiment, name
-        self.system_metrics = system_metrics
-        self.run = tracking.attach_run(None, None)
-        self.params: dict | None = None
-
-    def on_start(self, params: dict, tags: dict, *_) -> str | None:
-        self.params = params
-        self.run = self.stack.enter_context(
-            tracking.start_run(
-                self.manifest,
-                self.experiment,
-                self.name(params) if callable(self.name) else self.name,
-                params,
-                tags,
-                system_metrics=self.system_metrics,
-            )
-        )
-        return self.run.run_id

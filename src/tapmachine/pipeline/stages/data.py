@@ -35,10 +35,9 @@ def derive(args) -> None:
 
 def dataset_params(ds) -> dict:
     """The params of a dataset's run (experiment ``data``): name, shapes, dtype, training label
-    counts and provenance, all read from the dataset itself, so ``tapmachine track`` rebuilds
-    them from the saved .npz with this function. The provenance is taken as the .npz keeps it
-    (JSON with sorted keys, ``data.save_dataset``), so that a dict inside a list (a transform's
-    settings) gives the same string before saving and after reading back."""
+    counts and provenance, all read from the dataset itself. The provenance is taken as the .npz
+    keeps it (JSON with sorted keys, ``data.save_dataset``), so that a dict inside a list (a
+    transform's settings) gives the same string before saving and after reading back."""
     from tapmachine.io import data
 
     return {
@@ -53,17 +52,19 @@ def dataset_params(ds) -> dict:
 
 def dataset_metrics(ds) -> dict:
     """The metrics of a dataset's run: the numbers of training and test images and the mean
-    value of the first 10,000 training images (``tapmachine track`` replays them from the
-    dataset read back)."""
+    value of the first 10,000 training images."""
     mean_value = float(ds.x_train[:10000].astype("float64").mean())
     return {"n_train": len(ds.x_train), "n_test": len(ds.x_test), "mean": mean_value}
 
 
 def save_and_track(ds, out, manifest) -> None:
-    """Write ``ds`` to ``out``; log its summary and a montage of 50 images to MLflow."""
+    """Write ``ds`` to ``out`` and a montage of 50 images beside it (``<stem>.montage.png``);
+    record run ``ds.name`` of experiment "data": ``dataset_params`` and ``dataset_metrics``,
+    the montage as artifact."""
     from tapmachine.figures.montage import montage
     from tapmachine.io import data
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.records import RunRecord
 
     out = Path(out)
     data.save_dataset(ds, out)
@@ -72,17 +73,14 @@ def save_and_track(ds, out, manifest) -> None:
     tags = {"dataset": ds.name}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
-    with tracking.start_run(manifest, "data", ds.name, params=summary, tags=tags) as run:
-        run.log_metrics(dataset_metrics(ds))
-        picture = out.with_suffix(".montage.png")
-        title = ds.name
-        if ds.provenance.get("substitute"):
-            title += f" (substitute: {ds.provenance['substitute']})"
-        try:
-            montage(ds.x_train[:50], tuple(ds.image_shape), picture, title=title)
-            run.log_artifact(picture)
-        finally:
-            picture.unlink(missing_ok=True)
+    picture = out.with_suffix(".montage.png")
+    title = ds.name
+    if ds.provenance.get("substitute"):
+        title += f" (substitute: {ds.provenance['substitute']})"
+    montage(ds.x_train[:50], tuple(ds.image_shape), picture, title=title)
+    record = RunRecord("data", ds.name, summary, tags, artifacts=[picture])
+    record.add_metrics(dataset_metrics(ds))
+    publish(manifest, record, out)
 
 
 def register(subparsers) -> None:

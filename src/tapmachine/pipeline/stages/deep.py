@@ -10,8 +10,8 @@ Commands (``register`` adds them):
 - ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
   ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
 
-``deep-curve`` and ``deep-timing`` keep their run's params beside their CSV
-(``<stem>.params.json``, ``stages.common.write_params``) for ``tapmachine track``.
+``deep-curve`` and ``deep-timing`` keep their run's record beside their CSV (``<stem>.run.json``,
+``pipeline.records``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from tapmachine.pipeline.stages import figures as figures_stage
-from tapmachine.pipeline.stages.common import set_threads, write_params
+from tapmachine.pipeline.stages.common import set_threads
 
 __all__ = ["register", "curve_args", "DeepStageError"]
 
@@ -51,7 +51,8 @@ def _cmd_curve(args) -> None:
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.records import RunRecord, source_run
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)
@@ -99,18 +100,19 @@ def _cmd_curve(args) -> None:
     rows = [{**info, **r} for r in rows]
     write_csv(rows, args.out)
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
-    write_params(args.out, params)  # curve.params.json: for tapmachine track
-    tags = {"model": name, "measure": args.measure}
-    if model.mlflow_run_id:
-        tags["model_run_id"] = str(model.mlflow_run_id)
-    with tracking.start_run(
-        args.tracking, "likelihood", f"{name}-curve", params=params, tags=tags
-    ) as run:
-        for r in rows:
-            run.log_metrics(
-                {k: v for k, v in r.items() if k not in info and k != "epoch"}, step=r["epoch"]
-            )
-        run.log_artifact(args.out)
+    train_run = source_run(model_file)
+    record = RunRecord(
+        "likelihood",
+        f"{name}-curve",
+        params,
+        {"model": name, "measure": args.measure},
+        links={"model_run_id": train_run} if train_run else {},
+        artifacts=[args.out],
+    )
+    for r in rows:
+        values = {k: v for k, v in r.items() if k not in info and k != "epoch"}
+        record.add_metrics(values, r["epoch"])
+    publish(args.tracking, record, args.out)
     print(f"wrote {args.out} ({len(rows)} epochs)", file=sys.stderr)
 
 
@@ -119,7 +121,8 @@ def _cmd_timing(args) -> None:
 
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.records import RunRecord
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)
@@ -136,15 +139,13 @@ def _cmd_timing(args) -> None:
         adatap_method=args.adatap_method,
     )
     write_csv(rows, args.out)
-    params = vars_of(args)
-    write_params(args.out, params)  # fig10_timing.params.json: for tapmachine track
-    with tracking.start_run(args.tracking, "benchmarks", "fig10/timing", params=params) as run:
-        for r in rows:
-            run.log_metrics(
-                {"tap_seconds": r["tap_seconds"], "adatap_seconds": r["adatap_seconds"]},
-                step=r["batch_size"],
-            )
-        run.log_artifact(args.out)
+    record = RunRecord("benchmarks", "fig10/timing", vars_of(args), artifacts=[args.out])
+    for r in rows:
+        record.add_metrics(
+            {"tap_seconds": r["tap_seconds"], "adatap_seconds": r["adatap_seconds"]},
+            step=r["batch_size"],
+        )
+    publish(args.tracking, record, args.out)
     for r in rows:
         print(json.dumps(r), file=sys.stderr)
 

@@ -13,7 +13,7 @@ and the figures ``tapmachine figure fig8 | fig9 | fig_denoise_real``. The noisy 
 generator seeded by (config seed, "denoise", channel), so every job sees the same realisation.
 MLflow: one run per denoised model (and one for the baselines) in experiment ``denoise``, the MCC
 (or MSE) per noise level as a metric series (step = index of the level), the levels and settings
-as params (also kept beside the outputs, ``<stem>.params.json``, for ``tapmachine track``).
+as params (the run's record kept beside the outputs, ``<stem>.run.json``).
 """
 
 from __future__ import annotations
@@ -183,17 +183,17 @@ def _summary_rows(method: str, levels, values: np.ndarray, key: str, extra=None)
     return rows
 
 
-def _track(manifest, run_name, params, tags, series: dict, files):
-    """One run in experiment ``denoise``: metric series (step = level index) and the files."""
-    from tapmachine.pipeline import tracking
+def _record(run_name, params, tags, series: dict, files, model_file=None):
+    """The record of a run in experiment ``denoise``: metric series (step = level index), the
+    files, linked to the training run of ``model_file`` (if any)."""
+    from tapmachine.pipeline.records import RunRecord, source_run
 
-    with tracking.start_run(manifest, "denoise", run_name, params=params, tags=tags) as run:
-        n = len(next(iter(series.values())))
-        for step in range(n):
-            run.log_metrics({k: float(v[step]) for k, v in series.items()}, step=step)
-        for f in files:
-            run.log_artifact(f)
-        return run.run_id or ""
+    train_run = source_run(model_file) if model_file is not None else None
+    links = {"model_run_id": train_run} if train_run else {}
+    record = RunRecord("denoise", run_name, params, tags, links=links, artifacts=list(files))
+    for step in range(len(next(iter(series.values())))):
+        record.add_metrics({k: float(v[step]) for k, v in series.items()}, step=step)
+    return record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,36 +267,26 @@ def run_bsc(
     )
     params = {"model": name, "ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
     tags = {"model": name, "channel": "bsc"}
-    if record.mlflow_run_id:
-        tags["model_run_id"] = record.mlflow_run_id
     series = {"mcc": mcc.mean(1), "mcc_se": [r["se"] for r in rows]}
-    _publish(rows, arrays, out_csv, out_npz, manifest, f"{name}-bsc", params, tags, series)
+    run = _record(f"{name}-bsc", params, tags, series, [out_csv], model_file)
+    _publish(rows, arrays, out_csv, out_npz, manifest, run)
     return arrays
 
 
-def _publish(rows, arrays, out_csv, out_npz, manifest, run_name, params, tags, series) -> None:
-    """Write the CSV summary, the npz and the run's params (none is left behind if the npz or
-    the params fail), track one run (``_track``: ``series`` by level index, the CSV as
-    artifact), and record its id in the npz (figures attach their files to it).
-
-    The params are kept beside the outputs as logged (``<stem>.params.json``,
-    ``stages.common.write_params``), so ``tapmachine track`` replays them from the files alone:
-    the settings (tol, damping, ...) are not in the CSV."""
+def _publish(rows, arrays, out_csv, out_npz, manifest, record) -> None:
+    """Write the CSV summary and the npz (the CSV is removed if the npz fails), then log the
+    run's record and keep it beside them (``pipeline.recorder.publish``)."""
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.stages.common import write_params
+    from tapmachine.pipeline.recorder import publish
 
     write_csv(rows, out_csv)
     try:
         _write_npz(out_npz, arrays)
-        write_params(out_npz, params)
     except BaseException:
         Path(out_csv).unlink(missing_ok=True)
         Path(out_npz).unlink(missing_ok=True)
         raise
-    run_id = _track(manifest, run_name, params, tags, series, [out_csv])
-    if run_id:
-        arrays["mlflow_run_id"] = np.asarray(run_id)
-        _write_npz(out_npz, arrays)
+    publish(manifest, record, out_npz)
 
 
 def _solve_timed(denoiser, machine, y, levels, init, settings: dict):
@@ -360,8 +350,8 @@ def run_baselines(
     }
     params = {"ps": ps, **{k: v for k, v in settings.items() if k != "ps"}}
     series = {f"mcc.{k}": v.mean(1) for k, v in mccs.items()}
-    tags = {"channel": "bsc"}
-    _publish(rows, arrays, out_csv, out_npz, manifest, "baselines-bsc", params, tags, series)
+    run = _record("baselines-bsc", params, {"channel": "bsc"}, series, [out_csv])
+    _publish(rows, arrays, out_csv, out_npz, manifest, run)
     return arrays
 
 
@@ -434,13 +424,12 @@ def run_real(
         **{k: v for k, v in settings.items() if k != "sigmas"},
     }
     tags = {"model": name, "channel": "gauss"}
-    if record.mlflow_run_id:
-        tags["model_run_id"] = record.mlflow_run_id
     series = {f"mse.{k}": v.mean(1) for k, v in mses.items()}
     series.update(
         {f"psnr.{k}": [denoise.psnr(float(e)) for e in v.mean(1)] for k, v in mses.items()}
     )
-    _publish(rows, arrays, out_csv, out_npz, manifest, f"{name}-gaussian", params, tags, series)
+    run = _record(f"{name}-gaussian", params, tags, series, [out_csv], model_file)
+    _publish(rows, arrays, out_csv, out_npz, manifest, run)
     return arrays
 
 
@@ -473,19 +462,12 @@ def _cmd_run(args) -> None:
 
 
 def _cmd_figure(args) -> None:
-    """Draw through ``stages.figures.draw`` (the FIGURES table); the figure's run is tagged with
-    the denoise runs it was drawn from (``denoise_run.<label>``). Nothing is added to those
-    finished runs, so redrawing a figure never touches them."""
+    """Draw through ``stages.figures.draw`` (the FIGURES table); the figure's run is linked to
+    the denoise runs it was drawn from (``denoise_run.<folder>``, from the records beside the
+    npz files). Nothing is added to those finished runs."""
     from tapmachine.pipeline.stages import figures
 
-    sources = [args.results] if args.figure == "fig_denoise_real" else [*args.tap, args.baselines]
-    tags = {}
-    for src in sources:
-        with np.load(src, allow_pickle=False) as npz:
-            run_id = str(npz["mlflow_run_id"]) if "mlflow_run_id" in npz.files else ""
-        if run_id:
-            tags[f"denoise_run.{Path(src).parent.name}"] = run_id
-    figures.draw(args, tags=tags)
+    figures.draw(args)
 
 
 def _figure_parsers(subparsers):

@@ -1,4 +1,4 @@
-"""``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and log them to MLflow.
+"""``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and record them as a run.
 
 ``FIGURES`` maps each figure to the call of its ``make``; the parsers name the same figures.
 """
@@ -6,13 +6,12 @@
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 from pathlib import Path
 
 from tapmachine.figures.common import FigureResult
-from tapmachine.pipeline.stages import common as common_stage
+from tapmachine.pipeline.records import RunRecord, read_record, record_path
 from tapmachine.pipeline.stages.common import set_threads
 
 
@@ -101,9 +100,10 @@ FIGURES = {
 MODULES = {f: "ucd_dbm" for f in ("ucd_samples", "ucd_completion", "ucd_table1", "ucd_table2")}
 
 
-def draw(args, tags: dict | None = None) -> None:
-    """Draw ``args.figure``, save PNG/PDF/CSV, log them to its own run (``tags`` added)."""
+def draw(args) -> None:
+    """Draw ``args.figure``, save PNG/PDF/CSV, record them as its own run (``figure_record``)."""
     from tapmachine.figures import common
+    from tapmachine.pipeline.recorder import publish
 
     set_threads(getattr(args, "threads", 1))
     if getattr(args, "embedding", None) == "umap" and not os.environ.get("NUMBA_CACHE_DIR"):
@@ -113,53 +113,71 @@ def draw(args, tags: dict | None = None) -> None:
     module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
     result = FIGURES[args.figure](module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
-    write_params(args.csv, result)
-    track(args.tracking, args.figure, result, paths, tags)
+    outputs = {Path(p).resolve() for p in (args.png, args.pdf, args.csv)}
+    inputs = [p for p in _paths(vars(args)) if Path(p).resolve() not in outputs]
+    publish(args.tracking, figure_record(args.figure, result, paths, inputs), args.csv)
     claims = result.table[result.table["kind"] == "claim"]
     columns = [c for c in ("claim", "model", "epoch", "value", "detail") if c in claims]
     print(claims[columns].to_string(index=False))
     print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-def track(
-    manifest, name: str, result: FigureResult, paths: list[Path], extra_tags: dict | None = None
-) -> str | None:
-    """Log the three files of a figure to a run ``name`` in the "figures" experiment.
+def _paths(values: dict) -> list[str]:
+    """The arguments naming existing files, in order."""
+    out = []
+    for value in values.values():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v and Path(v).is_file():
+                out.append(v)
+    return out
 
-    Tags name the model runs it was drawn from (``train_run.<model>``; ``harvest_runs.<model>``
-    as JSON epoch -> run id) so a user can go from the figure to the runs behind it.
-    """
-    from tapmachine.pipeline import tracking
 
+def figure_record(name: str, result: FigureResult, paths: list[Path], inputs=()) -> RunRecord:
+    """The record of figure ``name``: run ``name`` of experiment "figures", the claims as
+    metrics (``claim_metrics``), the three files as artifacts, and links to the runs it was
+    drawn from (``figure_links`` of the records beside ``inputs``)."""
     tags = {"figure": name, "models": ",".join(m.name for m in result.models)}
     for m in result.models:
-        if m.train_run_id:
-            tags[f"train_run.{m.name}"] = m.train_run_id
-        if m.harvest_run_ids:
-            tags[f"harvest_runs.{m.name}"] = json.dumps(m.harvest_run_ids, sort_keys=True)
         if m.substitute:
             tags[f"substitute.{m.name}"] = m.substitute
-    tags.update(extra_tags or {})
-    params = figure_params(result)
-    with tracking.start_run(manifest, "figures", name, params=params, tags=tags) as run:
-        by_step = claim_metrics(result.table)
-        for step, metrics in sorted(by_step.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            run.log_metrics(metrics, step=step)
-        for p in paths:
-            run.log_artifact(p)
-        return run.run_id
+    record = RunRecord("figures", name, figure_params(result), tags, artifacts=list(paths))
+    sources = [(Path(p), read_record(record_path(p))) for p in inputs if record_path(p).exists()]
+    record.links, record.link_groups = figure_links([m.name for m in result.models], sources)
+    record.metrics = claim_metrics(result.table)
+    return record
+
+
+def figure_links(models: list[str], sources) -> tuple[dict, dict]:
+    """A figure's links from the records of the files it read, ``sources`` ((file, record)):
+    ``train_run.<model>`` per model drawn (the run of a training record, or the run a derived
+    record names as its ``model_run_id``), ``harvest_runs.<model>`` (Figs. 5-7, epoch -> harvest
+    run) and ``denoise_run.<folder>`` (Figs. 8-9, fig_denoise_real; the npz file's folder)."""
+    links, groups = {}, {}
+    for path, source in sources:
+        tags = source.tags
+        if "model" not in tags:
+            if source.experiment == "denoise":
+                links[f"denoise_run.{path.parent.name}"] = source.link()
+            continue
+        labels = [tags["model"]]
+        if "dataset" in tags:
+            labels.append(f"{tags['dataset']}/{tags['model']}")
+        model = next((m for m in models if m in labels), None)
+        if model is None:
+            continue
+        train = source.links.get("model_run_id", source.link())
+        links[f"train_run.{model}"] = tuple(train)
+        if source.experiment == "harvest":
+            group = groups.setdefault(f"harvest_runs.{model}", {})
+            group[tags["epoch"]] = source.link()
+        elif source.experiment == "denoise":
+            links[f"denoise_run.{path.parent.name}"] = source.link()
+    return links, groups
 
 
 def figure_params(result: FigureResult) -> dict:
     """The params of a figure's run: the models drawn and the figure's own ``params``."""
     return {"models": [m.name for m in result.models], **result.params}
-
-
-def write_params(csv, result: FigureResult) -> Path:
-    """Write the figure run's params beside its CSV (``<figure>.params.json``,
-    ``stages.common.write_params``), so that ``tapmachine track`` replays them from the files
-    alone (a figure's params, e.g. the files it read, are not in its table)."""
-    return common_stage.write_params(csv, figure_params(result))
 
 
 def claim_metrics(table) -> dict[int | None, dict[str, float]]:

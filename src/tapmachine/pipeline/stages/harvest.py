@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
-
-from tapmachine.pipeline.stages.common import LazyRun, job_kwargs, set_threads, write_params
+from tapmachine.pipeline.stages.common import job_kwargs, set_threads
 
 
 def harvest_epoch(
     model_file, checkpoint, epoch: int, data_path, settings, out_npz, out_csv, manifest=None, **kw
 ) -> dict:
-    """``harvest.run_harvest`` inside its own run of experiment "harvest" (summary as metrics,
-    step = epoch; npz and CSV as artifacts), tagged ``model_run_id`` = the model's training run.
-    Its params are kept beside the npz (``epoch_{e}.params.json``) for ``tapmachine track``.
+    """``harvest.run_harvest`` recorded as its own run ``{model}/epoch_{epoch}`` of experiment
+    "harvest" (summary as metrics, step = epoch; npz and CSV as artifacts), linked to the
+    model's training run (``model_run_id``); the record beside the npz.
 
     Nothing is written into the (finished) training run: a rerun makes a new harvest run instead
     of a second point at the same step of the training run.
     """
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord, source_run
     from tapmachine.tap_paper import harvest
 
-    with contextlib.ExitStack() as stack:
-        tracked = LazyRun(stack, manifest, "harvest", lambda p: f"{p['model']}/epoch_{epoch}")
+    train_run = source_run(model_file)
+    links = {"model_run_id": train_run} if train_run else {}
+    record = RunRecord("harvest", "", links=links, artifacts=[out_npz, out_csv])
+    with recording(manifest, record, out_npz) as run:
+
+        def on_start(params, tags):
+            record.name = f"{params['model']}/epoch_{epoch}"
+            return run.start(params, tags)
+
         summary = harvest.run_harvest(
             model_file,
             checkpoint,
@@ -29,13 +36,10 @@ def harvest_epoch(
             settings,
             out_npz,
             out_csv,
-            on_start=tracked.on_start,
+            on_start=on_start,
             **kw,
         )
-        write_params(out_npz, tracked.params)  # epoch_{e}.params.json: for tapmachine track
-        tracked.run.log_metrics(summary, step=epoch)
-        tracked.run.log_artifact(out_npz)
-        tracked.run.log_artifact(out_csv)
+        record.add_metrics(summary, step=epoch)
     return summary
 
 

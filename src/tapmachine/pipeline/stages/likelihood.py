@@ -3,36 +3,52 @@
 The library side is ``tap_paper.likelihood``; here the scores are logged to a run of experiment
 "likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
 training run. Nothing is written into the finished training run, so a rerun never adds a second
-point at the same step there. The run's params are kept beside the CSV (``<stem>.params.json``,
-``stages.common.write_params``) for ``tapmachine track``.
+point at the same step there. The run's record is kept beside the CSV (``<stem>.run.json``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from tapmachine.pipeline.stages.common import (
-    LazyRun,
     UsageError,
     add_numeric_args,
     job_kwargs,
     parse_json,
     set_threads,
-    write_params,
 )
+
+
+def _record(model_file, kind: str, out_csv):
+    """The record of a scoring run ``{model}-{kind}`` (its name set on start), linked to the
+    model's training run, the CSV as artifact."""
+    from tapmachine.pipeline.records import RunRecord, source_run
+
+    train_run = source_run(model_file)
+    links = {"model_run_id": train_run} if train_run else {}
+    return RunRecord("likelihood", "", links=links, artifacts=[out_csv])
+
+
+def _starter(run, kind: str):
+    def on_start(params, tags, *_):
+        run.record.name = f"{params['model']}-{kind}"
+        return run.start(params, tags)
+
+    return on_start
 
 
 def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", manifest=None, **kw):
     """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch) to a run
     ``{model}-epochs`` of experiment "likelihood"."""
+    from tapmachine.io.modelfile import model_path
+    from tapmachine.pipeline.recorder import recording
     from tapmachine.tap_paper import likelihood
 
-    with contextlib.ExitStack() as stack:
-        tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-epochs")
+    record = _record(model_path(model_dir), "epochs", out_csv)
+    with recording(manifest, record, out_csv) as run:
 
         def on_row(epoch, row):
-            tracked.run.log_metrics(likelihood.tracked_metrics(row), step=epoch)
+            run.log(likelihood.tracked_metrics(row), step=epoch)
 
         rows = likelihood.score_checkpoints(
             model_dir,
@@ -40,27 +56,23 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
             out_csv,
             settings,
             epochs=epochs,
-            on_start=tracked.on_start,
+            on_start=_starter(run, "epochs"),
             on_row=on_row,
             **kw,
         )
-        write_params(out_csv, tracked.params)  # scores.params.json: for tapmachine track
-        tracked.run.log_artifact(out_csv)
     return rows
 
 
 def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
     """``likelihood.score_model`` logged to a run ``{model}-final`` of experiment "likelihood"."""
+    from tapmachine.pipeline.recorder import recording
     from tapmachine.tap_paper import likelihood
 
-    with contextlib.ExitStack() as stack:
-        tracked = LazyRun(stack, manifest, "likelihood", lambda p: f"{p['model']}-final")
+    with recording(manifest, _record(model_file, "final", out_csv), out_csv) as run:
         row = likelihood.score_model(
-            model_file, data_path, out_csv, settings, on_start=tracked.on_start, **kw
+            model_file, data_path, out_csv, settings, on_start=_starter(run, "final"), **kw
         )
-        write_params(out_csv, tracked.params)  # final.params.json: for tapmachine track
-        tracked.run.log_metrics(likelihood.tracked_metrics(row))
-        tracked.run.log_artifact(out_csv)
+        run.record.add_metrics(likelihood.tracked_metrics(row))
     return row
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from tapmachine.pipeline.stages.common import (
-    LazyRun,
     add_numeric_args,
     job_kwargs,
     parse_json,
@@ -24,20 +22,30 @@ def train_model(
     dtype: str = "float32",
     manifest=None,
 ):
-    """``train_from_spec`` inside a run of experiment "train" (metrics per epoch,
-    a deep model's greedy pretraining epochs as ``pretrain_l{layer}.*``, metrics.csv as artifact,
-    the run id in model.pt)."""
-    from tapmachine.train import train_from_spec
-    from tapmachine.train.pretrain import prefixed
+    """``train_from_spec`` recorded as run ``name`` of experiment "train": metrics
+    per epoch (live, and replayed from metrics.csv), a deep model's greedy pretraining epochs as
+    ``pretrain_l{layer}.*``, metrics.csv as artifact, the machine as an MLflow model with its
+    training rows; the record beside model.pt (``model.run.json``)."""
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord, Series
+    from tapmachine.train import pretrain, train_from_spec
 
-    with contextlib.ExitStack() as stack:
-        tracked = LazyRun(stack, manifest, "train", name, system_metrics=True)
+    outdir = Path(outdir)
+    metrics_csv = outdir / "metrics.csv"
+    record = RunRecord(
+        "train",
+        name,
+        series=[Series(str(metrics_csv), "epoch")],
+        artifacts=[metrics_csv],
+        machine=(outdir / "model.pt", Path(data_path), spec.get("n_train")),
+    )
+    with recording(manifest, record, outdir / "model.pt", system_metrics=True) as run:
 
         def log_epoch(epoch, metrics, machine):
-            tracked.run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
+            run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch, keep=False)
 
         def log_pretrain_epoch(layer, epoch, metrics):
-            tracked.run.log_metrics(prefixed(layer, metrics), step=epoch)
+            run.log(pretrain.prefixed(layer, metrics), step=epoch)
 
         machine = train_from_spec(
             name,
@@ -47,18 +55,10 @@ def train_model(
             seed=seed,
             device=device,
             dtype=dtype,
-            on_start=tracked.on_start,
+            on_start=run.start,
             on_epoch=log_epoch,
             on_pretrain_epoch=log_pretrain_epoch,
         )
-        tracked.run.log_artifact(Path(outdir) / "metrics.csv")
-        if tracked.run.active:
-            # the MLflow model (pipeline.mlflow_model) and the training rows as its dataset
-            from tapmachine.io import data
-
-            ds = data.load_dataset(data_path)
-            rows = ds.x_train[: spec["n_train"]] if spec.get("n_train") else ds.x_train
-            tracked.run.log_machine(Path(outdir) / "model.pt", rows, data_path, ds.name)
     return machine
 
 

@@ -6,9 +6,8 @@ default, Secs. 4.1 and App. B), seeded from (seed, "ucd_fig1", d) so that every 
 machines, and ``reps`` chains run as one batch (``ucd.coupling_steps``). It writes the long-form
 CSV (d, method, rep, tau, T, capped) and logs a run to the MLflow experiment ``ucd``: per-d
 metrics with step = d (mean tau, T and tau + T, fraction with tau = 1, the fraction of chains whose
-estimate carries a correction term, caps hit, seconds) and the CSV. The run's params are also
-written beside the CSV (``{method}.params.json``) for ``tapmachine track``; ``seconds``, a timing,
-is only in the live run.
+estimate carries a correction term, caps hit, seconds) and the CSV; the run's record is kept
+beside the CSV (``{method}.run.json``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from tapmachine.pipeline.stages.common import positive_int
 __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
 
 #: One row per chain: ``corrected`` (the estimate carries a non-zero correction term) and
-#: ``search_capped`` (the local search hit its cap) let ``tapmachine track`` replay every metric.
+#: ``search_capped`` (the local search hit its cap).
 STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped", "corrected", "search_capped"]
 
 
@@ -51,8 +50,9 @@ def run_steps(
     from tapmachine import ucd
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline import tracking
-    from tapmachine.pipeline.stages.common import write_params
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.core.seeding import seeded_generator
 
     if method not in ucd.METHODS:
         raise UCDError(f"method {method!r} is not one of {list(ucd.METHODS)}")
@@ -84,7 +84,9 @@ def run_steps(
         "device": device,
     }
     rows = []
-    with tracking.start_run(manifest, "ucd", f"fig1_{method}", params=params) as run:
+    record = RunRecord("ucd", f"fig1_{method}", params, artifacts=[out])
+    with recording(manifest, record, out) as run:
+        run.start()
         for d in dims:
             machine = ucd.random_machine(
                 [d, d], seeded_generator(seed, "ucd_fig1", f"d{d}"), units, bias, gain, torch_dtype
@@ -127,7 +129,7 @@ def run_steps(
                 "search_capped": float(est.search_capped.sum()),
                 "seconds": seconds,
             }
-            run.log_metrics(metrics, step=d)
+            run.log(metrics, step=d)
             print(
                 f"{method} d={d}: tau {metrics['tau_mean']:.2f}, T {metrics['T_mean']:.2f}, "
                 f"tau = 1 in {metrics['tau_one_fraction']:.3f} of {reps} chains, correction "
@@ -136,8 +138,6 @@ def run_steps(
                 flush=True,
             )
         write_csv(rows, out, STEP_FIELDS)
-        write_params(out, params)  # {method}.params.json: for tapmachine track
-        run.log_artifact(out)
     return rows
 
 

@@ -25,7 +25,7 @@ import math
 import time
 from pathlib import Path
 
-__all__ = ["register", "train_dbm", "train_params", "train_classifier", "score"]
+__all__ = ["register", "train_dbm", "train_classifier", "score"]
 
 
 class UCDDBMError(Exception):
@@ -101,7 +101,8 @@ def train_dbm(
     from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord, Series
     from tapmachine.train import prepare, train
     from tapmachine.ucd.dbm import DBM_METHODS
 
@@ -116,23 +117,27 @@ def train_dbm(
     earlier = _read_steps(outdir / "steps.csv")
     steps: list[dict] = []
     run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
-    params = train_params(name, ds.name, spec, machine.sizes, run_info)
+    params = {"model": name, "dataset": ds.name, **run_info, **spec, "sizes": list(machine.sizes)}
     tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
     img_gen = seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
-    run_name = f"train_{ds.name}_{name}"
-    with tracking.start_run(manifest, "ucd", run_name, params, tags, system_metrics=True) as run:
+    steps_csv = outdir / "steps.csv"
+    record = RunRecord(
+        "ucd", f"train_{ds.name}_{name}", params, tags, series=[Series(str(steps_csv), "step")]
+    )
+    with recording(manifest, record, outdir / "model.pt", system_metrics=True) as run:
+        run.start()
 
         def on_step(step, metrics):
             metrics = {k: float(v) for k, v in metrics.items()}
             steps.append({"step": step, **metrics})
-            run.log_metrics(metrics, step=step)
+            run.log(metrics, step=step, keep=False)
 
         def on_epoch(epoch, metrics, m):
-            run.log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
+            run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
             _epoch_image(m, x_all, ds.image_shape, img_gen, png)
-            write_csv(_merged(earlier, steps), outdir / "steps.csv")
+            write_csv(_merged(earlier, steps), steps_csv)
             run.log_artifact(png, "epochs")
 
         t0 = time.perf_counter()
@@ -156,7 +161,6 @@ def train_dbm(
             "seconds": seconds,
             "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
             "tau_hist": tau_hist,
-            "run": run_info,  # seed and training rows: the run's params (train_params)
         }
         ModelFile.from_machine(
             machine,
@@ -168,19 +172,10 @@ def train_dbm(
             mlflow_run_id=run.run_id,
             extras=extras,
         ).save(modelfile.model_path(outdir))
-        run.log_metrics({"train_seconds_total": seconds})
-        run.log_artifact(outdir / "steps.csv")
+        run.log({"train_seconds_total": seconds})
+        record.artifacts.append(steps_csv)
     print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
     return machine
-
-
-def train_params(name: str, dataset: str, spec: dict, sizes, run: dict | None = None) -> dict:
-    """The params of a DBM's training run (experiment ``ucd``): model, dataset, ``run`` (seed
-    and number of training rows of this job), the config entry ``spec`` and the layer sizes.
-    model.pt keeps ``run`` (``extras["run"]``) beside the spec, so ``tapmachine track`` rebuilds
-    the very same params with this function; a model.pt written before it kept them gives model,
-    dataset, spec and sizes only (``run=None``)."""
-    return {"model": name, "dataset": dataset, **(run or {}), **spec, "sizes": list(sizes)}
 
 
 def _read_steps(path: Path) -> list[dict]:
@@ -227,8 +222,8 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
     from tapmachine.io.files import atomic_write
-    from tapmachine.pipeline import tracking
-    from tapmachine.pipeline.stages.common import write_params
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord
     from tapmachine.ucd import fid
 
     ds = data.load_dataset(data_path)
@@ -245,12 +240,14 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
         x, y = x[:n_train], y[:n_train]
     g = seeded_generator(seed, "ucd_classifier", ds.name)
     params = {"dataset": ds.name, **settings}
-    with tracking.start_run(manifest, "ucd", f"classifier_{ds.name}", params) as run:
+    record = RunRecord("ucd", f"classifier_{ds.name}", params, artifacts=[out])
+    with recording(manifest, record, out) as run:
+        run.start()
         t0 = time.perf_counter()
         net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), ds.image_shape, cfg, g)
         seconds = time.perf_counter() - t0
         acc = fid.accuracy(net, ds.x_test, ds.y_test)
-        run.log_metrics({"test_accuracy": acc, "train_seconds": seconds})
+        run.log({"test_accuracy": acc, "train_seconds": seconds})
         blob = {
             "state": net.state_dict(),
             "config": net.config,
@@ -258,8 +255,6 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
             "train_seconds": seconds,
         }
         atomic_write(Path(out), lambda fh: torch.save(blob, fh))
-        write_params(out, params)  # <dataset>.params.json: for tapmachine track
-        run.log_artifact(out)
     print(f"classifier on {ds.name}: test accuracy {acc:.4f}, trained in {seconds:.0f} s")
     return acc
 
@@ -298,8 +293,10 @@ def score(
     """
 
     from tapmachine.core.seeding import seeded_generator
+    from tapmachine.io.files import atomic_write
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.records import RunRecord, source_run
     from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
     from tapmachine.ucd import ais, dbm, fid, generate
 
@@ -364,15 +361,13 @@ def score(
         "seconds": time.perf_counter() - t0,
     }
     tags = {"model": blob["name"], "dataset": blob["dataset"], "stage": "ucd_score"}
-    if model.mlflow_run_id:
-        tags["model_run_id"] = str(model.mlflow_run_id)
+    train_run = source_run(model_path)
     run_name = f"score_{blob['dataset']}_{blob['name']}"
-    with tracking.start_run(manifest, "ucd", run_name, row, tags) as run:
-        run.log_metrics({k: v for k, v in row.items() if isinstance(v, float | int)})
-        from tapmachine.io.files import atomic_write
-
-        atomic_write(Path(out), lambda fh: fh.write(json.dumps(row, indent=1).encode()))
-        run.log_artifact(out)
+    links = {"model_run_id": train_run} if train_run else {}
+    record = RunRecord("ucd", run_name, row, tags, links=links, artifacts=[out])
+    record.add_metrics({k: v for k, v in row.items() if isinstance(v, float | int)})
+    atomic_write(Path(out), lambda fh: fh.write(json.dumps(row, indent=1).encode()))
+    publish(manifest, record, out)
     print(json.dumps(row))
     return row
 
@@ -380,7 +375,8 @@ def score(
 def cifar10(archive, out, manifest=None) -> None:
     """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
     from tapmachine.io import data
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.records import RunRecord
     from tapmachine.ucd import cifar
 
     try:
@@ -396,7 +392,9 @@ def cifar10(archive, out, manifest=None) -> None:
         provenance={"source": str(archive), "md5": cifar.CIFAR10_MD5, "transform": "x >= 128"},
         name="binary_cifar10",
     )
-    with tracking.start_run(manifest, "ucd", "data_binary_cifar10", {"archive": str(archive)}):
+    record = RunRecord("ucd", "data_binary_cifar10", {"archive": str(archive)})
+    with recording(manifest, record, out) as run:
+        run.start()
         data.save_dataset(ds, out)
     print(f"wrote {out}")
 

@@ -16,7 +16,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)|(?:src|href)=\"([^\"]+)\"")
 MODULE = re.compile(r"(?<![/\w.-])tapmachine(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 #: Names under ``tapmachine.`` that are not modules: MLflow tags.
-TAGS = {"tapmachine.run_name"}
+TAGS = {"tapmachine.run_name", "tapmachine.replayed", "tapmachine.kind", "tapmachine.stage"}
 
 
 def slug(heading: str) -> str:

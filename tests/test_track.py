@@ -100,7 +100,7 @@ def _stages(results, manifest) -> None:
     fig.add_metrics({"ll_rises.m": 0.2}, step=3)
     fig.add_metrics({"count": 7})
     publish(manifest, fig, csv)
-    timing = results / "dbm" / "fig10_timing.csv"
+    timing = results / "deep" / "fig10_timing.csv"
     timing.parent.mkdir()
     timing.write_text("batch_size,tap_seconds\n10,0.1\n")
     bench = RunRecord("benchmarks", "fig10/timing", {"repeats": 3}, artifacts=[timing])
@@ -202,7 +202,7 @@ def test_replay_gives_the_live_runs_and_adds_nothing_twice(tmp_path, monkeypatch
     assert out.index("replayed harvest/m/epoch_2") < out.index("replayed figures/fig5")
     assert _dump(store) == want
     assert "0 runs replayed, 4 already in the store (" in _track(results, store, capsys)
-    (results / "dbm" / "fig10_timing.csv").unlink()  # say, removed by a failed rerun
+    (results / "deep" / "fig10_timing.csv").unlink()  # say, removed by a failed rerun
     out = _track(results, tmp_path / "other", capsys)
     assert "skipped  benchmarks/fig10/timing: its output" in out
     assert "3 runs replayed, 0 already in the store, 1 skipped (" in out

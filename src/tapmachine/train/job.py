@@ -150,4 +150,3 @@ def train_from_spec(
     ).save(modelfile.model_path(outdir))
     write_csv(history, outdir / "metrics.csv")
     return machine
-

@@ -52,7 +52,6 @@ def run_steps(
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline.recorder import recording
     from tapmachine.pipeline.records import RunRecord
-    from tapmachine.core.seeding import seeded_generator
 
     if method not in ucd.METHODS:
         raise UCDError(f"method {method!r} is not one of {list(ucd.METHODS)}")

@@ -18,6 +18,11 @@ def parse_json(text: str, flag: str):
         raise UsageError(f"{flag} is not JSON: {err}") from err
 
 
+def optional_float(text: str) -> float | None:
+    """An argparse type: ``none`` or ``null`` (any case) as None, else ``text`` as a float."""
+    return None if text.lower() in ("none", "null") else float(text)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: ``text`` as an integer >= 1."""
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tapmachine.pipeline.stages.common import job_kwargs, set_threads
+from tapmachine.pipeline.stages.common import job_kwargs, optional_float, set_threads
 
 
 def harvest_epoch(
@@ -89,7 +89,7 @@ def register(subparsers) -> None:
     s.add_argument("--damping", type=float, default=entry("damping"))
     s.add_argument(
         "--retry-damping",
-        type=lambda v: None if v.lower() in ("none", "null") else float(v),
+        type=optional_float,
         default=entry("retry_damping"),
         help="damping of a second pass over rows not converged (none: no second pass)",
     )
@@ -99,7 +99,7 @@ def register(subparsers) -> None:
     s.add_argument("--solver", default=entry("solver"), choices=["damped", "anderson"])
     s.add_argument(
         "--polish-tol",
-        type=lambda v: None if v.lower() in ("none", "null") else float(v),
+        type=optional_float,
         default=entry("polish_tol"),
         help="converged rows iterated on to this tolerance before merging (none: not polished)",
     )

@@ -8,6 +8,13 @@ import torch
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that runs the real Snakemake engine is slow too."""
+    for item in items:
+        if item.get_closest_marker("workflow"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _no_inherited_tracking_uri(monkeypatch):
     """Each test starts without MLFLOW_TRACKING_URI, and whatever it sets is undone afterwards.

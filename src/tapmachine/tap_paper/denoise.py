@@ -8,7 +8,7 @@ independently with probability p (eq. 43). As an exponential family in x (eq. 44
 Eqs. 44 and 46 as printed carry ln(p / (1 - p)); with flips of probability p < 1/2 an observed 1
 makes x_i = 1 *more* likely, so D_i > 0 when y_i = 1, and the paper's own text (at p = 0 the
 estimate is the observation, at p = 0.5 the prior means) holds only with the sign used here.
-``tests/test_denoise.py`` checks the sign against the exact posterior of one bit.
+``tests/tap_paper/test_denoise.py`` checks the sign against the exact posterior of one bit.
 
 Estimators, all batched over images (rows):
 

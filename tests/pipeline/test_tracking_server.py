@@ -24,7 +24,7 @@ from tiny_ops import prepare, targets
 
 from tapmachine.pipeline.tracking import STAGE_RUNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.workflow
 EPOCHS = 3
 # What the tiny DAG must leave in the store: FINISHED stage runs per experiment.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_training import SPEC, bars_and_stripes
+from tiny_models import SPEC, bars_and_stripes
 from tiny_ops import prepare
 
 from tapmachine.core import estimators, eta
@@ -21,7 +21,7 @@ from tapmachine.tap_paper import denoise
 from tapmachine.train import build_machine
 from tapmachine.ucd import ais as ucd_ais
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_progress_lines_carry_counts_and_an_eta_that_parse_back(capsys, monkeypatch):

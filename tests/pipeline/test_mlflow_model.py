@@ -16,13 +16,15 @@ import mlflow
 import numpy as np
 import pytest
 import torch
-from test_training import SPEC, bars_and_stripes, settings
+from tiny_models import SPEC, bars_and_stripes, settings
 
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import ModelFile
 from tapmachine.pipeline import mlflow_model, tracking
 from tapmachine.train import build_machine, train
+
+pytestmark = pytest.mark.slow  # a fresh environment loads the logged model
 
 #: Loads the model with only the interpreter's own library and site-packages on sys.path (no
 #: .pth files, so no editable install of tapmachine, and no checkout), then writes every output.

@@ -17,7 +17,7 @@ from tapmachine.pipeline.configuration import (
     validate,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 OVERLAYS = ["workflow/config/paper.yaml", "workflow/config/ucd_cpu.yaml"]
 #: The last commit whose paper.yaml and ucd_cpu.yaml were whole configs, not overlays.

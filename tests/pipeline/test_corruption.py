@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 from services import run_bounded
-from test_training import SPEC, bars_and_stripes, settings
+from tiny_models import SPEC, bars_and_stripes, settings
 from tiny_ops import prepare
 
 from tapmachine.core.seeding import seeded_generator
@@ -28,7 +28,7 @@ from tapmachine.io.modelfile import Checkpoint, ModelFile
 from tapmachine.io.runlog import resumed_epoch
 from tapmachine.train import TrainingError, build_machine, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train(ckpt_dir, epochs=4, on_epoch=None):
@@ -69,7 +69,7 @@ def test_unreadable_newest_checkpoints_are_named_and_skipped(tmp_path, capsys, r
 
 _KILLED_WRITER = """
 import os, signal, sys
-sys.path[:0] = [{tests!r}, {src!r}]
+sys.path[:0] = [{tests!r}, {tests!r} + "/pipeline", {src!r}]
 from tapmachine.io import modelfile
 from test_corruption import _train
 

@@ -63,6 +63,7 @@ def _train(method: str, seed: int, steps: int = 300):
     return start, exact_log_likelihood(out, x)
 
 
+@pytest.mark.slow
 def test_ucd_lmi_and_pcd_raise_exact_likelihood():
     """UCD-LMI raises the exact log-likelihood (enumeration) of a 5-3-2 DBM by more than 0.5 nats
     on every seed, and so does PCD from the same start.

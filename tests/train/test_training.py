@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
+from tiny_models import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
 
 from tapmachine.core import tap
-from tapmachine.core.estimators import exact_log_partition
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import machine_from_state, machine_state
 from tapmachine.io.runlog import resumed_epoch
@@ -26,38 +26,6 @@ from tapmachine.train.methods import METHODS
 from tapmachine.train.resume import fingerprint
 from tapmachine.train.tap_gradient import converged_tap_gradients
 from tapmachine.train.update import RHO_RANGE, learning_rate, step_prior_parameter
-
-
-def bars_and_stripes(n=4):
-    """All 2^(n+1) - 2 bars-and-stripes images of n x n pixels, float64."""
-    rows = []
-    for code in range(2**n):
-        bits = torch.tensor([(code >> i) & 1 for i in range(n)], dtype=torch.float64)
-        rows.append(bits[:, None].expand(n, n).reshape(-1))
-        rows.append(bits[None, :].expand(n, n).reshape(-1))
-    return torch.unique(torch.stack(rows), dim=0)
-
-
-SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 6}]}
-
-
-def settings(**kw):
-    base = dict(
-        epochs=4,
-        batch_size=10,
-        learning_rate=0.05,
-        momentum=0.5,
-        l2=0.0,
-        weight_init_std=0.01,
-        eval_samples=30,
-        max_iter=300,
-    )
-    base.update(kw)
-    return TrainSettings(**base)
-
-
-def exact_mean_log_likelihood(machine, x):
-    return float((-machine.free_energy_visible(x) - exact_log_partition(machine)).mean())
 
 
 def test_tap_training_raises_exact_and_tap_log_likelihood():
@@ -293,6 +261,7 @@ def test_sampling_baselines_train_in_the_same_loop(method):
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_converged_iteration_training_raises_the_exact_log_likelihood():
     x = bars_and_stripes().repeat(4, 1)
     g = seeded_generator(0, "bas-converge")

@@ -16,7 +16,7 @@ from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import harvest
 from tapmachine.tap_paper.harvest import HarvestError, HarvestSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -313,6 +313,7 @@ def test_bad_harvest_and_figure_configs_fail_with_the_key(edit, message):
         validate(config, SCHEMA)
 
 
+@pytest.mark.slow
 def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_path):
     """Each harvest is a run of experiment "harvest" tagged with the model's training run
     (``model_run_id``), metrics at step = epoch; a rerun makes a second harvest run and never

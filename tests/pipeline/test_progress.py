@@ -16,7 +16,7 @@ from tapmachine.pipeline import cli
 from tapmachine.pipeline.stages import progress
 from tapmachine.train import TrainSettings, build_machine, expected_signature, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 4}]}
 
 

@@ -428,7 +428,7 @@ def test_config_rejects_bad_denoise_values(path, value, key):
 
     from tapmachine.pipeline.configuration import ConfigError, validate
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     config = copy.deepcopy(yaml.safe_load((root / "config.yaml").read_text()))
     node = config
     for part in path[:-1]:

@@ -21,7 +21,7 @@ from tiny_ops import prepare
 from tapmachine.io import data
 from tapmachine.io.modelfile import ModelFile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.workflow
 EPOCHS = 8
 MODEL = "results/ops/models/tiny/model.pt"

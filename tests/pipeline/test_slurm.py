@@ -10,7 +10,7 @@ from services import require_root_and, run_bounded
 
 from tapmachine.pipeline.tracking import EXPERIMENTS, STAGE_RUNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.workflow
 
 

@@ -23,7 +23,7 @@ from tapmachine.pipeline.stages import likelihood as likelihood_stage
 from tapmachine.pipeline.stages import train as train_stage
 from tapmachine.tap_paper import likelihood
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 #: Tiny-model scoring: short thinned schedule, enough runs for a meaningful stderr.

@@ -28,7 +28,7 @@ def test_check_device_names_the_key_and_the_torch_build(monkeypatch):
 def test_cuda_config_without_cuda_fails_before_any_job(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA is present: the no-CUDA failure cannot be shown here")
-    from test_workflow import TINY, snakemake
+    from tiny_workflow import TINY, snakemake
 
     config = yaml.safe_load(yaml.safe_dump(TINY))
     config["device"] = "cuda"

@@ -14,7 +14,7 @@ from tapmachine.pipeline.cli import main
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.pipeline.stages.ucd import STEP_FIELDS, UCDError, run_steps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 

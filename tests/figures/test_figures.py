@@ -392,6 +392,7 @@ def test_isomap_with_fewer_points_than_neighbours_and_duplicates():
     assert np.isfinite(other).all() and other.shape == (4, 2)
 
 
+@pytest.mark.slow
 def test_umap_embeds_and_maps_new_points():
     rng = np.random.default_rng(2)
     X = np.concatenate([rng.normal(0, 0.1, (15, 6)), rng.normal(3, 0.1, (15, 6))])

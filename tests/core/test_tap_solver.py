@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tapmachine.core import tap
@@ -138,10 +139,11 @@ def test_safeguard_falls_back_on_rows_that_cycle_under_alg1(cycling_rbm):
         assert bool((a >= 0).all() and (a <= 1).all()), prior
 
 
+@pytest.mark.slow
 def test_converged_training_with_anderson_raises_the_exact_log_likelihood():
     """Alg. 2 with Alg. 1 replaced by the accelerated solver (tap.solver: anderson) learns
     bars-and-stripes: the exact log-likelihood (enumeration) rises."""
-    from test_training import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
+    from tiny_models import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
 
     x = bars_and_stripes().repeat(4, 1)
     g = seeded_generator(0, "bas-converge-anderson")

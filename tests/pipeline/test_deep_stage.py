@@ -16,7 +16,7 @@ from tapmachine.figures import fig10, fig11
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import curves
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -270,6 +270,7 @@ def test_figures_from_synthetic_curves(tmp_path):
     assert drawn[drawn["claim"] == "train_rises"].set_index("model")["value"]["d2"] == 1.0
 
 
+@pytest.mark.slow
 def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypatch):
     """`deep-curve` logs to a run `{model}-curve` of experiment "likelihood" (step = epoch),
     tagged model_run_id = the training run, and adds nothing to the finished training run.

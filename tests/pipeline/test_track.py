@@ -22,6 +22,8 @@ from tapmachine.pipeline.records import (
 )
 from tapmachine.pipeline.stages.track import ordered
 
+pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
+
 
 @pytest.fixture(autouse=True)
 def _fresh_process_state(monkeypatch):

@@ -268,6 +268,7 @@ def _check_draws(x, a, c, n):
     assert ((var - c).abs() <= 5 * ((m4 - var**2) / n).sqrt()).all(), (var, c)
 
 
+@pytest.mark.slow
 def test_truncated_gaussian_sampling():
     n, lo, hi = 200_000, 0.0, 1.0
     U, V = _t([c[0] for c in SAMPLE_CASES]), _t([c[1] for c in SAMPLE_CASES])

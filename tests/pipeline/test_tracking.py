@@ -8,6 +8,8 @@ import pytest
 
 from tapmachine.pipeline import invocation, tracking
 
+pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
+
 
 @pytest.fixture(autouse=True)
 def _fresh_process_state(monkeypatch):

@@ -340,6 +340,26 @@ def test_fig6_isomap_with_single_solution_epochs(run, tmp_path):
     assert single.params["embedding_used"] == "pca"
 
 
+def test_free_energy_follows_position_verdict():
+    """Free energies equal to the first embedding coordinate follow the position; shuffled ones
+    do not; an epoch with too few solutions for local neighbourhoods is not judged."""
+    rng = np.random.default_rng(0)
+    Y = rng.normal(size=(200, 2))
+    follows = fig6.neighbour_correlation(Y, Y[:, 0])
+    shuffled = fig6.neighbour_correlation(Y, rng.permutation(Y[:, 0]))
+    assert follows > 0.9 and abs(shuffled) < 0.3
+
+    def verdict(values, sizes):
+        points = [(e, np.zeros((n, 3)), None, None) for e, n in enumerate(sizes, start=1)]
+        return fig6.follows_position_claim(points, values, "m")
+
+    assert verdict([follows, follows], [200, 200])["held"] == "held"
+    assert verdict([follows, shuffled], [200, 200])["held"] == "not held"
+    few = verdict([-1.0, follows], [4, 200])  # 4 solutions: k-NN of each are the other 3
+    assert few["held"] == "held" and few["value"] == pytest.approx(follows)
+    assert verdict([-1.0], [4])["held"] == ""
+
+
 def test_fig7_all_labels_and_a_subset(run, tmp_path):
     result = fig7.make(run["solutions"], run["data"], digits=None, n_images=None)
     table = _save(result, tmp_path, "fig7")

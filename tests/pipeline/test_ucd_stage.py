@@ -112,12 +112,32 @@ def _synthetic(tmp_path):
     return paths
 
 
+def test_a_linear_rise_is_not_called_exponential(tmp_path):
+    """Gibbs steps growing as 8 d (rising at every d, positive log slope) are a straight line:
+    the exponential verdict must say not held; the same points as e^{d/10} say held."""
+    for law, verdict in ((lambda d: 8 * d, "not held"), (lambda d: np.exp(d / 10), "held")):
+        rows = [
+            [d, "gibbs", rep, round(law(d)) + rep, 0, 0, 1, 0]
+            for d in (5, 10, 25, 50)
+            for rep in range(4)
+        ]
+        path = tmp_path / f"gibbs_{verdict.replace(' ', '_')}.csv"
+        pd.DataFrame(rows, columns=STEP_FIELDS).to_csv(path, index=False)
+        table = ucd_fig1.make([path]).table
+        row = table[(table["kind"] == "claim") & (table["claim"] == "grows_exponentially")]
+        assert row["held"].tolist() == [verdict], row["detail"].tolist()
+
+
 def test_figure_claims_from_known_steps(tmp_path):
     result = ucd_fig1.make(_synthetic(tmp_path))
     table = result.table
     claims = table[table["kind"] == "claim"].set_index(["claim", "model"])["value"]
     assert claims[("log_growth_per_dim", "gibbs")] == pytest.approx(0.1, abs=0.01)
     assert claims[("grows_exponentially", "gibbs")] == 1.0
+    held = table[table["kind"] == "claim"].set_index(["claim", "model"])["held"]
+    assert held[("grows_exponentially", "gibbs")] == "held"
+    assert held[("tau_one_fraction_d_ge_25", "mh_lmi")] == "held"
+    assert held[("T_growth_exponent", "mh_lmi")] == "held"
     assert claims[("tau_one_fraction_d_ge_25", "mh_lmi")] == 1.0
     assert claims[("T_growth_exponent", "mh_lmi")] == pytest.approx(0.5, abs=0.05)
     assert claims[("mean_tau_plus_T.d5", "mh_lmi")] == pytest.approx(1.5 + 2)

@@ -487,6 +487,11 @@ def test_stage_bsc_baselines_and_figures(tmp_path):
     assert beats["held"] == ("held" if beats["value"] == 1 else "not held")  # Nh = 5 <= 100
     tracks = rows.loc["tap_tracks_1nn"]
     assert tracks["held"] == ("held" if tracks["value"] <= fig8.TRACK_TOL else "not held")
+    recovers = res.table[res.table["claim"] == "recovers_at_p0"].set_index("model")
+    assert recovers.loc["ope", "held"] == "held" and recovers.loc["tap_nh5", "held"] == "held"
+    nn = float(base["mcc_1nn"][0].mean())
+    assert recovers.loc["1nn", "value"] == pytest.approx(nn)
+    assert recovers.loc["1nn", "held"] == ("held" if nn >= fig8.RECOVER_MIN else "not held")
     res9 = fig9.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [0.1, 0.5], ["tap_nh5"])
     same = res9.table[res9.table["claim"] == "same_noise_every_method"]["value"]
     assert float(same.iloc[0]) == 1.0

@@ -1,3 +1,5 @@
+# Over 500 lines: its three jobs (BSC, its baselines, the real-valued channel) share the loading,
+# noise and recording helpers below; apart, each would import the others' private helpers.
 """Denoising stage (first paper, Sec. VII.4; Figs. 8-9; a real-valued channel beyond the paper).
 
 Commands (``tapmachine denoise ...``), each reading a model and/or a dataset, calling

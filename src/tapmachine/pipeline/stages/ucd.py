@@ -186,6 +186,7 @@ def register(subparsers) -> None:
     add_numeric_args(st)
     st.add_argument("--tracking", default=None)
     st.set_defaults(func=_cmd_steps)
-    from tapmachine.pipeline.stages import ucd_dbm
+    from tapmachine.pipeline.stages import ucd_classifier, ucd_dbm
 
     ucd_dbm.register(sub)
+    ucd_classifier.register(sub)

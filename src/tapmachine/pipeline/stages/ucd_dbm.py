@@ -7,8 +7,7 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
   ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
-- ``ucd classifier``: the small classifier whose penultimate features define the classifier FID
-  (``tapmachine.ucd.fid``), test accuracy logged and written.
+- ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
 - ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
   states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
   and by the AIS test log-likelihood of Salakhutdinov & Hinton (2009) (``tapmachine.ucd.ais``:
@@ -25,7 +24,7 @@ import math
 import time
 from pathlib import Path
 
-__all__ = ["register", "train_dbm", "train_classifier", "score"]
+__all__ = ["UCDDBMError", "register", "train_dbm", "score"]
 
 
 class UCDDBMError(Exception):
@@ -215,62 +214,6 @@ def _tau_histogram(steps: list[dict]) -> dict:
     }
 
 
-def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=None) -> float:
-    """Train the FID classifier on ``data_path``; write it (with its test accuracy) to ``out``."""
-    import torch
-
-    from tapmachine.core.seeding import seeded_generator
-    from tapmachine.io import data
-    from tapmachine.io.files import atomic_write
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
-    from tapmachine.ucd import fid
-
-    ds = data.load_dataset(data_path)
-    cs = dict(settings)
-    n_train = cs.pop("n_train", None)
-    if "channels" in cs:
-        cs["channels"] = tuple(cs["channels"])
-    try:
-        cfg = fid.ClassifierSettings(**cs)
-    except TypeError as exc:
-        raise UCDDBMError(f"ucd.dbm.classifier: {exc}") from None
-    x, y = ds.x_train, ds.y_train
-    if n_train:
-        x, y = x[:n_train], y[:n_train]
-    g = seeded_generator(seed, "ucd_classifier", ds.name)
-    params = {"dataset": ds.name, **settings}
-    record = RunRecord("ucd", f"classifier_{ds.name}", params, artifacts=[out])
-    with recording(manifest, record, out) as run:
-        run.start()
-        t0 = time.perf_counter()
-        net = fid.train_classifier(torch.as_tensor(x), torch.as_tensor(y), ds.image_shape, cfg, g)
-        seconds = time.perf_counter() - t0
-        acc = fid.accuracy(net, ds.x_test, ds.y_test)
-        run.log({"test_accuracy": acc, "train_seconds": seconds})
-        blob = {
-            "state": net.state_dict(),
-            "config": net.config,
-            "test_accuracy": acc,
-            "train_seconds": seconds,
-        }
-        atomic_write(Path(out), lambda fh: torch.save(blob, fh))
-    print(f"classifier on {ds.name}: test accuracy {acc:.4f}, trained in {seconds:.0f} s")
-    return acc
-
-
-def load_classifier(path):
-    import torch
-
-    from tapmachine.ucd import fid
-
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    net = fid.Classifier(**blob["config"])
-    net.load_state_dict(blob["state"])
-    net.eval()
-    return net, float(blob["test_accuracy"])
-
-
 def score(
     model_path,
     classifier_path,
@@ -297,6 +240,7 @@ def score(
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline.recorder import publish
     from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
     from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
     from tapmachine.ucd import ais, dbm, fid, generate
 
@@ -420,13 +364,6 @@ def _cmd_train(args) -> None:
     )
 
 
-def _cmd_classifier(args) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
-    train_classifier(args.data, args.out, json.loads(args.spec), args.seed, args.tracking)
-
-
 def _cmd_score(args) -> None:
     import torch
 
@@ -452,7 +389,8 @@ def _cmd_cifar10(args) -> None:
 
 
 def register(ucd_sub) -> None:
-    """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``)."""
+    """Add the DBM commands under ``tapmachine ucd`` (the figures are in ``stages.figures``, the
+    classifier in ``stages.ucd_classifier``)."""
     import functools
 
     from tapmachine.pipeline.configuration import schema_default
@@ -472,14 +410,6 @@ def register(ucd_sub) -> None:
     t.add_argument("--device", default=device, help="cpu or cuda[:N]")
     t.add_argument("--tracking", default=None)
     t.set_defaults(func=_cmd_train)
-    c = ucd_sub.add_parser("classifier", help="train the classifier of the classifier FID")
-    c.add_argument("--data", required=True)
-    c.add_argument("--out", required=True)
-    c.add_argument("--spec", default="{}", help="config ucd.dbm.classifier as JSON")
-    c.add_argument("--seed", type=int, default=seed)
-    c.add_argument("--threads", type=int, default=1)
-    c.add_argument("--tracking", default=None)
-    c.set_defaults(func=_cmd_classifier)
     s = ucd_sub.add_parser("score", help="classifier FID, TAP and AIS log-likelihood of one DBM")
     s.add_argument("--model", required=True)
     s.add_argument("--classifier", required=True)

@@ -38,7 +38,7 @@ LIBRARY = [
     "ucd.search",
     "ucd.couplings",
     "ucd.target",
-    "ucd.estimator",
+    "ucd.unbiased",
     "ucd.init",
     "ucd.dbm",
     "ucd.generate",

@@ -14,7 +14,10 @@ minibatch and logs ``positive.summary()`` and ``negative.summary()``.
 """
 
 from tapmachine.ucd.couplings import GibbsCoupling, MHCoupling, maximal_coupling
-from tapmachine.ucd.estimator import (
+from tapmachine.ucd.init import logistic, orthogonal, random_machine, to_spin
+from tapmachine.ucd.search import SearchResult, block_update, gibbs_sweep, local_search
+from tapmachine.ucd.target import Target, binary_mode
+from tapmachine.ucd.unbiased import (
     COUPLINGS,
     INITS,
     METHODS,
@@ -27,9 +30,6 @@ from tapmachine.ucd.estimator import (
     model_expectation,
     posterior_expectation,
 )
-from tapmachine.ucd.init import logistic, orthogonal, random_machine, to_spin
-from tapmachine.ucd.search import SearchResult, block_update, gibbs_sweep, local_search
-from tapmachine.ucd.target import Target, binary_mode
 
 __all__ = [
     "COUPLINGS",

@@ -2,7 +2,7 @@
 
 Three methods, selected by ``TrainSettings.method`` (registered in ``tapmachine.train.methods``):
 
-- ``ucd_lmi``: the unbiased estimator of Alg. 2 (``estimator.log_likelihood_gradient``): positive
+- ``ucd_lmi``: the unbiased estimator of Alg. 2 (``unbiased.log_likelihood_gradient``): positive
   phase one posterior coupling per data row (eq. 28), negative phase ``n_chains`` joint couplings
   (eq. 11), marginalised (eq. 27) when ``marginalise`` is on;
 - ``dbm_pcd``: PCD for DBMs without pretraining (the paper's Fig. 2a baseline; Salakhutdinov &
@@ -41,9 +41,9 @@ from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.ucd.estimator import UCDSettings, combine, log_likelihood_gradient
 from tapmachine.ucd.init import logistic, orthogonal, to_spin
 from tapmachine.ucd.target import Target
+from tapmachine.ucd.unbiased import UCDSettings, combine, log_likelihood_gradient
 
 __all__ = [
     "DBM_METHODS",

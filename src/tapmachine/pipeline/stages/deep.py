@@ -51,6 +51,7 @@ def _cmd_curve(args) -> None:
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
+    from tapmachine.io.schema import defaults
     from tapmachine.pipeline.recorder import publish
     from tapmachine.pipeline.records import RunRecord, source_run
     from tapmachine.tap_paper import curves
@@ -71,6 +72,8 @@ def _cmd_curve(args) -> None:
     x_train = torch.as_tensor(ds.x_train, dtype=dtype)
     if spec.get("n_train"):
         x_train = x_train[: spec["n_train"]]
+    model_defaults = defaults("model")  # a spec from the workflow has them filled already
+    tap_spec = {**model_defaults["tap"], **spec.get("tap", {})}
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
@@ -78,22 +81,21 @@ def _cmd_curve(args) -> None:
         rows = curves.pseudo_likelihood_curve(machines, x_train[: args.n_train], args.pl_sites, gen)
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
-        tap_spec = spec.get("tap", {})
         rows = curves.tap_likelihood_curve(
             machines,
             x_train[: args.n_train],
             x_test,
             args.tap_inits,
-            damping=tap_spec.get("damping", 0.5),
-            tol=tap_spec.get("tol", 1e-12),
-            max_iter=tap_spec.get("max_iter", 500),
-            dedup_tol=tap_spec.get("dedup_tol", 1e-2),
-            retry_damping=tap_spec.get("retry_damping"),
+            damping=tap_spec["damping"],
+            tol=tap_spec["tol"],
+            max_iter=tap_spec["max_iter"],
+            dedup_tol=tap_spec["dedup_tol"],
+            retry_damping=tap_spec["retry_damping"],
         )
     info = {
         "model": name,
-        "inference": spec.get("inference", "tap"),
-        "train_iterations": spec.get("tap", {}).get("train_iterations", 3),
+        "inference": spec.get("inference", model_defaults["inference"]),
+        "train_iterations": tap_spec["train_iterations"],
         "n_hidden_layers": len(spec.get("hidden", [])),
         "measure": args.measure,
     }

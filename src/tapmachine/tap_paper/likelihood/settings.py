@@ -8,11 +8,13 @@ import torch
 from torch import Tensor
 
 from tapmachine.core import estimators
+from tapmachine.io.schema import defaults
 
 __all__ = ["FULL_SALAKHUTDINOV", "SPLITS", "ScoreSettings", "ais_schedule", "schedule_label"]
 
 SPLITS = ("train", "test")
 FULL_SALAKHUTDINOV = 14501
+_AIS, _SCORING, _TAP = defaults("ais"), defaults("likelihood_scoring"), defaults("model")["tap"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,20 +27,23 @@ class ScoreSettings:
     equally spaced values). ``tap_inits``: training images from which TAP is run to convergence.
     """
 
-    ais_runs: int = 100
-    schedule: str = "salakhutdinov"
-    n_betas: int | None = None
-    pl_sites: int = 100
+    ais_runs: int = _AIS["n_runs"]
+    schedule: str = _AIS["schedule"]
+    n_betas: int | None = _AIS["n_betas"]
+    pl_sites: int = _SCORING["pl_sites"]
+    #: Images per pseudo-likelihood block (not a config key).
     pl_rows: int = 100
-    n_train: int | None = 1000
-    n_test: int | None = 1000
-    tap_inits: int = 500
-    damping: float = 0.5
+    n_train: int | None = _SCORING["n_train"]
+    n_test: int | None = _SCORING["n_test"]
+    tap_inits: int = _SCORING["tap_inits"]
+    damping: float = _TAP["damping"]
+    #: The paper's tolerance for a bare ``ScoreSettings``; ``from_config`` takes the model's own
+    #: ``tap.tol`` (the schema's model default is 1e-12).
     tol: float = 1e-8
-    max_iter: int = 500
-    retry_damping: float | None = 0.95
-    dedup_tol: float = 1e-2
-    solver: str = "damped"
+    max_iter: int = _TAP["max_iter"]
+    retry_damping: float | None = _TAP["retry_damping"]
+    dedup_tol: float = _TAP["dedup_tol"]
+    solver: str = _TAP["solver"]
 
     @classmethod
     def from_config(cls, section: dict, model_spec: dict | None = None) -> ScoreSettings:

@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from tiny_models import settings as tiny_settings
 
 from tapmachine.core import tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
@@ -266,14 +267,8 @@ def test_adatap_inference_trains_an_rbm():
         Bernoulli(torch.log(mean) - torch.log1p(-mean)),
         Bernoulli(torch.zeros(5, dtype=DT)),
     )
-    settings = TrainSettings(
-        epochs=30,
-        batch_size=20,
-        learning_rate=0.05,
-        l2=0.0,
-        eval_samples=20,
-        train_iterations=10,
-        inference="adatap",
+    settings = tiny_settings(
+        epochs=30, batch_size=20, eval_samples=20, train_iterations=10, inference="adatap"
     )
     m1, _ = train(m0, x, settings, _gen(1), progress=False)
     tap_settings = dataclasses.replace(settings, inference="tap")

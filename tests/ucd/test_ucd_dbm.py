@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from tiny_models import settings as tiny_settings
 
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, train
@@ -212,14 +213,8 @@ def test_on_step_receives_the_ucd_metrics():
     g = seeded_generator(0, "test", "on_step")
     machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
     x = dbm.data_for(machine, _data(g)[:60])
-    settings = TrainSettings(
-        epochs=1,
-        batch_size=20,
-        learning_rate=0.05,
-        momentum=0.0,
-        l2=0.0,
-        method="ucd_lmi",
-        evaluate=False,
+    settings = tiny_settings(
+        epochs=1, batch_size=20, momentum=0.0, method="ucd_lmi", evaluate=False
     )
     seen = []
     train(machine, x, settings, g, progress=False, on_step=lambda step, m: seen.append((step, m)))

@@ -3,6 +3,7 @@ non-converged rows, the files and the config checks."""
 
 import copy
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -216,26 +217,45 @@ def test_run_harvest_rejects_missing_or_foreign_checkpoints(run, tmp_path):
     assert not list(tmp_path.glob("x.*"))
 
 
-def test_cli_harvest_writes_both_files(run, tmp_path):
+def _cli_harvest(run, out, spec: str) -> int:
     from tapmachine.pipeline import cli
 
-    out = tmp_path / "epoch_2.npz"
-    code = cli.main(
+    return cli.main(
         [
             "harvest",
             "--model-file", str(run["model"]),
             "--checkpoint", str(run["model_dir"] / "checkpoints" / "epoch_2.pt"),
             "--epoch", "2",
             "--data", str(run["data"]),
-            "--n-init", "500",  # more than the 300 images: all are used
+            "--spec", spec,
             "--out-npz", str(out),
             "--out-csv", str(out.with_suffix(".csv")),
         ]
     )  # fmt: skip
-    assert code == 0
+
+
+def test_cli_harvest_writes_both_files(run, tmp_path):
+    out = tmp_path / "epoch_2.npz"
+    # n_init above the 300 images: all are used
+    assert _cli_harvest(run, out, '{"n_init": 500, "epochs": [2]}') == 0
     sol = harvest.load_solutions(out)
     assert sol["converged"].shape == (300,) and sol["dtype"] == "float64"
     assert out.with_suffix(".csv").exists()
+
+
+def test_cli_harvest_names_an_unknown_spec_key(run, tmp_path, capsys):
+    out = tmp_path / "epoch_2.npz"
+    assert _cli_harvest(run, out, '{"dedup_tolerance": 0.1}') == 2
+    assert "unknown harvest settings: dedup_tolerance" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_harvest_settings_defaults_are_the_schemas():
+    from tapmachine.pipeline.configuration import schema_default
+
+    for field in dataclasses.fields(HarvestSettings):
+        if field.name != "chunk_size":
+            assert field.default == schema_default("harvest", "*", field.name), field.name
 
 
 def _config():

@@ -137,21 +137,16 @@ def harvest_targets():
     return [solution_file(m, e) for m, entry in config["harvest"].items() for e in entry["epochs"]]
 
 
-def harvest_settings_args(wildcards):
+def harvest_spec(wildcards):
+    """The model's harvest entry as JSON for `tapmachine harvest --spec`, once the epoch is
+    checked to be one it lists."""
     entry = config["harvest"][wildcards.model]
     if int(wildcards.epoch) not in entry["epochs"]:
         raise ValueError(
             f"epoch {wildcards.epoch} of {wildcards.model} is not in "
             f"harvest.{wildcards.model}.epochs {entry['epochs']}"
         )
-    n_init = f"--n-init {entry['n_init']}" if entry["n_init"] is not None else ""
-    return (
-        f"{n_init} --dedup-tol {entry['dedup_tol']} --tol {entry['tol']} "
-        f"--max-iter {entry['max_iter']} --damping {entry['damping']} "
-        f"--retry-damping {entry['retry_damping']} --dtype {entry['dtype']} "
-        f"--merge-rule {entry['merge_rule']} --solver {entry['solver']} "
-        f"--polish-tol {entry['polish_tol']} --polish-solver {entry['polish_solver']}"
-    )
+    return json.dumps({k: v for k, v in entry.items() if k != "epochs"}, sort_keys=True)
 
 
 def figure_outputs(fig):

@@ -28,11 +28,11 @@ rule harvest_solutions:
         gpu=GPUS,
     params:
         checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",
-        settings=harvest_settings_args,
+        spec=harvest_spec,
         device=f"--device {config['device']}",
     shell:
         "tapmachine harvest --model-file {input.model} --checkpoint {params.checkpoint} "
-        "--epoch {wildcards.epoch} --data {input.data} {params.settings} {params.device} "
+        "--epoch {wildcards.epoch} --data {input.data} --spec {params.spec:q} {params.device} "
         "--threads {threads} --out-npz {output.npz} --out-csv {output.csv} "
         "--tracking {input.tracking} > {log} 2>&1"
 

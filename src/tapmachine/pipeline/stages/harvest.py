@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tapmachine.pipeline.stages.common import job_kwargs, optional_float, set_threads
+from tapmachine.pipeline.stages.common import parse_json, set_threads
 
 
 def harvest_epoch(
@@ -44,21 +44,12 @@ def harvest_epoch(
 
 
 def run(args) -> None:
+    from tapmachine.pipeline.configuration import schema_default
     from tapmachine.tap_paper import harvest
 
     set_threads(args.threads)
-    settings = harvest.HarvestSettings(
-        n_init=args.n_init,
-        dedup_tol=args.dedup_tol,
-        tol=args.tol,
-        max_iter=args.max_iter,
-        damping=args.damping,
-        retry_damping=args.retry_damping,
-        merge_rule=args.merge_rule,
-        solver=args.solver,
-        polish_tol=args.polish_tol,
-        polish_solver=args.polish_solver,
-    )
+    spec = parse_json(args.spec, "--spec")
+    settings = harvest.HarvestSettings.from_spec(spec)
     harvest_epoch(
         args.model_file,
         args.checkpoint,
@@ -67,49 +58,28 @@ def run(args) -> None:
         settings,
         args.out_npz,
         args.out_csv,
-        **job_kwargs(args),
+        device=args.device,
+        dtype=spec.get("dtype", schema_default("harvest", "*", "dtype")),
+        manifest=args.tracking,
     )
 
 
 def register(subparsers) -> None:
-    import functools
-
     from tapmachine.pipeline.configuration import schema_default
 
-    entry = functools.partial(schema_default, "harvest", "*")
     s = subparsers.add_parser("harvest", help="TAP solutions of one training epoch (Figs. 5-7)")
     s.add_argument("--model-file", required=True, help="the model's model.pt")
     s.add_argument("--checkpoint", required=True, help="checkpoints/epoch_{e}.pt of that model")
     s.add_argument("--epoch", type=int, required=True)
     s.add_argument("--data", required=True, help="the model's dataset (.npz)")
-    s.add_argument("--n-init", type=int, default=None, help="first n images (default: all)")
-    s.add_argument("--dedup-tol", type=float, default=entry("dedup_tol"))
-    s.add_argument("--tol", type=float, default=entry("tol"))
-    s.add_argument("--max-iter", type=int, default=entry("max_iter"))
-    s.add_argument("--damping", type=float, default=entry("damping"))
     s.add_argument(
-        "--retry-damping",
-        type=optional_float,
-        default=entry("retry_damping"),
-        help="damping of a second pass over rows not converged (none: no second pass)",
-    )
-    s.add_argument(
-        "--merge-rule", default=entry("merge_rule"), choices=["magnetisations", "free_energy"]
-    )
-    s.add_argument("--solver", default=entry("solver"), choices=["damped", "anderson"])
-    s.add_argument(
-        "--polish-tol",
-        type=optional_float,
-        default=entry("polish_tol"),
-        help="converged rows iterated on to this tolerance before merging (none: not polished)",
-    )
-    s.add_argument(
-        "--polish-solver", default=entry("polish_solver"), choices=["damped", "anderson"]
+        "--spec",
+        default="{}",
+        help="the model's config harvest entry as JSON (keys left out: the schema's defaults)",
     )
     s.add_argument("--out-npz", required=True)
     s.add_argument("--out-csv", required=True)
     s.add_argument("--device", default=schema_default("device"))
-    s.add_argument("--dtype", default=entry("dtype"), choices=["float32", "float64"])
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=run)

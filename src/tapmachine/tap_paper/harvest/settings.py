@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from tapmachine.core import tap
+from tapmachine.io.schema import schema_default
 
 __all__ = ["HarvestError", "HarvestSettings", "MERGE_RULES"]
 
@@ -38,17 +40,29 @@ class HarvestSettings:
     group's lowest (``tap.unique_free_energy``; about 1e-3 suits it). The paper states no rule.
     """
 
-    n_init: int | None = 10000
-    dedup_tol: float = 0.01
-    merge_rule: str = "magnetisations"
-    solver: str = "damped"
-    polish_tol: float | None = 1e-12
-    polish_solver: str = "anderson"
-    tol: float = 1e-12
-    max_iter: int = 2000
-    damping: float = 0.5
-    retry_damping: float | None = 0.95
+    n_init: int | None = schema_default("harvest", "*", "n_init")
+    dedup_tol: float = schema_default("harvest", "*", "dedup_tol")
+    merge_rule: str = schema_default("harvest", "*", "merge_rule")
+    solver: str = schema_default("harvest", "*", "solver")
+    polish_tol: float | None = schema_default("harvest", "*", "polish_tol")
+    polish_solver: str = schema_default("harvest", "*", "polish_solver")
+    tol: float = schema_default("harvest", "*", "tol")
+    max_iter: int = schema_default("harvest", "*", "max_iter")
+    damping: float = schema_default("harvest", "*", "damping")
+    retry_damping: float | None = schema_default("harvest", "*", "retry_damping")
+    #: Rows solved at once (not a config key: it bounds memory and changes no solution).
     chunk_size: int = 2000
+
+    @classmethod
+    def from_spec(cls, spec: Mapping) -> HarvestSettings:
+        """From a config ``harvest.<model>`` entry; its ``epochs`` and ``dtype`` belong to the
+        job (which checkpoints, what precision), not to the settings. Keys it leaves out take
+        the schema's defaults."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"chunk_size"}
+        unknown = sorted(set(spec) - names - {"epochs", "dtype"})
+        if unknown:
+            raise HarvestError(f"unknown harvest settings: {', '.join(unknown)}")
+        return cls(**{k: v for k, v in spec.items() if k in names})
 
     def __post_init__(self):
         if self.n_init is not None and self.n_init < 1:

@@ -308,12 +308,12 @@ def test_stage_options_read_their_defaults_from_the_schema():
     """A stage's command-line default is the schema's (the rules pass every value; one place)."""
     import argparse
 
-    from tapmachine.pipeline.stages import denoise, harvest, ucd
+    from tapmachine.pipeline.stages import denoise, ucd
+    from tapmachine.tap_paper.harvest import HarvestSettings
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
     ucd.register(sub)
-    harvest.register(sub)
     steps = parser.parse_args(["ucd", "steps", "--method", "mh", "--dims", "2", "--out", "x"])
     fig1 = {key: schema_default("ucd", "fig1", key) for key in ("reps", "cap", "search_cap")}
     assert {key: getattr(steps, key) for key in fig1} == fig1
@@ -322,10 +322,9 @@ def test_stage_options_read_their_defaults_from_the_schema():
     score = parser.parse_args(score)
     assert score.ll_images == schema_default("ucd", "dbm", "ll_images")
     assert score.ais_betas == schema_default("ucd", "dbm", "ais", "n_betas")
-    files = ["--model-file", "m", "--checkpoint", "c", "--epoch", "1", "--data", "d"]
-    run = parser.parse_args(["harvest", *files, "--out-npz", "a", "--out-csv", "b"])
-    assert (run.tol, run.max_iter, run.dtype) == (1e-12, 2000, "float64")
-    assert run.tol == schema_default("harvest", "any_model", "tol")
+    bare = HarvestSettings.from_spec({})  # a harvest job given no --spec
+    assert (bare.tol, bare.max_iter) == (1e-12, 2000)
+    assert bare.tol == schema_default("harvest", "any_model", "tol")
     assert denoise.REAL_DEFAULTS["max_iter"] == schema_default("denoise", "real", "max_iter")
     assert schema_default("likelihood", "table", "n_train") == 0  # its own, not fig12's 1000
     with pytest.raises(KeyError, match="models.m.dataset has no default"):

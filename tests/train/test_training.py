@@ -132,14 +132,20 @@ def test_seeded_generators_are_reproducible_and_distinct():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_changed_settings_restart_instead_of_resuming(tmp_path):
+def _train_twice(folder, label: str, first: TrainSettings, second: TrainSettings) -> list:
+    """Train ``first``, then ``second`` from the same seed and initial machine, both with their
+    checkpoints in ``folder``; the second run's history."""
     x = bars_and_stripes()
-    g = seeded_generator(2, "stale")
-    m = build_machine(SPEC, x, 0.01, g)
-    train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
-    g = seeded_generator(2, "stale")
-    _, history = train(
-        m, x, settings(epochs=3, learning_rate=0.01), g, checkpoint_dir=tmp_path, progress=False
+    for s in (first, second):
+        g = seeded_generator(2, label)
+        m = build_machine(SPEC, x, 0.01, g)
+        _, history = train(m, x, s, g, checkpoint_dir=folder, progress=False)
+    return history
+
+
+def test_changed_settings_restart_instead_of_resuming(tmp_path):
+    history = _train_twice(
+        tmp_path, "stale", settings(epochs=2), settings(epochs=3, learning_rate=0.01)
     )
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert all(h["learning_rate"] == 0.01 for h in history)
@@ -218,13 +224,7 @@ def test_a_checkpoint_of_an_older_layout_stops_training_with_a_clear_error(tmp_p
 
 
 def test_more_epochs_extend_a_finished_run(tmp_path):
-    x = bars_and_stripes()
-    g = seeded_generator(4, "extend")
-    m = build_machine(SPEC, x, 0.01, g)
-    train(m, x, settings(epochs=2), g, checkpoint_dir=tmp_path, progress=False)
-    g = seeded_generator(4, "extend")
-    m = build_machine(SPEC, x, 0.01, g)
-    _, history = train(m, x, settings(epochs=3), g, checkpoint_dir=tmp_path, progress=False)
+    history = _train_twice(tmp_path, "extend", settings(epochs=2), settings(epochs=3))
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == [
         "epoch_1.pt",

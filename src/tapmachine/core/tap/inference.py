@@ -174,13 +174,10 @@ def solve(
         active = torch.arange(K, device=device)  # original row of each working row
         pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet done
         if solver == "anderson":
-            first = [
-                [damping if damping > 0.0 and given[l] else 0.0 for l in sizes_l]
-                for given in (given_a, given_c)
-            ]
             maps = (order, weights, neg_squares, priors)
+            stop_scale = (1.0 - damping) ** 2
             out, iterations, converged, fallbacks = anderson(
-                (a, c, A, B), tilt, maps, first, damping, tol, max_iter, memory
+                (a, c, A, B), tilt, maps, tol, max_iter, memory, stop_scale
             )
             if stats is not None:
                 stats["fallbacks"] = fallbacks

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.core.tap.damped import neighbour_fields
+from tapmachine.core.tap.damped import sweep as damped_sweep
 
 __all__ = ["anderson", "solve_layer"]
 
@@ -48,6 +49,7 @@ _NEWTON_TOL = {torch.float32: 1e-6, torch.float64: 1e-13}
 #: factor times the root-mean-square change of the row's means in its last sweep (far from
 #: the fixed point the layers need not be solved to rounding error).
 _INNER = 0.1
+_WARMUP = 10
 
 
 def _support(prior) -> tuple[float, float]:
@@ -150,7 +152,7 @@ def _map(z, a, c, A, B, first, state, widths, maps, tilt, slack) -> tuple[Tensor
     return g, sum(torch.linalg.vector_norm(d, dim=1).square() for d in changes)
 
 
-def anderson(work, tilt, maps, tol, max_iter, memory, stop_scale):
+def anderson(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
     """``_anderson_block`` over blocks of rows (rows do not interact), concatenated."""
     a = work[0]
     order = maps[0]
@@ -162,14 +164,16 @@ def anderson(work, tilt, maps, tol, max_iter, memory, stop_scale):
         rows = slice(start, start + block)
         piece = [[x[rows] for x in part] for part in work]
         piece_tilt = None if tilt is None else [None if x is None else x[rows] for x in tilt]
-        parts.append(_anderson_block(piece, piece_tilt, maps, tol, max_iter, memory, stop_scale))
+        parts.append(
+            _anderson_block(piece, piece_tilt, maps, tol, max_iter, memory, stop_scale, warm)
+        )
     if len(parts) == 1:
         return parts[0]
     out = [[torch.cat(xs) for xs in zip(*(p[0][i] for p in parts), strict=True)] for i in range(4)]
     return (out, *(torch.cat([p[i] for p in parts]) for i in (1, 2, 3)))
 
 
-def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale):
+def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
     """Anderson mixing (type II, memory m) of the reduced field map G, per row, batched.
 
     z_0 is the ``state`` layers solved from the given means (for an RBM: the hidden layer from
@@ -217,6 +221,10 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale):
         iterations[target[done[rows]]] = t
 
     slack = torch.full((K, 1), _INNER, dtype=dtype, device=device)
+    warmup = min(_WARMUP, max_iter - 1)
+    for t in range(warmup):
+        keep_a, keep_c = warm[:2] if t == 0 else ([warm[2]] * len(a), [warm[2]] * len(a))
+        damped_sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
     z = _solve_state(a, c, A, B, state, weights, neg_squares, priors)
     dZ = torch.zeros(K, m, z.shape[1], dtype=dtype, device=device)
     dR = torch.zeros_like(dZ)
@@ -226,7 +234,7 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale):
     plain = torch.zeros(K, dtype=torch.bool, device=device)  # stalled rows
     stalled_at = torch.zeros(K, dtype=dtype, device=device)
     pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet finished
-    for t in range(1, max_iter + 1):
+    for t in range(warmup + 1, max_iter + 1):
         g, step = _map(z, a, c, A, B, first, state, widths, maps, tilt, slack)
         step.div_(n_iterated)
         done = (step * stop_scale < tol) & pending
@@ -236,7 +244,7 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale):
         slack = step.sqrt().mul_(_INNER).unsqueeze(1)
         r = g.sub_(z)
         if z_prev is not None:
-            slot = (t - 2) % m
+            slot = t % m
             torch.sub(z, z_prev, out=dZ[:, slot])
             torch.sub(r, r_prev, out=dR[:, slot])
         # the safeguard

@@ -15,7 +15,7 @@ then the odd layers from the even ones maps the fields z = (A_l, B_l) of the odd
 ones: G(z). Its fixed points are the TAP solutions, the Onsager self-feedback that makes
 Alg. 1 crawl or cycle is solved exactly inside G, and z is small (2 N_1 numbers per row for an
 RBM instead of 2 (N_0 + N_1)). ``anderson`` accelerates the iteration of G by Anderson mixing
-with a residual safeguard.
+with a safeguard, after a few of Alg. 1's damped sweeps (docs/tap_solver.md).
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ _NEWTON_TOL = {torch.float32: 1e-6, torch.float64: 1e-13}
 #: factor times the root-mean-square change of the row's means in its last sweep (far from
 #: the fixed point the layers need not be solved to rounding error).
 _INNER = 0.1
+#: Alg. 1's damped sweeps before the mixing starts: the basin a data start falls into under
+#: Alg. 1 is chosen in its first sweeps (on bmnist_h25 at epoch 10, 78% / 89% / 92% of rows
+#: reached Alg. 1's fixed point after 0 / 8 / 15 of them).
 _WARMUP = 10
 
 
@@ -176,10 +179,11 @@ def anderson(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
 def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
     """Anderson mixing (type II, memory m) of the reduced field map G, per row, batched.
 
-    z_0 is the ``state`` layers solved from the given means (for an RBM: the hidden layer from
-    the data, Alg. 1's first half-sweep), so the first iteration is one and a half sweeps.
-    Then, with r = G(z) - z and the last m differences dZ, dR of iterates and residuals (a ring
-    buffer per row), each row steps to
+    The first ``_WARMUP`` iterations are Alg. 1's damped sweeps (``warm``: the first sweep's
+    damping of a and c per layer, then ``damping``); z_0 is then the ``state`` layers solved
+    from those means, so the first mixed iteration is one and a half sweeps. Then, with
+    r = G(z) - z and the last m differences dZ, dR of iterates and residuals (a ring buffer
+    per row), each row steps to
 
         z <- z + r - (dZ + dR) gamma,   gamma = argmin ||r - dR gamma||^2 + lam ||gamma||^2,
 

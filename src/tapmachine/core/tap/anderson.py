@@ -44,7 +44,7 @@ _RESUME = 1e-2
 #: Bracketed Newton of ``solve_layer``: at most this many steps, stopping when every |psi| is
 #: below ``_NEWTON_TOL`` (relative to 1 + |B|).
 _NEWTON_STEPS = 60
-_NEWTON_TOL = {torch.float32: 1e-6, torch.float64: 1e-13}
+_NEWTON_TOL = {torch.float32: 2e-7, torch.float64: 1e-13}
 #: Inexact inner solves: a row's Newton iteration also stops once every |psi| is below this
 #: factor times the root-mean-square change of the row's means in its last sweep (far from
 #: the fixed point the layers need not be solved to rounding error).

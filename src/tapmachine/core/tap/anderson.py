@@ -74,52 +74,74 @@ def _tilted(B, A, ext):
 def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
     """The root B of psi(B) = B - A f_a(B, A) - h for each unit (A <= 0), with its moments.
 
-    Newton steps B <- B - psi / (1 - A f_c) from ``B0``, kept inside the bracket
-    [h + A upper, h + A lower] (narrowed by the sign of psi; a step leaving it bisects), until
-    |psi| <= tol (1 + |B|) (``_NEWTON_TOL``); rows whose units have all converged leave the
-    batch. ``ext`` = (A_ext, B_ext) is a single-site tilt added to the fields the moments read,
-    not to the Onsager term. Returns (B, a, c).
+    Units whose |psi| at ``B0`` is already within tol (1 + |B|) (``_NEWTON_TOL``; plus the
+    row's ``slack``) keep B0. The others are gathered into one flat batch (with their prior's
+    parameters) and take Newton steps B <- B - psi / (1 - A f_c), kept inside the bracket
+    [h + A upper, h + A lower] (narrowed by the sign of psi; a step that leaves it, or after
+    which |psi| did not halve, bisects: Newton can cycle on a sigmoid's steep flank when |A|
+    is large), each unit leaving the batch once converged. ``ext`` = (A_ext, B_ext) is a
+    single-site tilt added to the fields the moments read, not to the Onsager term. Returns
+    (B, a, c).
     """
+    tol = _NEWTON_TOL.get(B0.dtype, 1e-13)
+    a, c = prior.moments(*_tilted(B0, A, ext))
+    psi = B0 - torch.addcmul(h, A, a)
+    bound = (1.0 + B0.abs()).mul_(tol)
+    if slack is not None:
+        bound += slack
+    todo = torch.nonzero((psi.abs() > bound).view(-1), as_tuple=True)[0]
+    if todo.numel() == 0:
+        return B0, a, c
+    n = B0.shape[-1]
+    cols = todo % n
+    sub = prior.replace(**{k: v[cols] for k, v in prior.params().items()})
+
+    def take(x):
+        return None if x is None else x.expand_as(B0).reshape(-1)[todo]
+
+    Af, hf, Bf = take(A), take(h), take(B0)
+    ext_f = None if ext is None else [take(x) for x in ext]
+    slack_f = None if slack is None else take(slack)
     lo_x, hi_x = _support(prior)
-    lo = torch.add(h, A, alpha=hi_x)
-    hi = torch.add(h, A, alpha=lo_x)
-    B = torch.minimum(torch.maximum(B0, lo), hi)
-    tol = _NEWTON_TOL.get(B.dtype, 1e-13)
-    if slack is None:
-        slack = torch.zeros(B.shape[0], 1, dtype=B.dtype, device=B.device)
-    a, c = prior.moments(*_tilted(B, A, ext))
-    out = (B, a, c)
-    rows = None  # the rows still iterating (None: all)
-    last = torch.full_like(B, torch.inf)  # |psi| at the previous step
-    for _ in range(int(_NEWTON_STEPS)):
-        psi = B - h - A * a
-        left = (psi.abs() > (1.0 + B.abs()).mul_(tol).add_(slack)).any(1)
-        n_left = int(left.sum())
-        if n_left == 0:
-            break
-        if n_left < left.numel():
-            sub = torch.nonzero(left, as_tuple=True)[0]
-            rows = sub if rows is None else rows[sub]
-            kept = (B, psi, c, A, h, lo, hi, slack, last)
-            B, psi, c, A, h, lo, hi, slack, last = (x[sub] for x in kept)
-            if ext is not None:
-                ext = [None if x is None else x[sub] for x in ext]
-        above = psi > 0
-        hi = torch.where(above, B, hi)
-        lo = torch.where(above, lo, B)
-        B = B - psi / (1.0 - A * c)
-        # bisect where Newton leaves the bracket or |psi| did not halve (Newton can cycle on
-        # the sigmoid's steep flank when |A| is large)
+    lo = torch.add(hf, Af, alpha=hi_x)
+    hi = torch.add(hf, Af, alpha=lo_x)
+    Bf = torch.minimum(torch.maximum(Bf, lo), hi)
+    af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
+    B, a, c = B0.clone(), a.clone(), c.clone()
+    where = todo  # flat positions of the units still iterating
+    B.view(-1)[where], a.view(-1)[where], c.view(-1)[where] = Bf, af, cf
+    last = torch.full_like(Bf, torch.inf)  # |psi| at the previous step
+    for _ in range(_NEWTON_STEPS):
+        psi = Bf - torch.addcmul(hf, Af, af)
         size = psi.abs()
-        B = torch.where((B < lo) | (B > hi) | (size > 0.5 * last), 0.5 * (lo + hi), B)
+        bound = (1.0 + Bf.abs()).mul_(tol)
+        if slack_f is not None:
+            bound += slack_f
+        left = size > bound
+        if not bool(left.any()):
+            break
+        if not bool(left.all()):
+            keep = torch.nonzero(left, as_tuple=True)[0]
+            where = where[keep]
+            kept = (Bf, psi, size, cf, Af, hf, lo, hi, last, cols)
+            Bf, psi, size, cf, Af, hf, lo, hi, last, cols = (x[keep] for x in kept)
+            if slack_f is not None:
+                slack_f = slack_f[keep]
+            if ext_f is not None:
+                ext_f = [None if x is None else x[keep] for x in ext_f]
+            sub = prior.replace(**{k: v[cols] for k, v in prior.params().items()})
+        above = psi > 0
+        hi = torch.where(above, Bf, hi)
+        lo = torch.where(above, lo, Bf)
+        Bf = Bf - psi / (1.0 - Af * cf)
+        bisect = (Bf < lo) | (Bf > hi) | (size > 0.5 * last)
+        Bf = torch.where(bisect, 0.5 * (lo + hi), Bf)
         last = size
-        a, c = prior.moments(*_tilted(B, A, ext))
-        if rows is None:
-            out = (B, a, c)
-        else:
-            for o, x in zip(out, (B, a, c), strict=True):
-                o[rows] = x
-    return out
+        af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
+        B.view(-1)[where] = Bf
+        a.view(-1)[where] = af
+        c.view(-1)[where] = cf
+    return B, a, c
 
 
 def _layers(order):

@@ -204,8 +204,9 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
     The first ``_WARMUP`` iterations are Alg. 1's damped sweeps (``warm``: the first sweep's
     damping of a and c per layer, then ``damping``); z_0 is then the ``state`` layers solved
     from those means, so the first mixed iteration is one and a half sweeps. Then, with
-    r = G(z) - z and the last m differences dZ, dR of iterates and residuals (a ring buffer
-    per row), each row steps to
+    r = G(z) - z and the last m differences dZ, dR of iterates and residuals (ring buffers of
+    dG = dZ + dR and dR per row, with the Gram matrix of dR updated by its new column), each
+    row steps to
 
         z <- z + r - (dZ + dR) gamma,   gamma = argmin ||r - dR gamma||^2 + lam ||gamma||^2,
 
@@ -252,9 +253,11 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
         keep_a, keep_c = warm[:2] if t == 0 else ([warm[2]] * len(a), [warm[2]] * len(a))
         damped_sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
     z = _solve_state(a, c, A, B, state, weights, neg_squares, priors)
-    dZ = torch.zeros(K, m, z.shape[1], dtype=dtype, device=device)
-    dR = torch.zeros_like(dZ)
-    z_prev = r_prev = None
+    # ring buffers of the differences of G(z) and of r, and the Gram matrix of dR kept current
+    dG = torch.zeros(K, m, z.shape[1], dtype=dtype, device=device)
+    dR = torch.zeros_like(dG)
+    gram = torch.zeros(K, m, m, dtype=torch.float64, device=device)
+    g_prev = r_prev = None
     best = torch.full((K,), torch.inf, dtype=dtype, device=device)
     since = torch.zeros(K, dtype=torch.long, device=device)  # sweeps since the last halving
     plain = torch.zeros(K, dtype=torch.bool, device=device)  # stalled rows
@@ -268,11 +271,17 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
             finish(torch.nonzero(pending, as_tuple=True)[0], t, done)
             break
         slack = step.sqrt().mul_(_INNER).unsqueeze(1)
-        r = g.sub_(z)
-        if z_prev is not None:
+        r = g - z
+        if g_prev is not None:
             slot = t % m
-            torch.sub(z, z_prev, out=dZ[:, slot])
-            torch.sub(r, r_prev, out=dR[:, slot])
+            torch.sub(g, g_prev, out=dG[:, slot])
+            new = torch.sub(r, r_prev, out=dR[:, slot])
+            prods = torch.bmm(dR, torch.stack([new, r], dim=2)).double()
+            gram[:, slot, :] = prods[:, :, 0]
+            gram[:, :, slot] = prods[:, :, 0]
+            rhs = prods[:, :, 1:]
+        else:
+            rhs = torch.zeros(K, m, 1, dtype=torch.float64, device=device)
         # the safeguard
         halved = step < _DROP * best
         best = torch.where(halved, step, best)
@@ -287,17 +296,17 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
             plain &= ~resume
             since = torch.where(resume, 0, since)
             best = torch.where(resume, step, best)
-            dZ[resume] = 0.0
-            dR[resume] = 0.0
-        gram = torch.bmm(dR, dR.mT).double()
-        rhs = torch.bmm(dR, r.unsqueeze(2)).double()
-        diag = gram.diagonal(dim1=1, dim2=2)
+            for x in (dG, dR, gram, rhs):
+                x[resume] = 0.0
+        system = gram.clone()
+        diag = system.diagonal(dim1=1, dim2=2)
         diag.add_((diag.sum(1) * (reg / m) + 1e-300).unsqueeze(1))
-        gamma = torch.nan_to_num_(torch.linalg.solve(gram, rhs), nan=0.0, posinf=0.0, neginf=0.0)
+        gamma = torch.linalg.solve(system, rhs)
+        gamma = torch.nan_to_num_(gamma, nan=0.0, posinf=0.0, neginf=0.0)
         gamma_t = gamma.mT.mul_((~plain).double()[:, None, None]).to(dtype)
-        z_next = torch.add(z, r)
-        z_next -= torch.bmm(gamma_t, dZ.add(dR)).squeeze(1)
-        z_prev, r_prev = z, r
+        # z + r - (dZ + dR) gamma = G(z) - dG gamma
+        z_next = g.sub_(torch.bmm(gamma_t, dG).squeeze(1))
+        g_prev, r_prev = r + z, r
         if bool(done.any()):
             finish(torch.nonzero(done, as_tuple=True)[0], t, done)
             pending &= ~done
@@ -310,8 +319,8 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
             left = torch.nonzero(pending, as_tuple=True)[0]
             pending, active = pending[left], active[left]
             a, c, A, B = ([x[left] for x in part] for part in (a, c, A, B))
-            kept = (z_next, dZ, dR, slack, z_prev, r_prev, best, since, plain, stalled_at)
-            z_next, dZ, dR, slack, z_prev, r_prev, best, since, plain, stalled_at = (
+            kept = (z_next, dG, dR, gram, slack, g_prev, r_prev, best, since, plain, stalled_at)
+            z_next, dG, dR, gram, slack, g_prev, r_prev, best, since, plain, stalled_at = (
                 x[left] for x in kept
             )
             if tilt is not None:

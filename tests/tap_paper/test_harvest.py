@@ -166,12 +166,19 @@ def test_loose_tolerance_splits_fixed_points_into_near_copies(prototypes):
     unpolished = HarvestSettings(n_init=None, tol=1e-6, max_iter=5000, polish_tol=None)
     loose = harvest.harvest(machine, x, unpolished)
     tight = harvest.harvest(machine, x, HarvestSettings(n_init=None, tol=1e-12, max_iter=5000))
+    exact = harvest.harvest(
+        machine, x, HarvestSettings(n_init=None, tol=1e-24, max_iter=50000, polish_tol=None)
+    )
     for solver in ("anderson", "damped"):
         settings = HarvestSettings(n_init=None, tol=1e-6, max_iter=5000, polish_solver=solver)
         polished = harvest.harvest(machine, x, settings)
         assert polished["polished"].all() and harvest.summarise(polished)["n_unpolished"] == 0
         np.testing.assert_array_equal(polished["inverse"], tight["inverse"])
-        np.testing.assert_allclose(polished["a_hidden"], tight["a_hidden"], atol=1e-5)
+        # Against the fixed points themselves (Alg. 1 to 1e-24): a row polished to MSE 1e-12
+        # lies up to 1.2e-5 (damped) or 9e-6 (anderson) from its fixed point on this machine,
+        # whose slowest mode is close to marginal, as does the harvest at tol 1e-12.
+        np.testing.assert_allclose(polished["a_hidden"], exact["a_hidden"], atol=2e-5)
+    np.testing.assert_allclose(tight["a_hidden"], exact["a_hidden"], atol=2e-5)
     s_loose, s_tight = harvest.summarise(loose), harvest.summarise(tight)
     assert s_tight["n_unique"] == 4 and s_loose["n_unique"] > 4
     assert s_tight["near_copy_fraction"] == 0 and s_tight["min_separation"] > 0.5

@@ -1,83 +1,196 @@
-"""Anderson mixing on the damped sweep of Alg. 1: ``solve(..., solver="anderson")``."""
+"""Anderson acceleration of the TAP equations on a reduced field map: ``solve(..., solver=
+"anderson")``.
+
+The TAP equations of a layered machine (eqs. 33-35) couple each layer only to its neighbours,
+and a unit's own mean enters its field only through the Onsager reaction term A_l a_l
+(eq. 34). Given its neighbours' moments, each layer's equations are therefore one scalar
+equation per unit,
+
+    B = A a + h,   a = f_a(B, A)      (A = -sum (W * W) c <= 0, h = sum W a of the neighbours),
+
+i.e. psi(B) = B - A f_a(B, A) - h = 0 with psi'(B) = 1 - A f_c(B, A) >= 1 (f_c = d f_a / dB is
+the variance): exactly one root, bracketed by h + A [upper, lower] of the prior's support, found
+by a bracketed Newton iteration (``solve_layer``). Solving the even layers from the odd ones and
+then the odd layers from the even ones maps the fields z = (A_l, B_l) of the odd layers to new
+ones: G(z). Its fixed points are the TAP solutions, the Onsager self-feedback that makes
+Alg. 1 crawl or cycle is solved exactly inside G, and z is small (2 N_1 numbers per row for an
+RBM instead of 2 (N_0 + N_1)). ``anderson`` accelerates the iteration of G by Anderson mixing
+with a safeguard, after a few of Alg. 1's damped sweeps (docs/tap_solver.md).
+"""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
 
 from tapmachine.core.priors import Bernoulli, Spin
+from tapmachine.core.tap.damped import neighbour_fields
 from tapmachine.core.tap.damped import sweep as damped_sweep
 
-__all__ = ["anderson"]
+__all__ = ["anderson", "solve_layer"]
 
-#: Rows per block of the Anderson solver: its history holds 2 x memory copies of each row.
-_ANDERSON_ELEMENTS = 2**24
-#: Anderson: Tikhonov regularisation of the mixing's normal equations, relative to their trace.
-_ANDERSON_REG = {torch.float32: 1e-6, torch.float64: 1e-10}
-#: Anderson safeguard: a mixed iterate is rejected when its residual norm exceeds this factor
-#: times the last accepted iterate's.
-_ANDERSON_GROWTH = 1.0
-#: Anderson: the mixing's correction dG gamma is scaled down to at most this factor times the
-#: residual norm ||r|| (a trust region). On trained binary-MNIST RBMs (bmnist_h25, epochs 10 and
-#: 30) a factor of 2-10 left a third to a half of the rows wandering at damped steps of 1e-6 to
-#: 1e-4 without converging, also from starts within 1e-6 of convergence: the hidden units'
-#: Onsager self-feedback (|A| up to tens) makes the sweep linear only very close to its fixed
-#: points. 0.5 converged as many rows as Alg. 1 or more (and every row of ``tests/conftest.py``'s
-#: RBM on which Alg. 1 cycles).
-_ANDERSON_STEP = 0.5
+#: Rows per block: the history holds 2 x memory copies of each row's fields.
+_BLOCK_ELEMENTS = 2**24
+#: Tikhonov regularisation of the least-squares problem, relative to the trace of its Gram
+#: matrix over the memory (scale free: the fields grow with the weights).
+_REG = {torch.float32: 1e-6, torch.float64: 1e-10}
+#: Safeguard: a row whose residual has not halved (``_DROP``) for ``_PATIENCE`` sweeps stalls
+#: (Anderson mixing, a root finder, can settle near a minimum of the residual that is no root
+#: instead of following the dynamics to the attractor) and takes plain steps z <- G(z) until
+#: its residual is ``_RESUME`` times the stalled one; then it mixes again with a fresh history.
+_DROP = 0.5
+_PATIENCE = 4
+_RESUME = 1e-2
+#: Bracketed Newton of ``solve_layer``: at most this many steps, stopping when every |psi| is
+#: below ``_NEWTON_TOL`` (relative to 1 + |B|).
+_NEWTON_STEPS = 60
+_NEWTON_TOL = {torch.float32: 2e-7, torch.float64: 1e-13}
+#: Inexact inner solves: a row's Newton iteration also stops once every |psi| is below this
+#: factor times the root-mean-square change of the row's means in its last sweep (far from
+#: the fixed point the layers need not be solved to rounding error).
+_INNER = 0.1
+#: Alg. 1's damped sweeps before the mixing starts: the basin a data start falls into under
+#: Alg. 1 is chosen in its first sweeps (on bmnist_h25 at epoch 10, 78% / 89% / 92% of rows
+#: reached Alg. 1's fixed point after 0 / 8 / 15 of them).
+_WARMUP = 10
 
 
 def _support(prior) -> tuple[float, float]:
-    """The interval that holds the means a of units with ``prior`` (their prior's support)."""
+    """The interval that holds the units' values (all priors here have a bounded support)."""
     if isinstance(prior, Bernoulli):
         return 0.0, 1.0
     if isinstance(prior, Spin):
         return -1.0, 1.0
-    return float(getattr(prior, "lower", -math.inf)), float(getattr(prior, "upper", math.inf))
+    return float(prior.lower), float(prior.upper)
 
 
-def _bounds(priors, order, widths, dtype, device) -> tuple[Tensor, Tensor]:
-    """Lower and upper bounds of the packed state (a of each layer in ``order``, then c): a in
-    its prior's support, 0 <= c <= (upper - lower)^2 / 4 (the largest variance on it)."""
-    lows, highs = [], []
-    for part in ("a", "c"):
-        for l, n in zip(order, widths, strict=True):
-            lo, hi = _support(priors[l])
-            if part == "c":
-                lo, hi = 0.0, (hi - lo) ** 2 / 4.0
-            lows.append(torch.full((n,), lo, dtype=dtype, device=device))
-            highs.append(torch.full((n,), hi, dtype=dtype, device=device))
-    return torch.cat(lows), torch.cat(highs)
+def _tilted(B, A, ext):
+    if ext is None:
+        return B, A
+    ext_A, ext_B = ext
+    return (B if ext_B is None else B + ext_B), (A if ext_A is None else A + ext_A)
 
 
-def _pack(a, c, order) -> Tensor:
-    """The iterated state of each row as one vector: a of the layers in ``order``, then c."""
-    return torch.cat([a[l] for l in order] + [c[l] for l in order], dim=1)
+def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
+    """The root B of psi(B) = B - A f_a(B, A) - h for each unit (A <= 0), with its moments.
+
+    Units whose |psi| at ``B0`` is already within tol (1 + |B|) (``_NEWTON_TOL``; plus the
+    row's ``slack``) keep B0. The others are gathered into one flat batch (with their prior's
+    parameters) and take Newton steps B <- B - psi / (1 - A f_c), kept inside the bracket
+    [h + A upper, h + A lower] (narrowed by the sign of psi; a step that leaves it, or after
+    which |psi| did not halve, bisects: Newton can cycle on a sigmoid's steep flank when |A|
+    is large), each unit leaving the batch once converged. ``ext`` = (A_ext, B_ext) is a
+    single-site tilt added to the fields the moments read, not to the Onsager term. Returns
+    (B, a, c).
+    """
+    tol = _NEWTON_TOL.get(B0.dtype, 1e-13)
+    a, c = prior.moments(*_tilted(B0, A, ext))
+    psi = B0 - torch.addcmul(h, A, a)
+    bound = (1.0 + B0.abs()).mul_(tol)
+    if slack is not None:
+        bound += slack
+    todo = torch.nonzero((psi.abs() > bound).view(-1), as_tuple=True)[0]
+    if todo.numel() == 0:
+        return B0, a, c
+    n = B0.shape[-1]
+    cols = todo % n
+    sub = prior.replace(**{k: v[cols] for k, v in prior.params().items()})
+
+    def take(x):
+        return None if x is None else x.expand_as(B0).reshape(-1)[todo]
+
+    Af, hf, Bf = take(A), take(h), take(B0)
+    ext_f = None if ext is None else [take(x) for x in ext]
+    slack_f = None if slack is None else take(slack)
+    lo_x, hi_x = _support(prior)
+    lo = torch.add(hf, Af, alpha=hi_x)
+    hi = torch.add(hf, Af, alpha=lo_x)
+    Bf = torch.minimum(torch.maximum(Bf, lo), hi)
+    af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
+    B, a, c = B0.clone(), a.clone(), c.clone()
+    where = todo  # flat positions of the units still iterating
+    B.view(-1)[where], a.view(-1)[where], c.view(-1)[where] = Bf, af, cf
+    last = torch.full_like(Bf, torch.inf)  # |psi| at the previous step
+    for _ in range(_NEWTON_STEPS):
+        psi = Bf - torch.addcmul(hf, Af, af)
+        size = psi.abs()
+        bound = (1.0 + Bf.abs()).mul_(tol)
+        if slack_f is not None:
+            bound += slack_f
+        left = size > bound
+        if not bool(left.any()):
+            break
+        if not bool(left.all()):
+            keep = torch.nonzero(left, as_tuple=True)[0]
+            where = where[keep]
+            kept = (Bf, psi, size, cf, Af, hf, lo, hi, last, cols)
+            Bf, psi, size, cf, Af, hf, lo, hi, last, cols = (x[keep] for x in kept)
+            if slack_f is not None:
+                slack_f = slack_f[keep]
+            if ext_f is not None:
+                ext_f = [None if x is None else x[keep] for x in ext_f]
+            sub = prior.replace(**{k: v[cols] for k, v in prior.params().items()})
+        above = psi > 0
+        hi = torch.where(above, Bf, hi)
+        lo = torch.where(above, lo, Bf)
+        Bf = Bf - psi / (1.0 - Af * cf)
+        bisect = (Bf < lo) | (Bf > hi) | (size > 0.5 * last)
+        Bf = torch.where(bisect, 0.5 * (lo + hi), Bf)
+        last = size
+        af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
+        B.view(-1)[where] = Bf
+        a.view(-1)[where] = af
+        c.view(-1)[where] = cf
+    return B, a, c
 
 
-def _unpack(z, a, c, order, widths) -> None:
-    """Set a, c of the layers in ``order`` to the column blocks of ``z`` (views)."""
-    parts = torch.split(z, list(widths) * 2, dim=1)
-    for i, l in enumerate(order):
-        a[l], c[l] = parts[i], parts[len(order) + i]
+def _layers(order):
+    """(first, state): the iterated layers of even index, solved first from the odd ones, and
+    those of odd index, whose fields are the iterated variable z."""
+    first = [l for l in order if l % 2 == 0]
+    state = [l for l in order if l % 2 == 1]
+    if not state:  # a lone iterated layer (never the case for the machines here)
+        first, state = [], first
+    return first, state
 
 
-def anderson(work, tilt, maps, first, damping, tol, max_iter, memory):
+def _map(z, a, c, A, B, first, state, widths, maps, tilt, slack) -> tuple[Tensor, Tensor]:
+    """G(z): the moments of the ``state`` layers from their fields z, then every ``first``
+    layer and every ``state`` layer solved from its neighbours (``solve_layer``, warm-started
+    at the Alg. 1 update B = A a + h from the layer's previous mean). a, c, A, B are updated in
+    place on the lists. Returns the new fields of the ``state`` layers, packed like z, and each
+    row's squared change of the means: ||f(G(z)) - f(z)||^2 over the ``state`` layers plus the
+    change of the ``first`` layers since the previous sweep."""
+    _, weights, neg_squares, priors = maps
+    parts = torch.split(z, widths * 2, dim=1)
+    n = len(state)
+    for i, l in enumerate(state):
+        a[l], c[l] = priors[l].moments(parts[n + i], parts[i])
+    a_in = [a[l] for l in first + state]
+    for l in first + state:
+        A_l, h = neighbour_fields(l, a, c, weights, neg_squares)
+        ext = tilt if l == 0 else None
+        B[l], a[l], c[l] = solve_layer(priors[l], A_l, h, torch.addcmul(h, A_l, a[l]), ext, slack)
+        A[l] = A_l
+    g = torch.cat([A[l] for l in state] + [B[l] for l in state], dim=1)
+    changes = (a[l] - x for l, x in zip(first + state, a_in, strict=True))
+    return g, sum(torch.linalg.vector_norm(d, dim=1).square() for d in changes)
+
+
+def anderson(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
     """``_anderson_block`` over blocks of rows (rows do not interact), concatenated."""
-    a, c, A, B = work
+    a = work[0]
     order = maps[0]
     K = a[order[0]].shape[0]
-    n_z = 2 * sum(a[l].shape[1] for l in order)
-    block = max(1, _ANDERSON_ELEMENTS // (max(memory, 1) * n_z))
+    n_z = 2 * sum(a[l].shape[1] for l in _layers(order)[1])
+    block = max(1, _BLOCK_ELEMENTS // (2 * max(memory, 1) * n_z))
     parts = []
     for start in range(0, K, block):
         rows = slice(start, start + block)
         piece = [[x[rows] for x in part] for part in work]
         piece_tilt = None if tilt is None else [None if x is None else x[rows] for x in tilt]
         parts.append(
-            _anderson_block(piece, piece_tilt, maps, first, damping, tol, max_iter, memory)
+            _anderson_block(piece, piece_tilt, maps, tol, max_iter, memory, stop_scale, warm)
         )
     if len(parts) == 1:
         return parts[0]
@@ -85,143 +198,141 @@ def anderson(work, tilt, maps, first, damping, tol, max_iter, memory):
     return (out, *(torch.cat([p[i] for p in parts]) for i in (1, 2, 3)))
 
 
-def _anderson_block(work, tilt, maps, first, damping, tol, max_iter, memory):
-    """Anderson mixing (type II, memory m) on the damped Alg. 1 sweep, per row, batched.
+def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
+    """Anderson mixing (type II, memory m) of the reduced field map G, per row, batched.
 
-    With z the packed state (a, c of every iterated layer), G(z) one damped sweep of Alg. 1
-    (``sweep``) and r = G(z) - z, each row keeps the differences of its last m accepted
-    (G(z), r) pairs, dG and dR, and steps to
+    The first ``_WARMUP`` iterations are Alg. 1's damped sweeps (``warm``: the first sweep's
+    damping of a and c per layer, then ``damping``); z_0 is then the ``state`` layers solved
+    from those means, so the first mixed iteration is one and a half sweeps. Then, with
+    r = G(z) - z and the last m differences dZ, dR of iterates and residuals (ring buffers of
+    dG = dZ + dR and dR per row, with the Gram matrix of dR updated by its new column), each
+    row steps to
 
-        z <- G(z) - dG gamma,   gamma = argmin ||r - dR gamma||^2,
+        z <- z + r - (dZ + dR) gamma,   gamma = argmin ||r - dR gamma||^2 + lam ||gamma||^2,
 
-    the small (m x m) normal equations regularised by 1e-10 (1e-6 in float32) of their trace
-    and solved for all rows at once, the correction dG gamma shortened to at most
-    ``_ANDERSON_STEP`` ||r||; then a is clipped into its prior's support and c into
-    [0, (upper - lower)^2 / 4]. Safeguard: a row whose mixed iterate has a larger residual
-    ||r|| than the last accepted iterate drops its history and goes back to the plain damped
-    step from that iterate, G(z_accepted); a plain damped step is always accepted. The first
-    sweep is ``solve``'s first (``first``: its damping per layer of a and c), and a row stops,
-    as in ``solve``, after the sweep whose mean squared damped step of the means is below
-    ``tol``, returning the swept state G(z) with that sweep's fields. Returns (out, iterations,
-    converged, fallbacks) with out = [a, c, A, B] and fallbacks the rejections of each row.
+    (mixing parameter 1: G has no self-feedback left to damp), lam = ``_REG`` times the trace
+    of dR^T dR over m, the m x m systems solved for all rows at once. Safeguard, judged by the
+    residuals the sweeps produce: see ``_PATIENCE`` (a stalled row takes plain steps of G).
+
+    A row stops after the sweep whose mean squared change of the means (``_map``; over all
+    iterated units, as Alg. 1's), times ``stop_scale``, is below ``tol``; it returns that
+    sweep's moments and fields (the visible tilt included in A_0, B_0). Returns (out,
+    iterations, converged, stalls) with out = [a, c, A, B] and stalls each row's switches to
+    plain steps.
     """
     a, c, A, B = (list(x) for x in work)
     order, weights, neg_squares, priors = maps
-    n_layers = len(a)
+    first, state = _layers(order)
     ref = a[order[0]]
     K, dtype, device = ref.shape[0], ref.dtype, ref.device
-    widths = [a[l].shape[1] for l in order]
-    n_iterated = sum(widths)
-    lower, upper = _bounds(priors, order, widths, dtype, device)
-    reg = _ANDERSON_REG.get(dtype, 1e-10)
-    growth = _ANDERSON_GROWTH**2  # on squared norms
+    widths = [a[l].shape[1] for l in state]
+    n_iterated = sum(a[l].shape[1] for l in order)
+    m = max(memory, 1)
+    reg = _REG.get(dtype, 1e-10)
     out = [[torch.empty_like(x) for x in part] for part in (a, c, A, B)]
     iterations = torch.full((K,), max_iter, dtype=torch.long, device=device)
     converged = torch.zeros(K, dtype=torch.bool, device=device)
-    fallbacks = torch.zeros(K, dtype=torch.long, device=device)
+    stalls = torch.zeros(K, dtype=torch.long, device=device)
     active = torch.arange(K, device=device)
-    keep = [damping] * n_layers
-
-    def sweep(keep_a, keep_c):
-        return damped_sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
 
     def finish(rows, t, done):
         target = active[rows]
         for outs, ins in zip(out, (a, c, A, B), strict=True):
             for o, x in zip(outs, ins, strict=True):
                 o[target] = x[rows]
-        converged[target] = done[rows] if done is not None else True
-        iterations[target[converged[target]]] = t
+        if tilt is not None:
+            for o, ext in zip(out[2:], tilt, strict=True):
+                if ext is not None:
+                    o[0][target] += ext[rows]
+        converged[target] = done[rows]
+        iterations[target[done[rows]]] = t
 
-    step = sweep(*first)
-    done = step / n_iterated < tol
-    if max_iter == 1 or bool(done.all()):
-        finish(torch.arange(K, device=device), 1, done)
-        return out, iterations, converged, fallbacks
-    m = max(memory, 1)
-    z = None
-    dG = dR = g_prev = r_prev = rn_prev = n_hist = None
+    slack = torch.full((K, 1), _INNER, dtype=dtype, device=device)
+    warmup = min(_WARMUP, max_iter - 1)
+    for t in range(warmup):
+        keep_a, keep_c = warm[:2] if t == 0 else ([warm[2]] * len(a), [warm[2]] * len(a))
+        damped_sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
+    z = _solve_state(a, c, A, B, state, weights, neg_squares, priors)
+    # ring buffers of the differences of G(z) and of r, and the Gram matrix of dR kept current
+    dG = torch.zeros(K, m, z.shape[1], dtype=dtype, device=device)
+    dR = torch.zeros_like(dG)
+    gram = torch.zeros(K, m, m, dtype=torch.float64, device=device)
+    g_prev = r_prev = None
+    best = torch.full((K,), torch.inf, dtype=dtype, device=device)
+    since = torch.zeros(K, dtype=torch.long, device=device)  # sweeps since the last halving
+    plain = torch.zeros(K, dtype=torch.bool, device=device)  # stalled rows
+    stalled_at = torch.zeros(K, dtype=dtype, device=device)
     pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet finished
-    for t in range(1, max_iter + 1):
-        if t > 1:
-            step = sweep(keep, keep)
-            done = (step / n_iterated < tol) & pending
-        g = _pack(a, c, order)
+    for t in range(warmup + 1, max_iter + 1):
+        g, step = _map(z, a, c, A, B, first, state, widths, maps, tilt, slack)
+        step.div_(n_iterated)
+        done = (step * stop_scale < tol) & pending
         if t == max_iter:
             finish(torch.nonzero(pending, as_tuple=True)[0], t, done)
             break
-        if t == 1:
-            # The first sweep is Alg. 1's (placeholders undamped): the mixing starts after it.
-            z_next = g
-            n_z = g.shape[1]
-            dG = torch.zeros(g.shape[0], m, n_z, dtype=dtype, device=device)
-            dR = torch.zeros_like(dG)
-            gram = torch.zeros(g.shape[0], m, m, dtype=torch.float64, device=device)
-            n_hist = torch.zeros(g.shape[0], dtype=torch.long, device=device)
+        slack = step.sqrt().mul_(_INNER).unsqueeze(1)
+        r = g - z
+        if g_prev is not None:
+            slot = t % m
+            torch.sub(g, g_prev, out=dG[:, slot])
+            new = torch.sub(r, r_prev, out=dR[:, slot])
+            prods = torch.bmm(dR, torch.stack([new, r], dim=2)).double()
+            gram[:, slot, :] = prods[:, :, 0]
+            gram[:, :, slot] = prods[:, :, 0]
+            rhs = prods[:, :, 1:]
         else:
-            r = g - z
-            rn = r.square().sum(1)
-            if t > 2:
-                # n_hist > 0: this iterate was mixed (a plain damped step is always accepted)
-                accept = (n_hist == 0) | (rn <= growth * rn_prev) | done
-                slot = (t - 3) % m
-                dG[:, slot] = g - g_prev  # rejected rows' history is cleared just below
-                new = torch.sub(r, r_prev)
-                dR[:, slot] = new
-                # the Gram matrix of dR kept up to date: only the new column's products
-                prods = torch.bmm(dR, torch.stack([new, r], dim=2)).double()
-                gram[:, slot, :] = prods[:, :, 0]
-                gram[:, :, slot] = prods[:, :, 0]
-                rhs = prods[:, :, 1:]
-                n_hist = torch.where(accept, (n_hist + 1).clamp_(max=m), 0)
-                rejected = torch.nonzero(~accept, as_tuple=True)[0]
-                if rejected.numel():
-                    fallbacks[active[rejected]] += 1
-                    dG[rejected] = 0.0
-                    dR[rejected] = 0.0
-                    gram[rejected] = 0.0
-                    rhs[rejected] = 0.0
-            else:
-                rhs = torch.zeros(g.shape[0], m, 1, dtype=torch.float64, device=device)
-            system = gram.clone()
-            scale = system.diagonal(dim1=1, dim2=2).sum(1) * (reg / m) + 1e-300
-            system.diagonal(dim1=1, dim2=2).add_(scale.unsqueeze(1))
-            gamma = torch.linalg.solve(system, rhs)
-            gamma = torch.where(torch.isfinite(gamma).all(1, keepdim=True), gamma, 0.0)
-            corr = torch.bmm(gamma.transpose(1, 2).to(dtype), dG).squeeze(1)
-            limit = rn.sqrt() * _ANDERSON_STEP
-            size = torch.linalg.vector_norm(corr, dim=1)
-            shrink = torch.where(size > limit, limit / size.clamp_min(1e-300), 1.0)
-            z_next = torch.addcmul(g, corr, shrink.unsqueeze(1), value=-1.0)
-            if t > 2 and rejected.numel():
-                z_next[rejected] = g_prev[rejected]
-            z_next = torch.clamp(z_next, lower, upper)
-            if t == 2 or not rejected.numel():
-                g_prev, r_prev, rn_prev = g, r, rn
-            else:
-                g_prev = torch.where(accept[:, None], g, g_prev)
-                r_prev = torch.where(accept[:, None], r, r_prev)
-                rn_prev = torch.where(accept, rn, rn_prev)
+            rhs = torch.zeros(K, m, 1, dtype=torch.float64, device=device)
+        # the safeguard
+        halved = step < _DROP * best
+        best = torch.where(halved, step, best)
+        since = torch.where(halved, 0, since + 1)
+        stall = (since > _PATIENCE) & ~plain
+        if bool(stall.any()):
+            stalls[active[stall]] += 1
+            plain |= stall
+            stalled_at = torch.where(stall, step, stalled_at)
+        resume = plain & (step < _RESUME * stalled_at)
+        if bool(resume.any()):
+            plain &= ~resume
+            since = torch.where(resume, 0, since)
+            best = torch.where(resume, step, best)
+            for x in (dG, dR, gram, rhs):
+                x[resume] = 0.0
+        system = gram.clone()
+        diag = system.diagonal(dim1=1, dim2=2)
+        diag.add_((diag.sum(1) * (reg / m) + 1e-300).unsqueeze(1))
+        gamma = torch.linalg.solve(system, rhs)
+        gamma = torch.nan_to_num_(gamma, nan=0.0, posinf=0.0, neginf=0.0)
+        gamma_t = gamma.mT.mul_((~plain).double()[:, None, None]).to(dtype)
+        # z + r - (dZ + dR) gamma = G(z) - dG gamma
+        z_next = g.sub_(torch.bmm(gamma_t, dG).squeeze(1))
+        g_prev, r_prev = r + z, r
         if bool(done.any()):
             finish(torch.nonzero(done, as_tuple=True)[0], t, done)
             pending &= ~done
-            n_left = int(pending.sum())
-            if n_left == 0:
+            if not bool(pending.any()):
                 break
         # Finished rows keep iterating (their results are stored) until they are a sixteenth
         # of the working set: compacting the history at every convergence costs more.
-        if 16 * (pending.numel() - int(pending.sum())) >= pending.numel():
-            left = pending
-            pending = pending[left]
-            active = active[left]
-            A, B = [x[left] for x in A], [x[left] for x in B]
-            a, c = [x[left] for x in a], [x[left] for x in c]
-            z_next, dG, dR, n_hist = z_next[left], dG[left], dR[left], n_hist[left]
-            gram = gram[left]
-            if g_prev is not None:
-                g_prev, r_prev, rn_prev = g_prev[left], r_prev[left], rn_prev[left]
+        n_left = int(pending.sum())
+        if 16 * (pending.numel() - n_left) >= pending.numel():
+            left = torch.nonzero(pending, as_tuple=True)[0]
+            pending, active = pending[left], active[left]
+            a, c, A, B = ([x[left] for x in part] for part in (a, c, A, B))
+            kept = (z_next, dG, dR, gram, slack, g_prev, r_prev, best, since, plain, stalled_at)
+            z_next, dG, dR, gram, slack, g_prev, r_prev, best, since, plain, stalled_at = (
+                x[left] for x in kept
+            )
             if tilt is not None:
                 tilt = [None if x is None else x[left] for x in tilt]
         z = z_next
-        _unpack(z, a, c, order, widths)
-    return out, iterations, converged, fallbacks
+    return out, iterations, converged, stalls
+
+
+def _solve_state(a, c, A, B, state, weights, neg_squares, priors) -> Tensor:
+    """z_0: the ``state`` layers solved from the given means of their neighbours."""
+    for l in state:
+        A_l, h = neighbour_fields(l, a, c, weights, neg_squares)
+        B[l], a[l], c[l] = solve_layer(priors[l], A_l, h, torch.addcmul(h, A_l, a[l]))
+        A[l] = A_l
+    return torch.cat([A[l] for l in state] + [B[l] for l in state], dim=1)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["sweep"]
+__all__ = ["neighbour_fields", "layer_fields", "sweep"]
 
 
-def _layer_fields(l, a, c, weights, neg_squares):
-    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l`` (batched matmuls).
-
-    ``neg_squares`` holds -W * W, so A comes straight out of the matmuls.
-    """
+def neighbour_fields(l, a, c, weights, neg_squares):
+    """A_l of eq. (33) and the coupling field sum_m W_lm a_m of eq. (34) from the neighbours of
+    layer ``l`` (batched matmuls). ``neg_squares`` holds -W * W, so A comes straight out of the
+    matmuls."""
     n_couplings = len(weights)
     A = None
     field = None
@@ -26,9 +25,14 @@ def _layer_fields(l, a, c, weights, neg_squares):
         else:
             A.addmm_(c[l + 1], neg_squares[l].T)
             field.addmm_(a[l + 1], weights[l].T)
-    # B = A * a_old + field (Onsager reaction term uses the layer's previous mean).
-    B = field.addcmul_(A, a[l])
-    return A, B
+    return A, field
+
+
+def layer_fields(l, a, c, weights, neg_squares):
+    """(A_l, B_l) of eqs. (33)-(34) from the neighbours of layer ``l``; the Onsager reaction
+    term of B uses the layer's previous mean a_l."""
+    A, field = neighbour_fields(l, a, c, weights, neg_squares)
+    return A, field.addcmul_(A, a[l])
 
 
 def sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c) -> Tensor:
@@ -41,7 +45,7 @@ def sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
     """
     step = torch.zeros(a[order[0]].shape[0], dtype=a[order[0]].dtype, device=a[order[0]].device)
     for l in order:
-        A[l], B[l] = _layer_fields(l, a, c, weights, neg_squares)
+        A[l], B[l] = layer_fields(l, a, c, weights, neg_squares)
         if l == 0 and tilt is not None:
             for field, extra in zip((A[0], B[0]), tilt, strict=True):
                 if extra is not None:

@@ -91,15 +91,18 @@ def solve(
         correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. Either may be
         None (no such term). The state's visible A, B include the tilt. Ignored when clamped.
     solver : {"damped", "anderson"}
-        ``"damped"`` is Alg. 1 as above. ``"anderson"`` accelerates the same damped sweep by
-        Anderson mixing (``anderson``): same first iteration, same fixed points, same stopping
-        criterion (the mean squared damped step at the current iterate), so iteration counts
-        compare; it may reach another fixed point than Alg. 1 from the same start.
+        ``"damped"`` is Alg. 1 as above. ``"anderson"`` (``anderson``) solves the same TAP
+        equations by Anderson mixing of a reduced map: each layer is solved exactly from its
+        neighbours (the Onsager self-feedback by a Newton iteration per unit), odd layers'
+        fields are the iterated variable, and no damping is needed. A row stops after the sweep
+        whose mean squared change of the means, times (1 - damping)^2, is below ``tol``: the
+        bound on the residual that ``tol`` sets for Alg. 1's damped step. It may reach another
+        fixed point than Alg. 1 from the same start.
     memory : int
         ``"anderson"``: number of past iterates mixed (m).
     stats : dict, optional
-        ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's rejected
-        mixed iterates (safeguard fallbacks to the damped step).
+        ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's
+        switches from mixing to plain steps (the safeguard: its residual stopped falling).
 
     Returns
     -------
@@ -174,13 +177,14 @@ def solve(
         active = torch.arange(K, device=device)  # original row of each working row
         pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet done
         if solver == "anderson":
-            first = [
+            maps = (order, weights, neg_squares, priors)
+            stop_scale = (1.0 - damping) ** 2
+            warm = [
                 [damping if damping > 0.0 and given[l] else 0.0 for l in sizes_l]
                 for given in (given_a, given_c)
             ]
-            maps = (order, weights, neg_squares, priors)
             out, iterations, converged, fallbacks = anderson(
-                (a, c, A, B), tilt, maps, first, damping, tol, max_iter, memory
+                (a, c, A, B), tilt, maps, tol, max_iter, memory, stop_scale, (*warm, damping)
             )
             if stats is not None:
                 stats["fallbacks"] = fallbacks

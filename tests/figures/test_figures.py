@@ -719,6 +719,7 @@ def test_ucd_table1_floor_row_and_coupling_claims_table2_full_reference(tmp_path
     claims = t1[t1["kind"] == "claim"].set_index("claim")
     assert claims.loc["ucd_lmi_best_fid", "held"] == "held"  # the floor is not a method
     assert claims.loc["fid_floor_test_halves", "value"] == 2.5
+    assert claims.loc["fid_classifier_test_accuracy", "value"] == 0.99
     assert claims.loc["coupling_time_tau_5_to_30", "held"] == "not held"  # tau = 1
     assert claims.loc["local_search_steps_T", "value"] == 8.0
     t2 = ucd_dbm.table2(

@@ -719,6 +719,7 @@ def test_ucd_table1_floor_row_and_coupling_claims_table2_full_reference(tmp_path
     claims = t1[t1["kind"] == "claim"].set_index("claim")
     assert claims.loc["ucd_lmi_best_fid", "held"] == "held"  # the floor is not a method
     assert claims.loc["fid_floor_test_halves", "value"] == 2.5
+    assert claims.loc["fid_classifier_test_accuracy", "value"] == 0.99
     assert claims.loc["coupling_time_tau_5_to_30", "held"] == "not held"  # tau = 1
     assert claims.loc["local_search_steps_T", "value"] == 8.0
     t2 = ucd_dbm.table2(
@@ -733,6 +734,25 @@ def test_ucd_table1_floor_row_and_coupling_claims_table2_full_reference(tmp_path
     )
     assert verdicts == {"no_centering": "held", "no_marginalise": "not held"}
     assert t2.loc[t2["claim"] == "ablation_at_one_size", "held"].tolist() == ["held"]
+    assert not (t2["claim"] == "unbiased_gradient_matters_most").any()  # no PCD row to test
+    tau_row = claims.loc["coupling_time_tau_5_to_30", "detail"]
+    assert "uniform over the whole state" in tau_row and "T per step: mean 8" in tau_row
+
+    def most(fid_no_unbiased, fid_no_centering):
+        t = ucd_dbm.table2(
+            [
+                write("full", "ucd_lmi", 40.0, "784-500-500"),
+                write("no_unbiased", "dbm_pcd", fid_no_unbiased, "784-500-500"),
+                write("no_centering", "ucd_lmi", fid_no_centering, "784-500-500"),
+            ]
+        ).table
+        row = t[t["claim"] == "unbiased_gradient_matters_most"]
+        assert row["model"].tolist() == ["no_unbiased"]
+        return row["held"].iloc[0], row["value"].iloc[0]
+
+    assert most(150.0, 60.0) == ("held", 110.0)
+    assert most(70.0, 90.0) == ("not held", 30.0)  # centering's removal hurts more
+    assert most(30.0, 20.0)[0] == "not held"  # highest of the removals, yet below the full model
 
 
 def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():

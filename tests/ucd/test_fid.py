@@ -42,3 +42,40 @@ def test_eight_bit_layout_is_decoded_to_grey_levels():
     torch.testing.assert_close(images[0, 0], grey.float() / 255.0)
     plain = fid.as_images(torch.arange(6.0)[None], (2, 3))
     torch.testing.assert_close(plain[0, 0], torch.arange(6.0).reshape(2, 3))
+
+
+def test_random_shift_moves_each_image_by_its_own_offset_within_the_bound():
+    """Every output is its input translated by some (dy, dx) in [-s, s]^2 with zeros shifted in,
+    the offsets differ between images, and s = 0 leaves the images alone."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(200, 1, 6, 7, generator=g) + 0.5  # no zeros: a shift is recognisable
+    s = 2
+    out = fid.random_shift(images, s, g)
+    padded = torch.nn.functional.pad(images, (s, s, s, s))
+    offsets = set()
+    for i in range(images.shape[0]):  # checking each image against all 25 candidate shifts
+        hits = [
+            (dy, dx)
+            for dy in range(2 * s + 1)
+            for dx in range(2 * s + 1)
+            if torch.equal(out[i, 0], padded[i, 0, dy : dy + 6, dx : dx + 7])
+        ]
+        assert len(hits) == 1
+        offsets.add(hits[0])
+    assert len(offsets) == (2 * s + 1) ** 2  # 200 draws reach all 25 offsets
+    assert fid.random_shift(images, 0, g) is images
+
+
+def test_classifier_with_batch_norm_and_dropout_is_deterministic_in_eval_and_reloads():
+    g = torch.Generator().manual_seed(1)
+    x, y = _blobs(400, g)
+    settings = fid.ClassifierSettings(
+        channels=(4,), features=6, epochs=1, batch_norm=True, dropout=0.5, shift=1
+    )
+    net = fid.train_classifier(x, y, (4, 5), settings, g)
+    assert net.config["batch_norm"] and net.config["dropout"] == 0.5
+    torch.testing.assert_close(net(x[:50]), net(x[:50]), rtol=0, atol=0)
+    again = fid.Classifier(**net.config)
+    again.load_state_dict(net.state_dict())
+    again.eval()
+    torch.testing.assert_close(again(x[:50]), net(x[:50]), rtol=0, atol=0)

@@ -435,3 +435,32 @@ def test_mh_meeting_probability_is_the_exact_rejection_probability(parity):
     se = math.sqrt(exact * (1 - exact) / n)
     assert 0.05 < exact < 0.95
     assert abs(observed - exact) < 4 * se, (observed, exact, se)
+
+
+@pytest.mark.parametrize("units", ["spin", "binary"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_block_update_is_binary_mode_of_input_to_exactly(units, dtype):
+    """The fused block update (fields summed and thresholded in place) gives exactly the values
+    of ``binary_mode(prior, input_to)``, ties at zero field included, and leaves its input alone;
+    clamped layers (the posterior's visible layer) stay."""
+    m = ucd.random_machine([7, 6, 5, 4], gen(3), units=units, gain=2.0, dtype=dtype)
+    v = Target.joint(m).uniform(Target.joint(m).blank(300), gen(5))[0]
+    for target in (Target.joint(m), Target.posterior(m)):
+        xs = target.uniform(target.blank(300, {0: v}), gen(4))
+        before = [x.clone() for x in xs]
+        for parity in (0, 1):
+            new = ucd.block_update(target, xs, parity)
+            for l in range(m.n_layers):
+                expected = xs[l]
+                if l in target.free and l % 2 == parity:
+                    expected = ucd.binary_mode(m.priors[l], m.input_to(l, xs))
+                assert torch.equal(new[l], expected), (l, parity)
+        assert all(torch.equal(a, b) for a, b in zip(xs, before, strict=True))
+    # ties: zero couplings and biases put every field at exactly 0, the mode's +1 / 1 side
+    zero = BoltzmannMachine(
+        tuple(type(p)(torch.zeros_like(p.U)) for p in m.priors),
+        tuple(torch.zeros_like(w) for w in m.weights),
+    )
+    target = Target.joint(zero)
+    new = ucd.block_update(target, target.uniform(target.blank(10), gen(6)), 1)
+    assert all((new[l] == 1).all() for l in (1, 3))

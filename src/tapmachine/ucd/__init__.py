@@ -16,7 +16,7 @@ minibatch and logs ``positive.summary()`` and ``negative.summary()``.
 from tapmachine.ucd.couplings import GibbsCoupling, MHCoupling, maximal_coupling
 from tapmachine.ucd.init import logistic, orthogonal, random_machine, to_spin
 from tapmachine.ucd.search import SearchResult, block_update, gibbs_sweep, local_search
-from tapmachine.ucd.target import Target, binary_mode
+from tapmachine.ucd.target import Target, binary_mode, binary_mode_
 from tapmachine.ucd.unbiased import (
     COUPLINGS,
     INITS,
@@ -42,6 +42,7 @@ __all__ = [
     "Target",
     "UCDSettings",
     "binary_mode",
+    "binary_mode_",
     "block_update",
     "couple",
     "coupling_steps",

@@ -17,7 +17,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Classifier", "train_classifier", "accuracy", "frechet_distance"]
+__all__ = ["Classifier", "train_classifier", "random_shift", "accuracy", "frechet_distance"]
 
 
 def as_images(x: Tensor, shape) -> Tensor:
@@ -32,23 +32,36 @@ def as_images(x: Tensor, shape) -> Tensor:
 
 
 class Classifier(nn.Module):
-    """A small CNN: two (3x3 conv, ReLU, 2x2 max-pool) blocks, then ``features`` ReLU units (the
-    penultimate layer) and the class scores.
+    """A small CNN: (3x3 conv, [batch norm], ReLU, 2x2 max-pool) blocks, then ``features`` ReLU
+    units (the penultimate layer, [dropout] before and after it) and the class scores.
 
     As a torchmetrics feature module ``forward`` returns the penultimate features (``num_features``
-    of them) of rows of H*W pixels; ``logits`` gives the class scores.
+    of them) of rows of H*W pixels; ``logits`` gives the class scores. In ``eval`` mode batch norm
+    uses its running statistics and dropout is off, so the features are deterministic.
     """
 
-    def __init__(self, shape, channels=(32, 64), features: int = 128, classes: int = 10):
+    def __init__(
+        self,
+        shape,
+        channels=(32, 64),
+        features: int = 128,
+        classes: int = 10,
+        batch_norm: bool = False,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         h, w = (int(n) for n in shape)
         side = h if w == 8 * h else w  # the 8-bit layout is decoded to H x H
         layers, c_in = [], 1
         for c in channels:
-            layers += [nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+            layers.append(nn.Conv2d(c_in, c, 3, padding=1, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(c))
+            layers += [nn.ReLU(), nn.MaxPool2d(2)]
             c_in = c
         pooled = (h // 2 ** len(channels)) * (side // 2 ** len(channels))
         self.conv = nn.Sequential(*layers)
+        self.drop = nn.Dropout(dropout)
         self.body = nn.Sequential(nn.Flatten(), nn.Linear(c_in * pooled, features), nn.ReLU())
         self.head = nn.Linear(features, classes)
         self.shape = (h, w)
@@ -58,13 +71,33 @@ class Classifier(nn.Module):
             "channels": [int(c) for c in channels],
             "features": features,
             "classes": classes,
+            "batch_norm": bool(batch_norm),
+            "dropout": float(dropout),
         }
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.body(self.conv(as_images(x, self.shape)))
+        return self.image_features(as_images(x, self.shape))
+
+    def image_features(self, images: Tensor) -> Tensor:
+        """Penultimate features of (n, 1, H, W) images."""
+        return self.body(self.drop(self.conv(images)))
 
     def logits(self, x: Tensor) -> Tensor:
-        return self.head(self(x))
+        return self.head(self.drop(self(x)))
+
+
+def random_shift(images: Tensor, max_shift: int, generator: torch.Generator) -> Tensor:
+    """Each (1, H, W) image moved by its own (dy, dx), uniform in [-max_shift, max_shift]^2, with
+    zeros shifted in (the augmentation by translations of LeCun et al. 1998, Sec. III.C)."""
+    if max_shift <= 0:
+        return images
+    n, _, h, w = images.shape
+    s = max_shift
+    padded = nn.functional.pad(images, (s, s, s, s))
+    dy, dx = torch.randint(0, 2 * s + 1, (2, n, 1), generator=generator)
+    rows = (dy + torch.arange(h))[:, :, None]
+    cols = (dx + torch.arange(w))[:, None, :]
+    return padded[torch.arange(n)[:, None, None], 0, rows, cols][:, None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +107,9 @@ class ClassifierSettings:
     epochs: int = 3
     batch_size: int = 64
     learning_rate: float = 2e-3
+    batch_norm: bool = False
+    dropout: float = 0.0
+    shift: int = 0
 
 
 def train_classifier(
@@ -82,7 +118,8 @@ def train_classifier(
     """Adam on cross-entropy, shuffled minibatches drawn with ``generator``; ``shape``: (H, W).
 
     The step decays from ``learning_rate`` to 0 along a half cosine over all steps (a few epochs
-    then reach the accuracy that a constant step needs more epochs for).
+    then reach the accuracy that a constant step needs more epochs for). With ``shift`` > 0 every
+    minibatch is moved by ``random_shift``.
     """
     x = torch.as_tensor(x, dtype=torch.float32)
     y = torch.as_tensor(y, dtype=torch.long)
@@ -92,17 +129,26 @@ def train_classifier(
     init_seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     with torch.random.fork_rng():
         torch.manual_seed(init_seed)
-        net = Classifier(shape, settings.channels, settings.features, classes)
+        net = Classifier(
+            shape,
+            settings.channels,
+            settings.features,
+            classes,
+            settings.batch_norm,
+            settings.dropout,
+        )
     opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
     steps = settings.epochs * -(-x.shape[0] // settings.batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     loss_fn = nn.CrossEntropyLoss()
+    net.train()
     for _ in range(settings.epochs):
         order = torch.randperm(x.shape[0], generator=generator)
         for i in range(0, x.shape[0], settings.batch_size):
             idx = order[i : i + settings.batch_size]
+            images = random_shift(as_images(x[idx], net.shape), settings.shift, generator)
             opt.zero_grad()
-            loss = loss_fn(net.logits(x[idx]), y[idx])
+            loss = loss_fn(net.head(net.drop(net.image_features(images))), y[idx])
             loss.backward()
             opt.step()
             schedule.step()

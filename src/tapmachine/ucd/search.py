@@ -17,7 +17,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from tapmachine.ucd.target import Target, binary_mode, take
+from tapmachine.ucd.target import Target, binary_mode_, take
 
 __all__ = ["SearchResult", "local_search", "gibbs_sweep", "block_update"]
 
@@ -36,13 +36,29 @@ def _check_plain(target: Target) -> None:
         raise ValueError("local search and Gibbs sweeps run on the plain machine (nothing summed)")
 
 
+def _field(machine, layer: int, xs: list) -> Tensor:
+    """``machine.input_to(layer, xs)`` as one new tensor: the second product is added into the
+    first in place, the same floating-point sum (so the same thresholds) without a third tensor."""
+    Ws = machine.weights
+    field = xs[layer - 1] @ Ws[layer - 1] if layer > 0 else None
+    if layer < len(Ws):
+        up = xs[layer + 1] @ Ws[layer].T
+        field = up if field is None else field.add_(up)
+    return field
+
+
 def block_update(target: Target, xs: list, parity: int) -> list:
-    """The free layers of ``parity`` replaced by their conditional minimum (eqs. 15-17)."""
+    """The free layers of ``parity`` replaced by their conditional minimum (eqs. 15-17).
+
+    Each new layer is its field's tensor, thresholded in place (``binary_mode_``): per layer one
+    or two matrix products and four elementwise passes, the values of ``binary_mode`` of
+    ``input_to`` exactly.
+    """
     m = target.machine
     out = list(xs)
     for l in target.free:
         if l % 2 == parity:
-            out[l] = binary_mode(m.priors[l], m.input_to(l, xs))
+            out[l] = binary_mode_(m.priors[l], _field(m, l, xs))
     return out
 
 

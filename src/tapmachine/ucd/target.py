@@ -22,7 +22,7 @@ from torch import Tensor
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
 
-__all__ = ["Target", "binary_mode", "uniform_layer", "states_equal", "take"]
+__all__ = ["Target", "binary_mode", "binary_mode_", "uniform_layer", "states_equal", "take"]
 
 
 def _check_binary(prior: Prior, layer: int) -> None:
@@ -43,6 +43,16 @@ def binary_mode(prior: Prior, field: Tensor) -> Tensor:
     if isinstance(prior, Spin):
         return on.to(field.dtype) * 2.0 - 1.0
     return on.to(field.dtype)
+
+
+def binary_mode_(prior: Prior, field: Tensor) -> Tensor:
+    """``binary_mode`` written over ``field`` (returned): the same values, no new tensor.
+
+    Four in-place passes (add U, threshold to 1.0 / 0.0, and for spins 2 x - 1) in place of the
+    five new tensors of ``binary_mode``; the inner loop of local search (``search.block_update``).
+    """
+    field.add_(prior.U).ge_(0)
+    return field.mul_(2.0).sub_(1.0) if isinstance(prior, Spin) else field
 
 
 def uniform_layer(prior: Prior, n: int, generator, dtype, device) -> Tensor:

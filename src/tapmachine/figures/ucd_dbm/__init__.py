@@ -16,9 +16,9 @@
   Table 1, and whether the two measures rank the methods alike (Kendall's tau per dataset); the
   FID of two halves of the test set as the floor row; the coupling time tau and local-search
   steps T of training (Sec. 5: "from 5 to 30"). Verdicts on the paper's claims: UCD-LMI has the
-  lowest FID (Table 1), and removing any one component raises it (Table 2, against the full
-  model at the ablation's size: ``full`` when the ablation has one, else ``ucd_lmi``); the titles
-  say where the DBMs are below the paper's size.
+  lowest FID (Table 1); removing the unbiased gradient raises it most, and removing any one
+  component raises it (Table 2, against the full model at the ablation's size: ``full`` when the
+  ablation has one, else ``ucd_lmi``); the titles say where the DBMs are below the paper's size.
 
 Modules: ``images`` (Figs. 2-3), ``tables`` (Tables 1-2).
 """

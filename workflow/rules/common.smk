@@ -111,7 +111,14 @@ def fetch_source_args(wildcards):
 
 
 def model_spec(wildcards):
-    return json.dumps(config["models"][wildcards.model], sort_keys=True)
+    """The model's entry for `tapmachine train --spec`, less `threads` (the job's cores, not a
+    setting of the model)."""
+    entry = config["models"][wildcards.model]
+    return json.dumps({k: v for k, v in entry.items() if k != "threads"}, sort_keys=True)
+
+
+def model_threads(wildcards):
+    return config["models"][wildcards.model]["threads"]
 
 
 def train_mem_mb(wildcards):

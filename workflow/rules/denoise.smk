@@ -22,7 +22,7 @@ rule denoise_bsc:
         model="|".join(DENOISE_TAP.values()) or "^$",
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         mem_mb=6000,
         runtime=60,
@@ -48,7 +48,7 @@ rule denoise_baselines:
         f"{BENCHMARKS}/denoise/baselines.tsv"
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=6000,
         runtime=30,
@@ -77,7 +77,7 @@ rule denoise_real:
         model=DENOISE_REAL_MODEL or "^$",
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         mem_mb=6000,
         runtime=60,

@@ -33,7 +33,7 @@ rule score_epochs:
         model=FIG12_MODEL or "^$",
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         mem_mb=4000,
         runtime=240,
@@ -64,7 +64,7 @@ rule score_final:
         model="|".join(TABLE_MODELS) or "^$",
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         mem_mb=4000,
         runtime=120,

@@ -18,7 +18,7 @@ rule train_model:
         model="|".join(config["models"]) or "^$",
     conda:
         "../../envs/tapmachine.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         mem_mb=train_mem_mb,
         runtime=lambda w, attempt: 240 * attempt,  # resumed attempts get more time

@@ -37,3 +37,26 @@ def settings(**kw):
 
 def exact_mean_log_likelihood(machine, x):
     return float((-machine.free_energy_visible(x) - exact_log_partition(machine)).mean())
+
+
+def converged_training(label: str, **extra):
+    """Alg. 2 with Alg. 1 run to convergence (``train_iterations: converge``) for 40 epochs on
+    bars and stripes (each image 4 times) from seed ``(0, label)``; ``extra`` settings on top.
+    Returns the exact mean log-likelihood before and after, and the training history."""
+    from tapmachine.core.seeding import seeded_generator
+    from tapmachine.train import build_machine, train
+
+    x = bars_and_stripes().repeat(4, 1)
+    g = seeded_generator(0, label)
+    machine = build_machine(SPEC, x, 0.01, g)
+    before = exact_mean_log_likelihood(machine, x)
+    s = settings(
+        epochs=40,
+        learning_rate=0.3,
+        train_iterations="converge",
+        train_tol=1e-10,
+        train_max_iter=200,
+        **extra,
+    )
+    machine, history = train(machine, x, s, g, progress=False)
+    return before, exact_mean_log_likelihood(machine, x), history

@@ -9,10 +9,8 @@ from tapmachine.core import tap
 from tapmachine.core.estimators import exact_log_partition
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussBernoulli, TruncatedGaussian
-from tapmachine.core.seeding import seeded_generator
 from tapmachine.core.tap import anderson as anderson_module
 from tapmachine.core.tap.anderson import solve_layer
-from tapmachine.train import build_machine, train
 
 DT = torch.float64
 
@@ -35,9 +33,10 @@ def _machine(prior_cls, sizes, scale, seed):
     return BoltzmannMachine(priors, weights), g
 
 
-def _residual(machine, state):
-    """Largest change of any mean under one undamped sweep from ``state``: 0 at a fixed point."""
-    one = tap.solve(
+def _undamped_sweep(machine, state):
+    """The state after one undamped sweep of Alg. 1 from ``state`` (equal to it at a fixed
+    point)."""
+    return tap.solve(
         machine,
         state.a[0],
         c_visible=state.c[0],
@@ -48,6 +47,11 @@ def _residual(machine, state):
         max_iter=1,
         clamp=True if state.clamped else None,
     )
+
+
+def _residual(machine, state):
+    """Largest change of any mean under one undamped sweep from ``state``: 0 at a fixed point."""
+    one = _undamped_sweep(machine, state)
     return torch.cat([(x - y).abs() for x, y in zip(state.a, one.a, strict=True)], 1).amax(1)
 
 
@@ -142,16 +146,7 @@ def test_stopped_rows_are_fixed_points_to_the_tolerance():
     state = tap.solve(m, x, tol=1e-10, max_iter=500, solver="anderson")
     assert state.converged.all()
     n = sum(m.sizes)
-    again = tap.solve(
-        m,
-        state.a[0],
-        c_visible=state.c[0],
-        a_hidden=state.a[1:],
-        c_hidden=state.c[1:],
-        damping=0.0,
-        tol=0.0,
-        max_iter=1,
-    )
+    again = _undamped_sweep(m, state)
     step = sum(((u - v) ** 2).sum(1) for u, v in zip(state.a, again.a, strict=True)) / n
     assert float(step.max()) < 1e-9
 
@@ -195,22 +190,11 @@ def test_safeguard_falls_back_to_plain_steps_where_mixing_stalls(monkeypatch):
 def test_converged_training_with_anderson_raises_the_exact_log_likelihood():
     """Alg. 2 with Alg. 1 replaced by the accelerated solver (tap.solver: anderson) learns
     bars-and-stripes: the exact log-likelihood (enumeration) rises."""
-    from tiny_models import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
+    from tiny_models import converged_training
 
-    x = bars_and_stripes().repeat(4, 1)
-    g = seeded_generator(0, "bas-converge-anderson")
-    machine = build_machine(SPEC, x, 0.01, g)
-    before = exact_mean_log_likelihood(machine, x)
-    s = settings(
-        epochs=40,
-        learning_rate=0.3,
-        train_iterations="converge",
-        train_tol=1e-10,
-        train_max_iter=200,
-        solver="anderson",
-        evaluate=False,  # the evaluation is not what is tested (and slow late in training)
+    # the evaluation is not what is tested (and slow late in training)
+    before, after, history = converged_training(
+        "bas-converge-anderson", solver="anderson", evaluate=False
     )
-    machine, history = train(machine, x, s, g, progress=False)
-    after = exact_mean_log_likelihood(machine, x)
     assert after > before + 1.0, (before, after)
     assert history[-1]["train_converged_fraction"] > 0.5

@@ -5,7 +5,13 @@ import math
 
 import pytest
 import torch
-from tiny_models import SPEC, bars_and_stripes, exact_mean_log_likelihood, settings
+from tiny_models import (
+    SPEC,
+    bars_and_stripes,
+    converged_training,
+    exact_mean_log_likelihood,
+    settings,
+)
 
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
@@ -263,20 +269,8 @@ def test_sampling_baselines_train_in_the_same_loop(method):
 
 @pytest.mark.slow
 def test_converged_iteration_training_raises_the_exact_log_likelihood():
-    x = bars_and_stripes().repeat(4, 1)
-    g = seeded_generator(0, "bas-converge")
-    machine = build_machine(SPEC, x, 0.01, g)
-    before = exact_mean_log_likelihood(machine, x)
-    s = settings(
-        epochs=40,
-        learning_rate=0.3,
-        train_iterations="converge",
-        train_tol=1e-10,
-        train_max_iter=200,
-        max_iter=3000,  # near the end, some rows need ~1,000 damped iterations
-    )
-    machine, history = train(machine, x, s, g, progress=False)
-    after = exact_mean_log_likelihood(machine, x)
+    # near the end, some rows need ~1,000 damped iterations
+    before, after, history = converged_training("bas-converge", max_iter=3000)
     assert after > before + 1.0, (before, after)
     # The per-epoch statistics of the converged steps are recorded and sensible.
     last = history[-1]

@@ -88,13 +88,13 @@ class BoltzmannMachine:
         )
 
     def input_to(self, layer: int, xs: Sequence[Tensor]) -> Tensor:
-        """Field on layer ``layer`` from its neighbours: W_{l-1}^T x_{l-1} + W_l x_{l+1}."""
-        field = 0.0
-        if layer > 0:
-            field = field + xs[layer - 1] @ self.weights[layer - 1]
+        """Field on layer ``layer`` from its neighbours: W_{l-1}^T x_{l-1} + W_l x_{l+1}, as one
+        new tensor (the second product is added into the first in place)."""
+        field = xs[layer - 1] @ self.weights[layer - 1] if layer > 0 else None
         if layer < len(self.weights):
-            field = field + xs[layer + 1] @ self.weights[layer].T
-        return field
+            up = xs[layer + 1] @ self.weights[layer].T
+            field = up if field is None else field.add_(up)
+        return 0.0 if field is None else field
 
     def energy(self, xs: Sequence[Tensor]) -> Tensor:
         """-ln of the unnormalised probability, per sample: -sum x_l W_l x_{l+1} - sum ln P_l."""

@@ -36,29 +36,18 @@ def _check_plain(target: Target) -> None:
         raise ValueError("local search and Gibbs sweeps run on the plain machine (nothing summed)")
 
 
-def _field(machine, layer: int, xs: list) -> Tensor:
-    """``machine.input_to(layer, xs)`` as one new tensor: the second product is added into the
-    first in place, the same floating-point sum (so the same thresholds) without a third tensor."""
-    Ws = machine.weights
-    field = xs[layer - 1] @ Ws[layer - 1] if layer > 0 else None
-    if layer < len(Ws):
-        up = xs[layer + 1] @ Ws[layer].T
-        field = up if field is None else field.add_(up)
-    return field
-
-
 def block_update(target: Target, xs: list, parity: int) -> list:
     """The free layers of ``parity`` replaced by their conditional minimum (eqs. 15-17).
 
-    Each new layer is its field's tensor, thresholded in place (``binary_mode_``): per layer one
-    or two matrix products and four elementwise passes, the values of ``binary_mode`` of
-    ``input_to`` exactly.
+    Each new layer is its field's tensor (``input_to``, a new tensor), thresholded in place
+    (``binary_mode_``): per layer one or two matrix products and four elementwise passes, the
+    values of ``binary_mode`` exactly.
     """
     m = target.machine
     out = list(xs)
     for l in target.free:
         if l % 2 == parity:
-            out[l] = binary_mode_(m.priors[l], _field(m, l, xs))
+            out[l] = binary_mode_(m.priors[l], m.input_to(l, xs))
     return out
 
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.common import binary_mnist, matmul_gflops, sync
+from benchmarks.common import binary_mnist, call_seconds, matmul_gflops
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, build_machine
 from tapmachine.train.methods import gradients
@@ -17,15 +17,37 @@ __all__ = ["bench_tap_epoch", "sklearn_pcd_epoch"]
 
 
 def bench_tap_epoch(device, quick: bool) -> dict:
-    """One TAP training epoch (Alg. 2) on binary-MNIST: Nh=500, M=K=100, 3 damped iterations.
+    """One TAP training epoch (Alg. 2) on binary-MNIST: Nh=500, M=K=100, 3 damped iterations,
+    eager and with the fused layer update (``tap.fuse``), from the same initial model.
 
     Operation count per minibatch (M = K, Nv x Nh couplings): data term x W and x^T f(.)
     (2 x 2 M Nv Nh); per TAP iteration four matmuls (a W, c W^2, a_h W^T, c_h (W^2)^T:
-    4 x 2 K Nv Nh); model term a^T a and c^T c (2 x 2 K Nv Nh).
+    4 x 2 K Nv Nh); model term a^T a and c^T c (2 x 2 K Nv Nh). ``compile_seconds``: the first
+    fused minibatch's time less a compiled one's (compilation, once per process).
     """
     nv, nh, m, iters = 784, 500, 100, 3
     x, source = binary_mnist(6000 if quick else None)
     x = x.to(device)
+    n_batches = x.shape[0] // m
+    flops = n_batches * (4 * m * nv * nh + iters * 8 * m * nv * nh + 4 * m * nv * nh)
+    ref = matmul_gflops(m, nv, nh, device)
+    result = {"name": "tap_epoch", "matmul_gflops": ref, "images": int(x.shape[0]), "data": source}
+    for fuse in (False, True):
+        compile_seconds = _tap_epoch(x, m, nh, iters, fuse, device, first_batch_only=True)
+        seconds = _tap_epoch(x, m, nh, iters, fuse, device)
+        tag = "_fused" if fuse else ""
+        result[f"seconds{tag}"] = seconds
+        result[f"gflops{tag}"] = flops / seconds / 1e9
+        result[f"ratio_to_matmul{tag}"] = flops / seconds / 1e9 / ref
+        if fuse:
+            result["compile_seconds"] = compile_seconds - seconds / n_batches
+    result.update(sklearn_pcd_epoch(x.cpu().numpy(), nh, m, result["seconds"]))
+    return result
+
+
+def _tap_epoch(x, m, nh, iters, fuse, device, first_batch_only=False) -> float:
+    """Seconds of one epoch of Alg. 2 (or of its first minibatch) from a fixed initial model
+    (``call_seconds``: CPU seconds on a CPU, so the load of other processes does not count)."""
     settings = TrainSettings(
         epochs=1,
         batch_size=m,
@@ -34,35 +56,23 @@ def bench_tap_epoch(device, quick: bool) -> dict:
         l2=0.001,
         train_iterations=iters,
         eval_samples=1,
+        fuse=fuse,
     )
     g = seeded_generator(0, "bench")
     spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": nh}]}
     machine = build_machine(spec, x, 0.01, g)
-    n_batches = x.shape[0] // m
+    n_batches = 1 if first_batch_only else x.shape[0] // m
     velocity = [torch.zeros_like(W) for W in machine.weights]
     order = torch.randperm(x.shape[0], generator=g).to(device)
-    sync(device)
-    t0 = time.perf_counter()
-    for b in range(n_batches):
-        batch = x[order[b * m : (b + 1) * m]]
-        grads = gradients(machine, batch, settings, None, g)
-        machine = apply_update(machine, grads, velocity, 0.005, settings)
-    sync(device)
-    seconds = time.perf_counter() - t0
-    flops = n_batches * (4 * m * nv * nh + iters * 8 * m * nv * nh + 4 * m * nv * nh)
-    gflops = flops / seconds / 1e9
-    ref = matmul_gflops(m, nv, nh, device)
-    result = {
-        "name": "tap_epoch",
-        "seconds": seconds,
-        "gflops": gflops,
-        "ratio_to_matmul": gflops / ref,
-        "matmul_gflops": ref,
-        "images": int(x.shape[0]),
-        "data": source,
-    }
-    result.update(sklearn_pcd_epoch(x.cpu().numpy(), nh, m, seconds))
-    return result
+
+    def epoch():
+        nonlocal machine
+        for b in range(n_batches):
+            batch = x[order[b * m : (b + 1) * m]]
+            grads = gradients(machine, batch, settings, None, g)
+            machine = apply_update(machine, grads, velocity, 0.005, settings)
+
+    return call_seconds(epoch, device)
 
 
 def sklearn_pcd_epoch(x: np.ndarray, nh: int, m: int, tap_seconds: float) -> dict:

@@ -64,6 +64,7 @@ def test_defaults_are_filled(default):
         "retry_damping": 0.95,
         "dedup_tol": 0.01,
         "solver": "damped",
+        "fuse": False,
     }
     assert config["tracking"]["store"] == "results/mlflow"
     assert config["data"]["faces"]["cbcl_archive"] is None

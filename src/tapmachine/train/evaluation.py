@@ -47,6 +47,7 @@ def evaluate_tap_log_likelihood(
         max_iter=settings.max_iter,
         retry_damping=settings.retry_damping,
         solver=settings.solver,
+        fuse=settings.fuse,
     )
     reps, inverse, _ = tap.unique(states, settings.dedup_tol)
     counts = {

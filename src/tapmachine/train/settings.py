@@ -41,6 +41,9 @@ class TrainSettings:
     #: Alg. 1's damped iteration, or Anderson mixing on it (same fixed points, fewer iterations;
     #: ``tap.solve``). Fixed-iteration steps always take Alg. 1's damped iterations.
     solver: str = _TAP["solver"]
+    #: Fuse each damped sweep's elementwise layer update into one compiled kernel
+    #: (``tap.solve(..., fuse=True)``; same iterates up to rounding, compiled once per process).
+    fuse: bool = _TAP["fuse"]
     train_iterations: int | str = _TAP["train_iterations"]
     train_tol: float = _TAP["train_tol"]
     train_max_iter: int = _TAP["train_max_iter"]

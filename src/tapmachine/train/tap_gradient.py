@@ -33,7 +33,7 @@ def tap_step_gradients(
     iterations of Alg. 1 or until convergence (``converged_tap_gradients``)."""
     K = settings.n_solutions or x.shape[0]
     init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
-    solver = functools.partial(tap.solve, solver=settings.solver)
+    solver = functools.partial(tap.solve, solver=settings.solver, fuse=settings.fuse)
     if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
         from tapmachine.core import adatap
 
@@ -52,7 +52,9 @@ def tap_step_gradients(
             stats=stats,
             solver=solver,
         )
-    fixed = tap.solve if settings.inference == "tap" else solver
+    fixed = (
+        functools.partial(tap.solve, fuse=settings.fuse) if settings.inference == "tap" else solver
+    )
     states = fixed(
         machine,
         init,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tapmachine.core.tap.fused import fusable, fused_layer_update
+
 __all__ = ["neighbour_fields", "layer_fields", "sweep"]
 
 
@@ -35,16 +37,27 @@ def layer_fields(l, a, c, weights, neg_squares):
     return A, field.addcmul_(A, a[l])
 
 
-def sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c) -> Tensor:
+def sweep(
+    a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c, fuse=False
+) -> Tensor:
     """One sweep of Alg. 1 over the layers in ``order``, in place on the lists a, c, A, B.
 
     Each layer l gets A_l, B_l from its neighbours (eqs. 33-34; ``tilt`` adds the visible
     layer's external field), then a_l <- a_l + (1 - keep_a[l]) (f_a - a_l) and
     c_l <- lerp(f_c, c_l, keep_c[l]). Returns each row's sum over the layers of the squared
-    damped step of the means (the numerator of ``solve``'s criterion).
+    damped step of the means (the numerator of ``solve``'s criterion). With ``fuse`` the
+    elementwise part of each untilted binary layer's update is one compiled kernel
+    (``fused.fused_layer_update``; same numbers up to rounding).
     """
     step = torch.zeros(a[order[0]].shape[0], dtype=a[order[0]].dtype, device=a[order[0]].device)
     for l in order:
+        if fuse and fusable(priors[l]) and (l > 0 or tilt is None):
+            A[l], field = neighbour_fields(l, a, c, weights, neg_squares)
+            B[l], a[l], c[l], s = fused_layer_update(
+                A[l], field, a[l], c[l], priors[l], keep_a[l], keep_c[l]
+            )
+            step += s
+            continue
         A[l], B[l] = layer_fields(l, a, c, weights, neg_squares)
         if l == 0 and tilt is not None:
             for field, extra in zip((A[0], B[0]), tilt, strict=True):

@@ -37,6 +37,7 @@ def solve(
     solver: str = "damped",
     memory: int = 5,
     stats: dict | None = None,
+    fuse: bool = False,
 ) -> TAPState:
     """Iterate the TAP equations from K initialisations at once (Alg. 1; App. E for L > 1).
 
@@ -103,6 +104,10 @@ def solve(
     stats : dict, optional
         ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's
         switches from mixing to plain steps (the safeguard: its residual stopped falling).
+    fuse : bool
+        Run the elementwise part of each binary layer's damped update as one compiled kernel
+        (``fused``; ``torch.compile``, eager if it fails): the same iteration up to rounding,
+        faster once compiled (compilation costs seconds, once per process).
 
     Returns
     -------
@@ -193,7 +198,9 @@ def solve(
         for t in range(1, max_iter + 1):
             keep_a = [damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0 for l in sizes_l]
             keep_c = [damping if damping > 0.0 and (t > 1 or given_c[l]) else 0.0 for l in sizes_l]
-            step = sweep(a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c)
+            step = sweep(
+                a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c, fuse
+            )
             done = (step / n_iterated < tol) & pending
             if t == max_iter:
                 if out is None:
@@ -255,6 +262,7 @@ def solve_with_retry(
     retry_damping: float | None = None,
     clamp: Tensor | bool | None = None,
     solver: str = "damped",
+    fuse: bool = False,
 ) -> TAPState:
     """``solve``, then the rows that did not converge solved again from their last iterate.
 
@@ -266,10 +274,18 @@ def solve_with_retry(
     whether the iteration reaches one: on trained binary-MNIST RBMs with few hidden units the
     iteration at damping 0.5 settles into a cycle (bmnist_h25 at epoch 69: none of 300 rows
     converged within 2,000 iterations, in float32 or float64) while at 0.95 every row converged.
-    ``retry_damping=None`` is plain ``solve``. ``solver`` (``SOLVERS``) runs both passes.
+    ``retry_damping=None`` is plain ``solve``. ``solver`` (``SOLVERS``) and ``fuse`` apply to
+    both passes.
     """
     states = solve(
-        machine, a_visible, damping=damping, tol=tol, max_iter=max_iter, clamp=clamp, solver=solver
+        machine,
+        a_visible,
+        damping=damping,
+        tol=tol,
+        max_iter=max_iter,
+        clamp=clamp,
+        solver=solver,
+        fuse=fuse,
     )
     if retry_damping is None or bool(states.converged.all()):
         return states
@@ -286,6 +302,7 @@ def solve_with_retry(
         max_iter=max_iter,
         clamp=True if states.clamped else None,
         solver=solver,
+        fuse=fuse,
     )
     for part in ("a", "c", "A", "B"):
         for merged, new in zip(getattr(states, part), getattr(again, part), strict=True):

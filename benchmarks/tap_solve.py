@@ -61,7 +61,8 @@ def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
     Anderson to ``ref_tol`` too and compared with it (max-abs over all units:
     ``same_fixed_point_share`` within 1e-4, over rows converged in both): the basin agreement.
     ``*_stop_error_median``: how far the rows stopped at ``tol`` lie from their own solver's
-    tight fixed point.
+    tight fixed point. ``row_sweep_seconds_*``: CPU seconds over the rows' summed iterations
+    (one row's sweep), and ``sweep_cost_ratio`` Anderson's over Alg. 1's.
     """
     kw = {"damping": 0.5, "tol": tol, "max_iter": cap}
     damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, **kw))
@@ -88,6 +89,10 @@ def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
         "seconds_damped": t_damped,
         "seconds_anderson": t_fast,
         "seconds_ratio": t_damped / t_fast,
+        "row_sweep_seconds_damped": t_damped / int(damped.iterations.sum()),
+        "row_sweep_seconds_anderson": t_fast / int(fast.iterations.sum()),
+        "sweep_cost_ratio": (t_fast / int(fast.iterations.sum()))
+        / (t_damped / int(damped.iterations.sum())),
         "converged_share_damped": float(damped.converged.double().mean()),
         "converged_share_anderson": float(fast.converged.double().mean()),
         "reference_converged_share": float(ref.converged.double().mean()),

@@ -109,7 +109,6 @@ def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
     af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
     B, a, c = B0.clone(), a.clone(), c.clone()
     where = todo  # flat positions of the units still iterating
-    B.view(-1)[where], a.view(-1)[where], c.view(-1)[where] = Bf, af, cf
     last = torch.full_like(Bf, torch.inf)  # |psi| at the previous step
     for _ in range(_NEWTON_STEPS):
         psi = Bf - torch.addcmul(hf, Af, af)
@@ -121,6 +120,9 @@ def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
         if not bool(left.any()):
             break
         if not bool(left.all()):
+            solved = torch.nonzero(~left, as_tuple=True)[0]
+            for full, part in ((B, Bf), (a, af), (c, cf)):  # written back once, when solved
+                full.view(-1)[where[solved]] = part[solved]
             keep = torch.nonzero(left, as_tuple=True)[0]
             where = where[keep]
             kept = (Bf, psi, size, cf, Af, hf, lo, hi, last, cols)
@@ -138,9 +140,8 @@ def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
         Bf = torch.where(bisect, 0.5 * (lo + hi), Bf)
         last = size
         af, cf = sub.moments(*_tilted(Bf, Af, ext_f))
-        B.view(-1)[where] = Bf
-        a.view(-1)[where] = af
-        c.view(-1)[where] = cf
+    for full, part in ((B, Bf), (a, af), (c, cf)):
+        full.view(-1)[where] = part
     return B, a, c
 
 

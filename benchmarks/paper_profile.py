@@ -22,6 +22,9 @@ from tapmachine.train.methods import gradients
 __all__ = ["PAPER_TARGETS", "bench_paper_profile", "measured_iterations"]
 
 
+#: Datasets whose models ``paper_profile`` counts on the binary-MNIST checkpoints.
+MNIST_DATASETS = ("binary_mnist", "stochastic_binary_mnist")
+
 #: Rows from which ``paper_profile`` counts TAP iterations on each checkpoint.
 PROFILE_ROWS = 100
 
@@ -41,7 +44,8 @@ def measured_iterations(
       polishing iterations of converged rows).
 
     Models are matched to the checkpoints by hidden units; the CD/PCD models (784 x 500) are
-    counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here).
+    counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here), and
+    the models of stochastically binarised MNIST on the binary-MNIST checkpoints of their size.
     ``solver`` (``tap.SOLVERS``) replaces the models' ``tap.solver`` in both counts. Also
     returns ``row_sweep_seconds`` per hidden-layer size: the evaluation solves' CPU seconds
     over their rows' summed iterations (the price of one row's sweep, to compare solvers);
@@ -58,7 +62,7 @@ def measured_iterations(
     sweep_time = {nh: [0.0, 0] for nh in by_units}  # CPU seconds, row-sweeps
     for name, spec in models.items():
         nh = spec["hidden"][0]["units"] if len(spec.get("hidden", [])) == 1 else None
-        if spec.get("dataset") != "binary_mnist" or nh not in by_units:
+        if spec.get("dataset") not in MNIST_DATASETS or nh not in by_units:
             continue
         settings = TrainSettings.from_spec(spec)
         if solver is not None:

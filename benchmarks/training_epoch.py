@@ -23,7 +23,8 @@ def bench_tap_epoch(device, quick: bool) -> dict:
     Operation count per minibatch (M = K, Nv x Nh couplings): data term x W and x^T f(.)
     (2 x 2 M Nv Nh); per TAP iteration four matmuls (a W, c W^2, a_h W^T, c_h (W^2)^T:
     4 x 2 K Nv Nh); model term a^T a and c^T c (2 x 2 K Nv Nh). ``compile_seconds``: the first
-    fused minibatch's time less a compiled one's (compilation, once per process).
+    fused minibatch's time less a compiled one's (compilation, once per process);
+    ``compiled_graphs``: the graphs compiled in this process by then (1: no recompilation).
     """
     nv, nh, m, iters = 784, 500, 100, 3
     x, source = binary_mnist(6000 if quick else None)
@@ -40,7 +41,10 @@ def bench_tap_epoch(device, quick: bool) -> dict:
         result[f"gflops{tag}"] = flops / seconds / 1e9
         result[f"ratio_to_matmul{tag}"] = flops / seconds / 1e9 / ref
         if fuse:
+            from torch._dynamo.utils import counters
+
             result["compile_seconds"] = compile_seconds - seconds / n_batches
+            result["compiled_graphs"] = counters["stats"]["unique_graphs"]
     result.update(sklearn_pcd_epoch(x.cpu().numpy(), nh, m, result["seconds"]))
     return result
 

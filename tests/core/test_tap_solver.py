@@ -218,3 +218,23 @@ def test_fused_damped_iteration_matches_eager(case):
             for e, f in zip(getattr(eager, part), getattr(fused, part), strict=True):
                 torch.testing.assert_close(f, e, rtol=0.0, atol=1e-12)
     assert fused_module._compiled is not None and not fused_module._failed
+
+
+def test_fused_update_falls_back_to_eager_when_compiling_fails(monkeypatch):
+    """A compiler failure warns once and leaves the eager update: the same iterates."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(fused_module, "_compiled", None)
+    monkeypatch.setattr(fused_module, "_failed", False)
+    monkeypatch.setattr(torch, "compile", broken)
+    machine, g = _machine(Bernoulli, (8, 4), 0.8, 0)
+    x = torch.rand(5, 8, dtype=DT, generator=g)
+    with pytest.warns(UserWarning, match="torch.compile failed"):
+        fused = tap.solve(machine, x, tol=1e-10, max_iter=30, fuse=True)
+    eager = tap.solve(machine, x, tol=1e-10, max_iter=30)
+    assert fused_module._failed
+    assert torch.equal(fused.iterations, eager.iterations)
+    for f, e in zip(fused.a, eager.a, strict=True):
+        torch.testing.assert_close(f, e, rtol=0.0, atol=1e-12)

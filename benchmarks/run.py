@@ -9,8 +9,9 @@ also logged to the MLflow experiment ``benchmarks`` of the store in ``results/ml
 
 One module per area (``benchmarks.<module>``): ``training_epoch`` (tap_epoch),
 ``tap_iteration``, ``adatap``, ``harvest``, ``denoise``, ``ais`` (ais, dbm_ais), ``priors``,
-``tap_solve``, ``paper_profile``, ``ucd`` (ucd_coupling, ucd_train_step); ``common`` and
-``checkpoints`` hold what they share. This module is the command line.
+``tap_solve`` (tap_solve, tap_hybrid), ``paper_profile``, ``ucd`` (ucd_coupling,
+ucd_train_step); ``common`` and ``checkpoints`` hold what they share. This module is the
+command line.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from benchmarks.harvest import bench_harvest  # noqa: E402
 from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
 from benchmarks.priors import bench_priors  # noqa: E402
 from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
-from benchmarks.tap_solve import bench_tap_solve  # noqa: E402
+from benchmarks.tap_solve import bench_tap_hybrid, bench_tap_solve  # noqa: E402
 from benchmarks.training_epoch import bench_tap_epoch  # noqa: E402
 from benchmarks.ucd import UCD_STEP, bench_ucd_coupling, bench_ucd_train_step  # noqa: E402
 from tapmachine.pipeline import tracking  # noqa: E402
@@ -51,6 +52,7 @@ BENCHMARKS = {
     "priors": bench_priors,
     "paper_profile": bench_paper_profile,
     "tap_solve": bench_tap_solve,
+    "tap_hybrid": bench_tap_hybrid,
     "adatap": bench_adatap,
     "ucd_coupling": bench_ucd_coupling,
     "ucd_train_step": bench_ucd_train_step,
@@ -58,7 +60,7 @@ BENCHMARKS = {
 }
 
 #: Benchmarks that take ``checkpoints`` (``--checkpoints``).
-USES_CHECKPOINTS = {"tap_solve", "paper_profile"}
+USES_CHECKPOINTS = {"tap_solve", "tap_hybrid", "paper_profile"}
 
 
 def main(argv=None) -> int:
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
         "--checkpoints",
         type=Path,
         default=None,
-        help=f"tap_solve, paper_profile: DIR/{{model}}/epoch_{{e}}.pt to read or train "
+        help=f"tap_solve, tap_hybrid, paper_profile: DIR/{{model}}/epoch_{{e}}.pt to read or train "
         f"(default {CHECKPOINTS.relative_to(ROOT)})",
     )
     args = p.parse_args(argv)

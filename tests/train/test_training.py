@@ -15,6 +15,7 @@ from tiny_models import (
 
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
+from tapmachine.core.tap import fused as fused_module
 from tapmachine.io.modelfile import machine_from_state, machine_state
 from tapmachine.io.runlog import resumed_epoch
 from tapmachine.train import (
@@ -573,3 +574,21 @@ def test_settings_defaults_are_the_schemas():
             assert getattr(dbm, key) == prop["default"], key
     assert dbm.momentum != fields["momentum"] and not dbm.evaluate
     assert TrainSettings.from_spec({"method": "dbm_pcd", "momentum": 0.3}).momentum == 0.3
+
+
+@pytest.mark.parametrize("iterations", [3, "converge"])
+def test_fused_tap_updates_train_the_same_model(iterations):
+    """``tap.fuse`` (the compiled layer update) reaches the eager run's model: 3 epochs of
+    fixed-iteration or converged training and their per-epoch evaluation, float64, the same
+    parameters to 1e-10."""
+    x = bars_and_stripes().double()
+    models = []
+    for fuse in (False, True):
+        g = seeded_generator(5, "fuse")
+        m = build_machine(SPEC, x, 0.3, g).to(dtype=torch.float64)
+        s = settings(epochs=3, learning_rate=0.1, train_iterations=iterations, fuse=fuse)
+        models.append(train(m, x, s, g, progress=False)[0])
+    eager, fused = models
+    assert fused_module._compiled is not None and not fused_module._failed
+    torch.testing.assert_close(fused.W, eager.W, rtol=0.0, atol=1e-10)
+    torch.testing.assert_close(fused.hidden.U, eager.hidden.U, rtol=0.0, atol=1e-10)

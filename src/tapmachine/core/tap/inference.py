@@ -105,7 +105,7 @@ def solve(
         ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's
         switches from mixing to plain steps (the safeguard: its residual stopped falling).
     fuse : bool
-        Run the elementwise part of each binary layer's damped update as one compiled kernel
+        ``"damped"``: run the elementwise part of each binary layer's update as one compiled kernel
         (``fused``; ``torch.compile``, eager if it fails): the same iteration up to rounding,
         faster once compiled (compilation costs seconds, once per process).
 

@@ -107,7 +107,7 @@ def solve(
     fuse : bool
         ``"damped"``: run the elementwise part of each binary layer's update as one compiled kernel
         (``fused``; ``torch.compile``, eager if it fails): the same iteration up to rounding,
-        faster once compiled (compilation costs seconds, once per process).
+        compiled once per process (docs/tap_solver.md: no faster at 100 rows on a CPU).
 
     Returns
     -------

@@ -42,7 +42,7 @@ TINY = {
     },
     "harvest": {"tiny": {"epochs": [1, 2], "n_init": 60}},
     "figures": {
-        "fig3": {"models": ["tiny"]},
+        "fig3": {"models": ["tiny"], "exact": {"models": ["tiny"], "epochs": "all"}},
         "fig4": {"models": ["tiny"], "n_images": 100},
         "fig5": {"model": "tiny"},
         "fig6": {"model": "tiny", "epochs": [1, 2]},

@@ -320,3 +320,20 @@ def test_test_log_likelihood_normalises():
     assert torch.allclose(
         est.test_log_likelihood(m, states[:3], r), -m.free_energy_visible(states[:3]) - 1.0
     )
+
+
+def test_exact_log_partition_float32_chunks_and_unit_guard():
+    """float32 chunks (summed in float64) against float64 throughout on an RBM with strong
+    couplings (ln Z in the hundreds); more units than ``max_units`` is refused by name."""
+    g = torch.Generator().manual_seed(3)
+    m = RBM(
+        torch.randn(40, 12, generator=g, dtype=torch.float64) * 1.5,
+        Bernoulli(torch.randn(40, generator=g, dtype=torch.float64)),
+        Bernoulli(torch.randn(12, generator=g, dtype=torch.float64)),
+    )
+    full = est.exact_log_partition(m)
+    fast = est.exact_log_partition(m, chunk=1 << 9, chunk_dtype=torch.float32)
+    assert fast.dtype == torch.float64 and float(full) > 50
+    assert float(fast) == pytest.approx(float(full), rel=1e-6)
+    with pytest.raises(ValueError, match="2\\^12 states of layer 1; at most 11 units"):
+        est.exact_log_partition(m, max_units=11)

@@ -117,6 +117,50 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
 
 
+def test_fig3_exact_curve_judges_the_rise_on_the_exact_values(run, tmp_path):
+    """An exact curve that falls while TAP's estimate rises: the exact rows say not held, the
+    TAP excess is the largest difference at a shared epoch, the CSV carries the exact values
+    at their epochs only, and a table judged again from its CSV gives the same rows."""
+    df = pd.read_csv(run["metrics"])
+    epochs = df["epoch"].to_numpy(int)
+    chosen = [int(epochs[0]), int(epochs[len(epochs) // 2]), int(epochs[-1])]
+    tap_at = dict(zip(epochs, df["tap_ll"], strict=True))
+    exact = pd.DataFrame(
+        {
+            "model": "tiny",
+            "epoch": chosen,
+            "exact_ll": [tap_at[chosen[0]] - 0.01 - 0.02 * i for i in range(3)],
+            "exact_ll_stderr": 0.001,
+        }
+    )
+    exact_csv = tmp_path / "exact.csv"
+    exact.to_csv(exact_csv, index=False)
+    result = fig3.make([run["metrics"]], [run["model"]], [exact_csv])
+    table = _save(result, tmp_path, "fig3")
+    drawn = table[table["kind"] == "drawn"].set_index("epoch")
+    assert drawn["exact_ll"].notna().sum() == 3
+    assert np.allclose(drawn.loc[chosen, "exact_ll"], exact["exact_ll"])
+    rise = claims(table, "exact_ll_increase_first_to_last")
+    falls = exact["exact_ll"].iloc[-1] - exact["exact_ll"].iloc[0]
+    assert rise["value"].iloc[0] == pytest.approx(falls) and rise["held"].iloc[0] == "not held"
+    gap = claims(table, "tap_minus_exact_largest")
+    excess = [tap_at[e] - x for e, x in zip(chosen, exact["exact_ll"], strict=True)]
+    assert gap["value"].iloc[0] == pytest.approx(max(excess))
+    assert gap["epoch"].iloc[0] == chosen[int(np.argmax(excess))]
+    assert claims(table, "exact_peak_epoch")["value"].iloc[0] == chosen[0]
+    assert f"tiny exact (x, enumerated): peak at epoch {chosen[0]}" in result.figure.get_suptitle()
+    again = fig3.rejudge(table)
+    mine, theirs = (
+        t[t["kind"] == "claim"][["claim", "value", "held"]].fillna("").reset_index(drop=True)
+        for t in (table, again)
+    )
+    pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+
+    exact.assign(model="other").to_csv(exact_csv, index=False)
+    with pytest.raises(common.FigureError, match="exact curve of 'other', which fig3 does not"):
+        fig3.make([run["metrics"]], [run["model"]], [exact_csv])
+
+
 def test_fig3_slopes():
     assert fig3.breakpoint_epoch(100) == (20, "epoch 20 (paper)")
     e = np.arange(1, 101, dtype=float)

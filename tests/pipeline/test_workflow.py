@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from full_configs import whole_config
 from mlflow_runs import dump
 from tiny_workflow import TINY, snakemake
 
@@ -441,21 +442,17 @@ def _planned(workdir, *args, config):
 @pytest.mark.parametrize("name", ["paper.yaml", "ucd_cpu.yaml"])
 def test_an_overlay_plans_what_the_whole_config_it_replaced_planned(tmp_path, name):
     """`--configfile workflow/config/{name}` is merged into config.yaml by Snakemake itself; the
-    jobs and their commands are those of the whole config the overlay replaced (given with
-    --replace-workflow-config, so that nothing of config.yaml is merged into it)."""
+    jobs and their commands are those of the whole config the overlay replaced, with the
+    settings added since (``full_configs``; given with --replace-workflow-config, so that nothing
+    of config.yaml is merged into it)."""
     overlay, whole = tmp_path / "overlay", tmp_path / "whole"
     for workdir in (overlay, whole):
         workdir.mkdir()
         shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
     shutil.copy(ROOT / "workflow" / "config" / name, overlay / name)
-    old = subprocess.run(  # the last commit whose paper.yaml and ucd_cpu.yaml were whole configs
-        ["git", "show", f"b720a32:workflow/config/{name}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+    (whole / name).write_text(
+        yaml.safe_dump(whole_config(f"workflow/config/{name}"), sort_keys=False)
     )
-    (whole / name).write_text(old.stdout)
     planned = _planned(overlay, config=name)
     assert len(planned) > 30
     assert planned == _planned(whole, "--replace-workflow-config", config=name)

@@ -437,3 +437,59 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     )
     assert info["n_unique"] == trained["n_unique"] > 0
     assert info["log_z_tap"] == pytest.approx(trained["log_z_tap"], abs=1e-12)
+
+
+def test_exact_curve_is_the_enumerated_log_likelihood_beside_trainings_tap(
+    trained, tiny_dataset, tmp_path, capsys
+):
+    from tapmachine.io.modelfile import Checkpoint
+    from tapmachine.pipeline.cli import main
+
+    store = tmp_path / "mlflow" / "experiments.json"
+    tracking.init_store(store.parent, store)
+    out = tmp_path / "exact.csv"
+    args = ["exact-curve", "--model-dir", str(trained), "--data", str(tiny_dataset)]
+    assert main(args + ["--epochs", "1,3", "--out", str(out), "--tracking", str(store)]) == 0
+    df = pd.read_csv(out)
+    assert df["epoch"].tolist() == [1, 3]
+    x = torch.as_tensor(load_dataset(tiny_dataset).x_train[:50], dtype=torch.float64)
+    for _, row in df.iterrows():
+        ckpt = Checkpoint.load(trained / "checkpoints" / f"epoch_{row['epoch']}.pt")
+        m = ckpt.machine(torch.device("cpu"), torch.float64)
+        log_z = estimators.exact_log_partition(m)  # float64 throughout
+        ll = (-m.free_energy_visible(x) - log_z) / sum(m.sizes)
+        assert row["rows"] == 50
+        assert row["log_z_exact"] == pytest.approx(float(log_z), abs=1e-5)
+        assert row["exact_ll"] == pytest.approx(float(ll.mean()), abs=1e-7)
+        assert row["tap_ll"] == ckpt.history[-1]["tap_ll"]
+    uri, exp = tracking.experiment_id(store, "likelihood")
+    import mlflow
+
+    (run,) = mlflow.MlflowClient(uri).search_runs([exp])
+    assert run.info.run_name == "tiny-exact"
+    steps = mlflow.MlflowClient(uri).get_metric_history(run.info.run_id, "exact_ll")
+    assert sorted(m.step for m in steps) == [1, 3]
+
+    capsys.readouterr()
+    assert main(args + ["--epochs", "4", "--out", str(tmp_path / "no.csv")]) == 2
+    assert "epochs [4] are outside 1..3" in capsys.readouterr().err
+    assert not (tmp_path / "no.csv").exists()
+
+
+def test_config_checks_the_exact_curves_of_fig3():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["figures"]["fig3"]["exact"] = {"models": ["bmnist_h25"], "epochs": "last"}
+    validate(config, SCHEMA)
+    for models, match in (
+        (["bmnist_h500"], "at most 25 are enumerated"),
+        (["rbm_not_drawn"], "not one of figures.fig3.models"),
+    ):
+        bad = yaml.safe_load((ROOT / "config.yaml").read_text())
+        bad["models"]["rbm_not_drawn"] = bad["models"]["bmnist_h25"]
+        bad["figures"]["fig3"]["exact"] = {"models": models, "epochs": [1]}
+        with pytest.raises(ConfigError, match=match):
+            validate(bad, SCHEMA)
+    late = yaml.safe_load((ROOT / "config.yaml").read_text())
+    late["figures"]["fig3"]["exact"] = {"models": ["bmnist_h25"], "epochs": [1, 99]}
+    with pytest.raises(ConfigError, match="99 exceeds"):
+        validate(late, SCHEMA)

@@ -4,11 +4,47 @@
 
 
 if "fig3" in FIGURES:
+    FIG3_EXACT = FIGURES["fig3"].get("exact") or {"models": [], "epochs": []}
+
+    rule exact_curve:
+        input:
+            model=f"{RESULTS}/models/{{model}}/model.pt",
+            data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+            tracking=TRACKING,
+        output:
+            curve=f"{RESULTS}/likelihood/{{model}}/exact.csv",
+        log:
+            f"{LOGS}/likelihood/exact_curve_{{model}}.log",
+        benchmark:
+            f"{BENCHMARKS}/likelihood/exact_curve_{{model}}.tsv"
+        wildcard_constraints:
+            model="|".join(FIG3_EXACT["models"]) or "^$",
+        conda:
+            "../../envs/tapmachine.yaml"
+        threads: model_threads
+        resources:
+            mem_mb=3000,
+            runtime=240,
+        params:
+            model_dir=lambda w: f"{RESULTS}/models/{w.model}",
+            epochs=option_value(
+                "--epochs",
+                (
+                    FIG3_EXACT["epochs"]
+                    if isinstance(FIG3_EXACT["epochs"], str)
+                    else ",".join(map(str, FIG3_EXACT["epochs"]))
+                ),
+            ),
+        shell:
+            "tapmachine exact-curve --model-dir {params.model_dir} --data {input.data} "
+            "{params.epochs} --out {output.curve} --threads {threads} "
+            "--tracking {input.tracking} > {log} 2>&1"
 
     rule fig3:
         input:
             metrics=model_files(FIGURES["fig3"]["models"], "metrics.csv"),
             models=model_files(FIGURES["fig3"]["models"]),
+            exact=[f"{RESULTS}/likelihood/{m}/exact.csv" for m in FIG3_EXACT["models"]],
             tracking=TRACKING,
         output:
             **figure_outputs("fig3"),
@@ -24,7 +60,7 @@ if "fig3" in FIGURES:
             runtime=10,
         shell:
             "tapmachine figure fig3 --metrics {input.metrics} --model-files {input.models} "
-            "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--exact {input.exact} --png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"
 
 

@@ -21,6 +21,12 @@ points only the evaluation's second pass (``retry_damping``) reached (``tap_ll_f
 a lower panel, and says in its title from which epoch a model's spectral radius reaches 1 or its
 training had such steps: the epochs where the curve is outside what second-order TAP and
 converged training describe.
+
+With ``exact_files`` (``tapmachine exact-curve``: models whose hidden layer can be enumerated,
+after chosen epochs), each such model's exact log-likelihood of the same rows is drawn as
+crosses in its colour and carried in the CSV (``exact_ll``, ``exact_ll_stderr``). Its rows judge
+"the log-likelihood rises" on the exact values as well, give the epoch of the exact peak and
+how far TAP's estimate lies above the exact value, and the title names both.
 """
 
 from __future__ import annotations
@@ -84,8 +90,9 @@ def _title_note(curves) -> str:
     return "".join(f"\n{n}" for n in notes if n)
 
 
-def make(metrics_files: list, model_files: list) -> FigureResult:
-    """Fig. 3 for the models whose ``metrics.csv`` and ``model.pt`` are given (same order)."""
+def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult:
+    """Fig. 3 for the models whose ``metrics.csv`` and ``model.pt`` are given (same order), with
+    the exact curves of ``exact_files`` (CSVs of ``likelihood.exact_curve``, any of the models)."""
     if len(metrics_files) != len(model_files) or not metrics_files:
         raise FigureError("fig3 needs one metrics.csv per model.pt (and at least one model)")
     infos, curves = [], []
@@ -99,6 +106,7 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
             raise FigureError(f"{mfile}: no epochs")
         infos.append(info)
         curves.append(df.sort_values("epoch"))
+    exact = _read_exact(exact_files, [i.name for i in infos])
 
     datasets = list(dict.fromkeys(i.dataset for i in infos))
     fig = new_figure(4.6 * len(datasets), 5.6)
@@ -127,6 +135,19 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
                 low.plot(e, extra["tap_validity_rho"], color=line.get_color(), label=info.name)
             if np.isfinite(extra["tap_validity"]).any():
                 low.plot(e, extra["tap_validity"], color=line.get_color(), ls=":", lw=0.8)
+            ex = exact.get(info.name)
+            ex_ll, ex_se = _exact_at(ex, e)
+            if ex is not None:
+                ax.errorbar(
+                    ex["epoch"],
+                    ex["exact_ll"],
+                    yerr=ex["exact_ll_stderr"],
+                    color=line.get_color(),
+                    marker="x",
+                    ls="none",
+                    label=f"{info.name} exact",
+                )
+                limits.append(_exact_note(info.name, e, m, ex))
             for i, (ei, mi, si) in enumerate(zip(e, m, s, strict=True)):
                 drawn.append(
                     {
@@ -137,10 +158,14 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
                         "tap_ll": mi,
                         "tap_ll_stderr": si,
                         **{c: extra[c][i] for c in DIAGNOSTICS},
+                        "exact_ll": ex_ll[i],
+                        "exact_ll_stderr": ex_se[i],
                     }
                 )
             claims += _claims(info.name, e, m)
             claims += _diagnostic_claims(info.name, e, m, extra)
+            if ex is not None:
+                claims += _exact_claims(info.name, e, m, ex)
             limits.append(_limit_note(info.name, e, extra))
         ax.set_title(dataset_label(dataset, substitute), fontsize=9)
         ax.set_ylabel("TAP log-likelihood per unit")
@@ -170,6 +195,90 @@ def make(metrics_files: list, model_files: list) -> FigureResult:
         infos,
         params={"metrics_files": [str(Path(f)) for f in metrics_files]},
     )
+
+
+def _read_exact(files, models: list[str]) -> dict[str, pd.DataFrame]:
+    """Model name -> its exact curve (epoch, exact_ll, exact_ll_stderr), sorted by epoch."""
+    out = {}
+    for path in files:
+        df = pd.read_csv(path)
+        missing = {"model", "epoch", "exact_ll", "exact_ll_stderr"} - set(df.columns)
+        if missing:
+            raise FigureError(f"{path}: missing columns {sorted(missing)}")
+        for model, curve in df.groupby("model", sort=False):
+            if model not in models:
+                raise FigureError(f"{path}: exact curve of {model!r}, which fig3 does not draw")
+            out[str(model)] = curve.sort_values("epoch").reset_index(drop=True)
+    return out
+
+
+def _exact_at(curve: pd.DataFrame | None, epochs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The exact values at ``epochs`` (NaN where none was computed)."""
+    ll, se = np.full(len(epochs), np.nan), np.full(len(epochs), np.nan)
+    if curve is not None:
+        where = {int(e): i for i, e in enumerate(curve["epoch"])}
+        for i, e in enumerate(epochs):
+            if int(e) in where:
+                ll[i] = curve["exact_ll"].iloc[where[int(e)]]
+                se[i] = curve["exact_ll_stderr"].iloc[where[int(e)]]
+    return ll, se
+
+
+def _exact_gap(epochs: np.ndarray, tap_ll: np.ndarray, curve: pd.DataFrame):
+    """(largest TAP - exact over the exact epochs that have a TAP value, its epoch)."""
+    tap_at = dict(zip(epochs.astype(int), tap_ll, strict=True))
+    gaps = [
+        (tap_at[int(e)] - x, int(e))
+        for e, x in zip(curve["epoch"], curve["exact_ll"], strict=True)
+        if np.isfinite(tap_at.get(int(e), np.nan))
+    ]
+    return max(gaps) if gaps else (math.nan, None)
+
+
+def _exact_claims(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> list[dict]:
+    """Rows of a model with an exact curve: the paper's "rises" judged on the exact values, the
+    epoch of their peak and TAP's largest excess over them."""
+    e, x = curve["epoch"].to_numpy(int), curve["exact_ll"].to_numpy(float)
+    gap, at = _exact_gap(epochs, tap_ll, curve)
+    rows = [
+        claim(
+            "exact_peak_epoch",
+            int(e[int(np.argmax(x))]),
+            model,
+            f"epoch of the highest exact log-likelihood, {float(x.max()):.4g}, of the epochs "
+            f"computed ({', '.join(map(str, e))})",
+        ),
+        claim(
+            "tap_minus_exact_largest",
+            gap,
+            model,
+            "largest excess of TAP's estimate over the exact log-likelihood per unit",
+            at,
+        ),
+    ]
+    if len(e) > 1:
+        rows.insert(
+            0,
+            claim(
+                "exact_ll_increase_first_to_last",
+                float(x[-1] - x[0]),
+                model,
+                f"the log-likelihood rises, judged on its exact value: > 0 (epochs {e[0]} to "
+                f"{e[-1]})",
+                held=bool(x[-1] > x[0]),
+            ),
+        )
+    return rows
+
+
+def _exact_note(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> str:
+    """A title line: where the exact curve peaks and how far TAP lies above it."""
+    e, x = curve["epoch"].to_numpy(int), curve["exact_ll"].to_numpy(float)
+    gap, at = _exact_gap(epochs, tap_ll, curve)
+    note = f"{model} exact (x, enumerated): peak at epoch {int(e[int(np.argmax(x))])}"
+    if at is not None:
+        note += f"; TAP above it by up to {gap:.3g} per unit (epoch {at})"
+    return note
 
 
 def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
@@ -331,4 +440,7 @@ def rejudge(figure_table):
             for c in DIAGNOSTICS
         }
         claims += _claims(model, e, m) + _diagnostic_claims(model, e, m, extra)
+        if "exact_ll" in curve and curve["exact_ll"].notna().any():
+            known = curve[curve["exact_ll"].notna()]
+            claims += _exact_claims(model, e, m, known.reset_index(drop=True))
     return table(drawn.drop(columns="kind"), claims)

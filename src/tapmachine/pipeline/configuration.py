@@ -180,6 +180,37 @@ def _check_denoise(config: dict) -> None:
 BINARY_PRIORS = ("bernoulli", "spin")
 
 
+#: The largest hidden layer `tapmachine exact-curve` enumerates (tap_paper.likelihood.exact_curve,
+#: not imported here: it pulls in torch).
+EXACT_CURVE_UNITS = 25
+
+
+def _check_exact_curves(fig3: dict, models: dict) -> None:
+    """figures.fig3.exact: models that fig3 draws, each an RBM whose one hidden layer is binary
+    with at most EXACT_CURVE_UNITS units, and epochs each of them trained."""
+    exact = fig3.get("exact")
+    if not exact:
+        return
+    for name in exact["models"]:
+        key = f"config error at figures.fig3.exact.models: {name!r}"
+        if name not in fig3["models"]:
+            raise ConfigError(f"{key} is not one of figures.fig3.models")
+        hidden = models[name]["hidden"]
+        if len(hidden) != 1 or hidden[0]["prior"] not in BINARY_PRIORS:
+            raise ConfigError(f"{key} needs one bernoulli or spin hidden layer to enumerate")
+        if hidden[0]["units"] > EXACT_CURVE_UNITS:
+            raise ConfigError(
+                f"{key} has {hidden[0]['units']} hidden units; at most {EXACT_CURVE_UNITS} are "
+                "enumerated (2^25 states take about 7 CPU-minutes an epoch)"
+            )
+        epochs = exact["epochs"]
+        if isinstance(epochs, list) and max(epochs) > models[name]["epochs"]:
+            raise ConfigError(
+                f"config error at figures.fig3.exact.epochs: {max(epochs)} exceeds {name!r}'s "
+                f"{models[name]['epochs']} training epochs"
+            )
+
+
 def _check_deep(config: dict) -> None:
     """Deep TAP machines (App. E), adaTAP (App. D) and Figs. 10-11: what the code supports."""
     for name, model in config["models"].items():
@@ -289,6 +320,7 @@ def _check_harvest_and_figures(config: dict) -> None:
                 raise ConfigError(
                     f"config error at figures.{fig}.models: {name!r} is not a model of `models`"
                 )
+    _check_exact_curves(figures.get("fig3") or {}, models)
     for fig in ("fig5", "fig6", "fig7"):
         if fig not in figures:
             continue

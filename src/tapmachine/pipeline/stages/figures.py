@@ -16,7 +16,7 @@ from tapmachine.pipeline.stages.common import set_threads
 
 
 def _fig3(m, a):
-    return m.make(a.metrics, a.model_files)
+    return m.make(a.metrics, a.model_files, a.exact)
 
 
 def _fig4(m, a):
@@ -275,6 +275,9 @@ def register(subparsers) -> None:
     f3 = figs.add_parser("fig3", help="TAP log-likelihood per epoch")
     f3.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of each model")
     f3.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f3.add_argument(
+        "--exact", nargs="*", default=[], help="exact curves (tapmachine exact-curve CSVs)"
+    )
     f4 = figs.add_parser("fig4", help="receptive fields ranked by spread and activation")
     f4.add_argument("--model-files", nargs="+", required=True)
     f4.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")

@@ -1,4 +1,5 @@
-"""``tapmachine score``: AIS, TAP and pseudo-likelihood of a model or its checkpoints (App. F).
+"""``tapmachine score``: AIS, TAP and pseudo-likelihood of a model or its checkpoints (App. F);
+``tapmachine exact-curve``: Fig. 3's curve computed exactly for an enumerable RBM.
 
 The library side is ``tap_paper.likelihood``; here the scores are logged to a run of experiment
 "likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
@@ -8,6 +9,7 @@ point at the same step there. The run's record is kept beside the CSV (``<stem>.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tapmachine.pipeline.stages.common import (
@@ -76,6 +78,33 @@ def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
     return row
 
 
+def exact_curve(args) -> None:
+    """The exact log-likelihood of chosen epochs, logged (step = epoch) to a run
+    ``{model}-exact`` of experiment "likelihood"."""
+    from tapmachine.io.modelfile import model_path
+    from tapmachine.pipeline.recorder import recording
+    from tapmachine.tap_paper import likelihood
+
+    set_threads(args.threads)
+    epochs = args.epochs if args.epochs in ("all", "last") else args.epochs.split(",")
+    record = _record(model_path(args.model_dir), "exact", args.out)
+    try:
+        with recording(args.tracking, record, args.out) as run:
+            run.record.name = f"{Path(args.model_dir).name}-exact"
+            run.start({"epochs": args.epochs}, {"model": Path(args.model_dir).name})
+
+            def on_row(epoch, row):
+                keys = ("exact_ll", "log_z_exact", "tap_ll")
+                run.log({k: row[k] for k in keys if math.isfinite(row[k])}, step=epoch)
+
+            likelihood.exact_curve(
+                args.model_dir, args.data, args.out, epochs, args.device, on_row=on_row
+            )
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(f"exact curve of {args.model_dir}: {err}") from err
+    print(f"wrote {args.out}")
+
+
 def score(args) -> None:
     from tapmachine.io.modelfile import ModelFile, model_path
     from tapmachine.tap_paper import likelihood
@@ -125,3 +154,16 @@ def register(subparsers) -> None:
     add_numeric_args(s)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=score)
+
+    e = subparsers.add_parser(
+        "exact-curve",
+        help="exact log-likelihood per unit of an enumerable RBM's checkpoints (Fig. 3)",
+    )
+    e.add_argument("--model-dir", required=True, help="results/models/{model} (model.pt inside)")
+    e.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    e.add_argument("--epochs", default="all", help="all | last | comma-separated epochs")
+    e.add_argument("--out", required=True, help="CSV to write")
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--tracking", default=None)
+    e.set_defaults(func=exact_curve)

@@ -12,17 +12,20 @@ test images by
 - the pseudo-likelihood (Besag 1975), stochastic as in App. F: ``pl_sites`` of the Nv sites per
   block of ``pl_rows`` images (a fresh random subset per block), scaled by Nv / pl_sites, so it
   estimates sum_{i=1}^{Nv} ln P(x_i | x_-i) in nats per image;
-- the exact log-likelihood, when the machine's smaller binary layer can be enumerated.
+- the exact log-likelihood, when the machine's smaller binary layer can be enumerated
+  (``exact_curve``: after chosen epochs, beside training's TAP value, for Fig. 3).
 
 Every value is in nats per image (mean over the images scored); the TAP value is also given
 divided by Nv + Nh (the normalisation of Fig. 3). Library functions take tensors; the file-level
 functions (``score_checkpoints``, ``score_model``) read models and datasets, write one CSV row per
 parameter set and mirror the numbers to MLflow.
 
-Modules: ``settings``, ``tap_partition`` (TAP's ln Z), ``score`` (one parameter set), ``files``.
+Modules: ``settings``, ``tap_partition`` (TAP's ln Z), ``score`` (one parameter set), ``files``,
+``exact_curve``.
 """
 
 from tapmachine.io.modelfile import checkpoint_path
+from tapmachine.tap_paper.likelihood.exact_curve import exact_curve
 from tapmachine.tap_paper.likelihood.files import (
     resolve_epochs,
     score_checkpoints,
@@ -53,6 +56,7 @@ __all__ = [
     "ais_schedule",
     "checkpoint_path",
     "evaluation_differs",
+    "exact_curve",
     "pseudo_log_likelihood_blocks",
     "recorded_final_tap_partition",
     "recorded_tap_partition",

@@ -54,7 +54,9 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     step size is constant (so a finished run can be extended; a decaying schedule depends on
     it), the converged mode's tolerance, cap and weighting in a fixed-iteration run, and the
     evaluation's second pass (``retry_damping``: each history row records what it did, and a
-    resumed run evaluates its earlier epochs again, ``reevaluate_history``).
+    resumed run evaluates its earlier epochs again, ``reevaluate_history``), and ``fuse``
+    (compiled or eager sweeps: the same iterates up to rounding; leaving it out also keeps the
+    checkpoints written before the key existed).
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     h.update(method(settings.method).version().encode())
@@ -65,6 +67,7 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
         for key in ("train_tol", "train_max_iter", "train_unique"):
             fields.pop(key)
     fields.pop("retry_damping")
+    fields.pop("fuse")
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())

@@ -10,6 +10,8 @@ the same block-wise local search runs on the clamped model (Sec. 5.2): the visib
 sets only the missing pixels to their conditional minimum (eqs. 15-17). Each chain draws its
 block order (even or odd first) once, as in Alg. 1, and stops after the first step that changes
 nothing; the result is a block-wise minimum of the energy over (missing pixels, hidden layers).
+As in local search (``ucd.search``), the chains run in two groups by block order and only the
+chains still moving are computed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.ucd.search import local_search
-from tapmachine.ucd.target import Target, binary_mode, uniform_layer
+from tapmachine.ucd.target import Target, binary_mode_, states_equal, take, uniform_layer
 
 __all__ = ["sample", "complete", "lower_half_mask"]
 
@@ -41,11 +43,41 @@ def lower_half_mask(height: int, width: int, device=None) -> Tensor:
 
 
 def _block(machine: BoltzmannMachine, xs: list, parity: int, v_obs: Tensor, mask: Tensor) -> list:
+    """The layers of ``parity`` replaced by their conditional minimum (eqs. 15-17), the observed
+    pixels (``mask`` False) kept at ``v_obs``.
+
+    Each new layer is its field's tensor (``input_to``), thresholded in place (``binary_mode_``)
+    and, for the visible layer, the observed pixels written back into it: the values of
+    ``binary_mode`` and ``torch.where`` without their new tensors, as ``search.block_update``.
+    """
     out = list(xs)
     for l in range(parity, machine.n_layers, 2):
-        new = binary_mode(machine.priors[l], machine.input_to(l, out))
-        out[l] = torch.where(mask, new, v_obs) if l == 0 else new
+        new = binary_mode_(machine.priors[l], machine.input_to(l, xs))
+        out[l] = torch.where(mask, new, v_obs, out=new) if l == 0 else new
     return out
+
+
+def _complete_group(m: BoltzmannMachine, xs: list, v_obs, mask, first: int, max_steps: int):
+    """Completion steps for chains that all update parity ``first`` first; only moving rows."""
+    n = v_obs.shape[0]
+    steps = torch.zeros(n, dtype=torch.long, device=m.device)
+    active = torch.arange(n, device=m.device)
+    layers = range(m.n_layers)
+    out = list(xs)
+    sub = list(xs)
+    for _ in range(max_steps):
+        if active.numel() == 0:
+            break
+        new = _block(m, _block(m, sub, first, v_obs, mask), 1 - first, v_obs, mask)
+        steps[active] += 1
+        moved = ~states_equal(new, sub, layers)
+        for l in layers:
+            out[l].index_copy_(0, active, new[l])
+        keep = moved.nonzero().squeeze(-1)
+        active = active.index_select(0, keep)
+        sub = take(new, keep)
+        v_obs, mask = v_obs.index_select(0, keep), mask.index_select(0, keep)
+    return out, steps
 
 
 @torch.no_grad()
@@ -72,18 +104,12 @@ def complete(
     xs += [uniform_layer(p, n, generator, m.dtype, m.device) for p in m.priors[1:]]
     even_first = torch.rand(n, generator=generator, device=m.device) < 0.5
     steps = torch.zeros(n, dtype=torch.long, device=m.device)
-    moving = torch.ones(n, dtype=torch.bool, device=m.device)
-    for _ in range(max_steps):
-        a = _block(m, _block(m, xs, 0, v_obs, mask), 1, v_obs, mask)
-        b = _block(m, _block(m, xs, 1, v_obs, mask), 0, v_obs, mask)
-        new = [torch.where(even_first[:, None], x, y) for x, y in zip(a, b, strict=True)]
-        steps += moving.long()
-        changed = torch.zeros(n, dtype=torch.bool, device=m.device)
-        for x, y in zip(new, xs, strict=True):
-            changed |= (x != y).any(-1)
-        # a chain that stopped is at a fixed point of both block updates: it stays put
-        xs = new
-        moving = changed
-        if not bool(moving.any()):
-            break
+    for first, group in ((0, even_first), (1, ~even_first)):  # two groups, not a loop over chains
+        rows = group.nonzero().squeeze(-1)
+        if rows.numel() == 0:
+            continue
+        out, s = _complete_group(m, take(xs, rows), v_obs[rows], mask[rows], first, max_steps)
+        for l in range(m.n_layers):
+            xs[l].index_copy_(0, rows, out[l])
+        steps[rows] = s
     return xs, steps

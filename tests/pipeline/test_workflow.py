@@ -273,7 +273,9 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
         for (exp, _), (_, tags, *_) in replayed.items()
         if exp in ("harvest", "likelihood", "denoise") and "model" in tags
     ]
-    assert len(derived) == 2 + 2 + 2  # harvests of epochs 1, 2; tiny-epochs, -final; two TAP
+    # harvests of epochs 1, 2; tiny-epochs, -final, -exact (Fig. 3's exact curve); two TAP
+    # denoising runs
+    assert len(derived) == 2 + 3 + 2
     for tags in derived:
         assert tags["model_run_id"] == ("train", tags["model"])
     copy = tmp_path / "copy"

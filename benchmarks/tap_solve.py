@@ -107,29 +107,37 @@ def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
     }
 
 
-def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
-    """Anderson mixing against Alg. 1 on trained binary-MNIST checkpoints (issue item 2): one
-    result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
-    first 500 training images, float64, one torch thread, CPU seconds). Checkpoints are read
-    from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
+def _per_checkpoint(name, compare, rows, seconds_key, device, quick, checkpoints) -> list[dict]:
+    """``compare(machine, x, cap)`` on each ``tap_solve`` checkpoint (float64, the first ``rows``
+    training images, one torch thread), one JSON line per checkpoint; ``seconds`` is the
+    comparison's ``seconds_key``."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        directory = Path(checkpoints or CHECKPOINTS)
-        rows = 100 if quick else 500
         x, source = binary_mnist(rows)
         x = x.to(device=device, dtype=torch.float64)
         out = []
-        for name, epoch, path in solve_checkpoints(directory, quick):
+        for model, epoch, path in solve_checkpoints(Path(checkpoints or CHECKPOINTS), quick):
             machine = load_model(path, device=device, dtype=torch.float64)
-            result = {"name": "tap_solve", "model": name, "epoch": epoch, "data": source}
-            result.update(solver_comparison(machine, x, cap=300 if quick else 1000))
-            result.update(seconds=result["seconds_anderson"], gflops=None, ratio_to_matmul=None)
+            result = {"name": name, "model": model, "epoch": epoch, "data": source}
+            result.update(compare(machine, x, cap=300 if quick else 1000))
+            result.update(seconds=result[seconds_key], gflops=None, ratio_to_matmul=None)
             print(json.dumps(result), flush=True)
             out.append(result)
         return out
     finally:
         torch.set_num_threads(threads)
+
+
+def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
+    """Anderson mixing against Alg. 1 on trained binary-MNIST checkpoints (issue item 2): one
+    result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
+    first 500 training images, float64, one torch thread, CPU seconds). Checkpoints are read
+    from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
+    rows = 100 if quick else 500
+    return _per_checkpoint(
+        "tap_solve", solver_comparison, rows, "seconds_anderson", device, quick, checkpoints
+    )
 
 
 #: Switch thresholds of ``tap_hybrid`` (Alg. 1's criterion at which a row goes to Anderson).
@@ -184,19 +192,7 @@ def hybrid_comparison(machine, x, switches=HYBRID_SWITCH, tol=1e-8, cap=1000, re
 def bench_tap_hybrid(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
     """``hybrid_comparison`` on the ``tap_solve`` checkpoints, 200 training images each (quick:
     50), one torch thread, CPU seconds; one JSON line per checkpoint."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        x, source = binary_mnist(50 if quick else 200)
-        x = x.to(device=device, dtype=torch.float64)
-        out = []
-        for name, epoch, path in solve_checkpoints(Path(checkpoints or CHECKPOINTS), quick):
-            machine = load_model(path, device=device, dtype=torch.float64)
-            result = {"name": "tap_hybrid", "model": name, "epoch": epoch, "data": source}
-            result.update(hybrid_comparison(machine, x, cap=300 if quick else 1000))
-            result.update(seconds=result["seconds_damped"], gflops=None, ratio_to_matmul=None)
-            print(json.dumps(result), flush=True)
-            out.append(result)
-        return out
-    finally:
-        torch.set_num_threads(threads)
+    rows = 50 if quick else 200
+    return _per_checkpoint(
+        "tap_hybrid", hybrid_comparison, rows, "seconds_damped", device, quick, checkpoints
+    )

@@ -50,8 +50,14 @@ def train_checkpoints(directory: Path, epochs: int, quick: bool) -> None:
 
 
 def solve_checkpoints(directory: Path, quick: bool) -> list[tuple[str, int, Path]]:
-    """(model, epoch, path) of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (quick: epochs 1-2),
-    training what is missing."""
+    """(model, epoch, path) of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (quick: epochs 1-2, under
+    ``directory/quick``), training what is missing.
+
+    Quick checkpoints are trained on fewer images, so training them beside the full ones would
+    find those written with other data and remove them (``train.resume_checkpoint``): they get
+    a folder of their own."""
+    if quick:
+        directory = directory / "quick"
     epochs = (1, 2) if quick else SOLVE_EPOCHS
     want = [(n, e, directory / n / f"epoch_{e}.pt") for n in SOLVE_MODELS for e in epochs]
     if not all(path.exists() for _, _, path in want):

@@ -23,9 +23,9 @@ The TAP log-likelihood of eq. (39) is then ln P(x) ~ data term + mean_k F_k.
 
 All functions are batched: a ``TAPState`` holds K solutions as tensors of shape (K, N_l).
 
-Modules: ``state`` (``TAPState``), ``damped`` (one damped sweep of Alg. 1), ``fused`` (its
-layer update compiled), ``inference``
-(``solve``, the second damped pass, clamped inference), ``anderson`` (the Anderson solver),
+Modules: ``state`` (``TAPState``), ``damped`` (one damped sweep of Alg. 1, and one with
+per-unit Newton damping), ``fused`` (its layer update compiled), ``inference`` (``solve``, the
+second damped pass, clamped inference), ``anderson`` (the Anderson solver),
 ``energy`` (free energy, log-likelihood), ``gradients``, ``merging`` (one solution per fixed
 point), ``onsager`` (validity of the expansion).
 """

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.tap.anderson import anderson
-from tapmachine.core.tap.damped import sweep
+from tapmachine.core.tap.damped import newton_sweep, sweep
 from tapmachine.core.tap.state import TAPState
 
 __all__ = ["SOLVERS", "solve", "retry_tolerance", "solve_with_retry", "clamped_state"]
@@ -91,7 +91,7 @@ def solve(
         (eq. 47 for the binary symmetric channel). Single-site terms carry no Onsager
         correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. Either may be
         None (no such term). The state's visible A, B include the tilt. Ignored when clamped.
-    solver : {"damped", "anderson"}
+    solver : {"damped", "anderson", "newton_damped"}
         ``"damped"`` is Alg. 1 as above. ``"anderson"`` (``anderson``) solves the same TAP
         equations by Anderson mixing of a reduced map: each layer is solved exactly from its
         neighbours (the Onsager self-feedback by a Newton iteration per unit), odd layers'
@@ -99,15 +99,22 @@ def solve(
         whose mean squared change of the means, times (1 - damping)^2, is below ``tol``: the
         bound on the residual that ``tol`` sets for Alg. 1's damped step. It may reach another
         fixed point than Alg. 1 from the same start.
+        ``"newton_damped"`` (``damped.newton_sweep``) is Alg. 1's sweep with each unit's mean
+        moved by one Newton step on its own equation a = f_a(A a + h, A): the damped update
+        with a per-unit, per-sweep damping -A f_c / (1 - A f_c) instead of ``damping``
+        (heavy where the Onsager self-feedback is strong); the variances keep ``damping``.
+        Same cost per sweep and same fixed points as Alg. 1; a row stops after the sweep whose
+        mean squared residual f_a - a, times (1 - damping)^2, is below ``tol`` (``"anderson"``'s
+        bound). It may reach another fixed point than Alg. 1 from the same start.
     memory : int
         ``"anderson"``: number of past iterates mixed (m).
     stats : dict, optional
         ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's
         switches from mixing to plain steps (the safeguard: its residual stopped falling).
     fuse : bool
-        ``"damped"``: run the elementwise part of each binary layer's update as one compiled kernel
-        (``fused``; ``torch.compile``, eager if it fails): the same iteration up to rounding,
-        compiled once per process (docs/tap_solver.md: no faster at 100 rows on a CPU).
+        ``"damped"`` only: run the elementwise part of each binary layer's update as one
+        compiled kernel (``fused``; ``torch.compile``, eager if it fails): the same iteration up
+        to rounding, compiled once per process (docs/tap_solver.md: no faster at 100 rows on a CPU).
 
     Returns
     -------
@@ -196,11 +203,21 @@ def solve(
             return TAPState(*out, iterations, converged, clamped=clamped)
 
         for t in range(1, max_iter + 1):
-            keep_a = [damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0 for l in sizes_l]
-            keep_c = [damping if damping > 0.0 and (t > 1 or given_c[l]) else 0.0 for l in sizes_l]
-            step = sweep(
-                a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c, fuse
-            )
+            if solver == "newton_damped":
+                fresh = [[t == 1 and not given[l] for l in sizes_l] for given in (given_a, given_c)]
+                step = newton_sweep(
+                    a, c, A, B, order, weights, neg_squares, priors, tilt, fresh, damping
+                )
+            else:
+                keep_a = [
+                    damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0 for l in sizes_l
+                ]
+                keep_c = [
+                    damping if damping > 0.0 and (t > 1 or given_c[l]) else 0.0 for l in sizes_l
+                ]
+                step = sweep(
+                    a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c, fuse
+                )
             done = (step / n_iterated < tol) & pending
             if t == max_iter:
                 if out is None:
@@ -234,7 +251,7 @@ def solve(
 
 
 #: TAP solvers (``solve``'s ``solver``; config ``tap.solver``, ``harvest.<model>.solver``).
-SOLVERS = ("damped", "anderson")
+SOLVERS = ("damped", "anderson", "newton_damped")
 
 
 def retry_tolerance(tol: float, damping: float, retry_damping: float | None) -> float | None:

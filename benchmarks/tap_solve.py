@@ -1,5 +1,5 @@
-"""``tap_solve``: the Anderson TAP solver against Alg. 1 on trained checkpoints; ``tap_hybrid``:
-Alg. 1 to a switch threshold, then Anderson, against Alg. 1."""
+"""``tap_solve``: the accelerated TAP solvers against Alg. 1 on trained checkpoints;
+``tap_hybrid``: Alg. 1 to a switch threshold, then Anderson, against Alg. 1."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from benchmarks.common import binary_mnist
 from tapmachine.core import tap
 from tapmachine.train import load_model
 
-__all__ = ["bench_tap_hybrid", "bench_tap_solve", "hybrid_comparison", "solver_comparison"]
+__all__ = [
+    "ACCELERATED",
+    "NEWTON_WARMUPS",
+    "bench_tap_hybrid",
+    "bench_tap_solve",
+    "hybrid_comparison",
+    "solver_comparison",
+]
 
 
 def _cpu_timed(fn):
@@ -52,26 +59,56 @@ def _tight(machine, state, solver: str, tol: float, max_iter: int):
     return out
 
 
-def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
-    """Alg. 1 (damped 0.5) against the Anderson solver from the same starts ``x`` (float64).
+#: The solvers ``tap_solve`` compares with Alg. 1, each from the same starts, and Alg. 1's
+#: damped sweeps before ``newton_damped`` takes over in its ``newton_damped_warm{k}`` variants.
+ACCELERATED = ("anderson", "newton_damped", "newton_sor")
+NEWTON_WARMUPS = (5, 10)
 
-    Both to ``tol`` (cap ``cap``): iterations per row (median, 90th percentile; unconverged rows
-    count as ``cap``), converged share, CPU seconds. The fixed point each start reaches under
-    Alg. 1 is its damped iterate continued to ``ref_tol`` (up to 2 ``cap`` more iterations, then
-    the 0.95-damped second pass for rows that cycle); each Anderson result is continued by
-    Anderson to ``ref_tol`` too and compared with it (max-abs over all units:
-    ``same_fixed_point_share`` within 1e-4, over rows converged in both): the basin agreement.
-    ``*_stop_error_median``: how far the rows stopped at ``tol`` lie from their own solver's
-    tight fixed point. ``row_sweep_seconds_*``: CPU seconds over the rows' summed iterations
-    (one row's sweep), and ``sweep_cost_ratio`` Anderson's over Alg. 1's.
+
+def _variants(machine, x, kw, warmups) -> dict:
+    """name -> (run, tight solver): ``run()`` solves from the starts ``x`` and returns (state,
+    iterations per row); the tight solver continues its result to the reference tolerance."""
+
+    def plain(solver):
+        def run():
+            state = tap.solve(machine, x, solver=solver, **kw)
+            return state, state.iterations
+
+        return run
+
+    def warm(k):
+        def run():
+            first = tap.solve(machine, x, **{**kw, "max_iter": k})
+            second = _continued(machine, first, solver="newton_damped", **kw)
+            return second, first.iterations + second.iterations
+
+        return run
+
+    out = {solver: (plain(solver), solver) for solver in ACCELERATED}
+    out.update({f"newton_damped_warm{k}": (warm(k), "newton_damped") for k in warmups})
+    return out
+
+
+def solver_comparison(
+    machine, x, tol=1e-8, cap=1000, ref_tol=1e-16, warmups=NEWTON_WARMUPS
+) -> dict:
+    """Alg. 1 (damped 0.5) against each of ``ACCELERATED`` from the same starts ``x``
+    (float64), and against ``newton_damped`` after ``warmups`` of Alg. 1's sweeps.
+
+    All to ``tol`` (cap ``cap``): iterations per row (median, 90th percentile; unconverged rows
+    count as ``cap``; a warm-up's sweeps included), converged share, CPU seconds. The fixed
+    point each start reaches under Alg. 1 is its damped iterate continued to ``ref_tol`` (up to
+    2 ``cap`` more iterations, then the 0.95-damped second pass for rows that cycle); each
+    other result is continued by its own solver to ``ref_tol`` too and compared with it
+    (max-abs over all units: ``same_fixed_point_share_{s}`` within 1e-4, over rows converged in
+    both): the basin agreement. ``{s}_stop_error_median``: how far the rows stopped at ``tol``
+    lie from their own solver's tight fixed point. ``row_sweep_seconds_{s}``: CPU seconds over
+    the rows' summed iterations (one row's sweep), ``sweep_cost_ratio_{s}`` that over Alg. 1's.
+    Ratios are damped over ``s`` (``iterations_ratio_{s}`` of the medians, ``seconds_ratio_{s}``).
     """
     kw = {"damping": 0.5, "tol": tol, "max_iter": cap}
     damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, **kw))
-    fast, t_fast = _cpu_timed(lambda: tap.solve(machine, x, solver="anderson", **kw))
     ref = _tight(machine, damped, "damped", ref_tol, 2 * cap)
-    fast_ref = _tight(machine, fast, "anderson", ref_tol, 2 * cap)
-    both = ref.converged & fast_ref.converged
-    gap = (ref.magnetisations() - fast_ref.magnetisations()).abs().amax(1)[both]
 
     def stop_error(stopped, tight):
         rows = stopped.converged & tight.converged
@@ -79,32 +116,45 @@ def solver_comparison(machine, x, tol=1e-8, cap=1000, ref_tol=1e-16) -> dict:
         return float(err.median()) if rows.any() else float("nan")
 
     d_med, d_p90 = _quantiles(damped.iterations)
-    a_med, a_p90 = _quantiles(fast.iterations)
-    return {
+    d_sweep = t_damped / int(damped.iterations.sum())
+    out = {
         "rows": int(x.shape[0]),
         "iterations_damped_median": d_med,
         "iterations_damped_p90": d_p90,
-        "iterations_anderson_median": a_med,
-        "iterations_anderson_p90": a_p90,
-        "iterations_ratio": d_med / a_med,
         "seconds_damped": t_damped,
-        "seconds_anderson": t_fast,
-        "seconds_ratio": t_damped / t_fast,
-        "row_sweep_seconds_damped": t_damped / int(damped.iterations.sum()),
-        "row_sweep_seconds_anderson": t_fast / int(fast.iterations.sum()),
-        "sweep_cost_ratio": (t_fast / int(fast.iterations.sum()))
-        / (t_damped / int(damped.iterations.sum())),
+        "row_sweep_seconds_damped": d_sweep,
         "converged_share_damped": float(damped.converged.double().mean()),
-        "converged_share_anderson": float(fast.converged.double().mean()),
         "reference_converged_share": float(ref.converged.double().mean()),
-        "anderson_tight_converged_share": float(fast_ref.converged.double().mean()),
-        "same_fixed_point_share": float((gap <= 1e-4).double().mean()) if both.any() else None,
-        "same_fixed_point_rows": int(both.sum()),
-        "max_abs_delta_a": float(gap.max()) if both.any() else None,
-        "median_abs_delta_a": float(gap.median()) if both.any() else None,
         "damped_stop_error_median": stop_error(damped, ref),
-        "anderson_stop_error_median": stop_error(fast, fast_ref),
     }
+    for name, (run, tight_solver) in _variants(machine, x, kw, warmups).items():
+        (state, iterations), seconds = _cpu_timed(run)
+        tight = _tight(machine, state, tight_solver, ref_tol, 2 * cap)
+        both = ref.converged & tight.converged
+        gap = (ref.magnetisations() - tight.magnetisations()).abs().amax(1)[both]
+        med, p90 = _quantiles(iterations)
+        sweep = seconds / int(iterations.sum())
+        out.update(
+            {
+                f"iterations_{name}_median": med,
+                f"iterations_{name}_p90": p90,
+                f"iterations_ratio_{name}": d_med / med,
+                f"seconds_{name}": seconds,
+                f"seconds_ratio_{name}": t_damped / seconds,
+                f"row_sweep_seconds_{name}": sweep,
+                f"sweep_cost_ratio_{name}": sweep / d_sweep,
+                f"converged_share_{name}": float(state.converged.double().mean()),
+                f"{name}_tight_converged_share": float(tight.converged.double().mean()),
+                f"same_fixed_point_share_{name}": (
+                    float((gap <= 1e-4).double().mean()) if both.any() else None
+                ),
+                f"same_fixed_point_rows_{name}": int(both.sum()),
+                f"max_abs_delta_a_{name}": float(gap.max()) if both.any() else None,
+                f"median_abs_delta_a_{name}": float(gap.median()) if both.any() else None,
+                f"{name}_stop_error_median": stop_error(state, tight),
+            }
+        )
+    return out
 
 
 def _per_checkpoint(name, compare, rows, seconds_key, device, quick, checkpoints) -> list[dict]:
@@ -130,13 +180,13 @@ def _per_checkpoint(name, compare, rows, seconds_key, device, quick, checkpoints
 
 
 def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> list[dict]:
-    """Anderson mixing against Alg. 1 on trained binary-MNIST checkpoints (issue item 2): one
+    """The accelerated solvers against Alg. 1 on trained binary-MNIST checkpoints: one
     result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
     first 500 training images, float64, one torch thread, CPU seconds). Checkpoints are read
     from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
     rows = 100 if quick else 500
     return _per_checkpoint(
-        "tap_solve", solver_comparison, rows, "seconds_anderson", device, quick, checkpoints
+        "tap_solve", solver_comparison, rows, "seconds_damped", device, quick, checkpoints
     )
 
 

@@ -279,12 +279,16 @@ def _gauss_bernoulli_rbm(seed):
     return BoltzmannMachine((visible, hidden), (W,)), g
 
 
+NEWTON_SOLVERS = ("newton_damped", "newton_sor")
+
+
+@pytest.mark.parametrize("solver", NEWTON_SOLVERS)
 @pytest.mark.parametrize("case", range(len(CASES) + 1))
-def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case):
-    """Per-unit Newton damping (``solver="newton_damped"``) and Alg. 1 converge from the same
-    data starts to the same fixed point within 1e-6, free, clamped and under a visible tilt,
-    for every prior; the point solves the TAP equations (residual recomputed from eqs. 33-35),
-    and it takes fewer sweeps than Alg. 1 at 0.5."""
+def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case, solver):
+    """Per-unit Newton damping (``solver="newton_damped"``, and over-relaxed: ``"newton_sor"``)
+    and Alg. 1 converge from the same data starts to the same fixed point within 1e-6, free,
+    clamped and under a visible tilt, for every prior; the point solves the TAP equations
+    (residual recomputed from eqs. 33-35), and it takes no more sweeps than Alg. 1 at 0.5."""
     if case < len(CASES):
         prior_cls, sizes, scale, seed = CASES[case]
         m, g = _machine(prior_cls, sizes, scale, seed)
@@ -303,7 +307,7 @@ def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case):
     variants = ({}, {"clamp": True}, {"visible_tilt": tilt})
     for kwargs in variants:
         damped = tap.solve(m, x, tol=1e-26, max_iter=20000, **kwargs)
-        newton = tap.solve(m, x, tol=1e-26, max_iter=20000, solver="newton_damped", **kwargs)
+        newton = tap.solve(m, x, tol=1e-26, max_iter=20000, solver=solver, **kwargs)
         assert damped.converged.all() and newton.converged.all(), (prior_cls, kwargs)
         gap = (damped.magnetisations() - newton.magnetisations()).abs().amax(1)
         assert float(gap.max()) < 1e-6, (prior_cls, kwargs, float(gap.max()))
@@ -320,13 +324,14 @@ def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case):
         assert newton.iterations.double().median() <= damped.iterations.double().median()
 
 
-def test_newton_damped_converges_where_alg1_cycles(cycling_rbm):
+@pytest.mark.parametrize("solver", NEWTON_SOLVERS)
+def test_newton_damped_converges_where_alg1_cycles(cycling_rbm, solver):
     """On the RBM where Alg. 1 at damping 0.5 cycles from every start (unit self-feedback
     |A f_c| of several), the per-unit Newton damping converges every row to a TAP solution
-    with means in the support, and to Alg. 1's fixed points where Alg. 1 reaches them at 0.95."""
+    with means in the support, mostly Alg. 1's fixed points where Alg. 1 reaches them at 0.95."""
     m, x = cycling_rbm
     assert not tap.solve(m, x, damping=0.5, tol=1e-20, max_iter=2000).converged.any()
-    state = tap.solve(m, x, damping=0.5, tol=1e-20, max_iter=2000, solver="newton_damped")
+    state = tap.solve(m, x, damping=0.5, tol=1e-20, max_iter=2000, solver=solver)
     assert state.converged.all()
     a_gap, c_gap = _tap_equations_residual(m, state)
     assert a_gap < 1e-9 and c_gap < 1e-8, (a_gap, c_gap)

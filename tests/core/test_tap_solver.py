@@ -13,6 +13,7 @@ from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussBernoulli, Tru
 from tapmachine.core.tap import anderson as anderson_module
 from tapmachine.core.tap import fused as fused_module
 from tapmachine.core.tap.anderson import solve_layer
+from tapmachine.core.tap.damped import mean_bounds
 
 DT = torch.float64
 
@@ -317,8 +318,9 @@ def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case, 
         # the stop rule reads the means; the variances follow at Alg. 1's damping
         a_gap, c_gap = _tap_equations_residual(m, newton, tilted)
         assert a_gap < 1e-11 and c_gap < 1e-8, (kwargs, a_gap, c_gap)
-        for c in newton.c:
-            assert bool((c >= 0).all())
+        for a, c, prior in zip(newton.a, newton.c, m.priors, strict=True):
+            lower, upper = mean_bounds(prior)
+            assert bool((c >= 0).all() and (a >= lower).all() and (a <= upper).all())
         if "clamp" in kwargs:
             torch.testing.assert_close(newton.a[0], x, rtol=0, atol=0)
         assert newton.iterations.double().median() <= damped.iterations.double().median()

@@ -106,8 +106,8 @@ def solve(
         Same cost per sweep and same fixed points as Alg. 1; a row stops after the sweep whose
         mean squared residual f_a - a, times (1 - damping)^2, is below ``tol`` (``"anderson"``'s
         bound). It may reach another fixed point than Alg. 1 from the same start.
-        ``"newton_sor"``: the same sweeps, the step over-relaxed by ``RELAXATION`` after
-        ``SOR_WARMUP`` sweeps (one-step SOR-Newton; ``damped.newton_sweep``).
+        ``"newton_sor"``: Alg. 1's first sweeps (the basin), a few of those Newton steps, then
+        the Newton steps over-relaxed (one-step SOR-Newton; ``NEWTON``, ``damped.newton_sweep``).
     memory : int
         ``"anderson"``: number of past iterates mixed (m).
     stats : dict, optional
@@ -190,8 +190,8 @@ def solve(
         B = [torch.zeros_like(t) for t in a]
         active = torch.arange(K, device=device)  # original row of each working row
         pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet done
+        maps = (order, weights, neg_squares, priors)
         if solver == "anderson":
-            maps = (order, weights, neg_squares, priors)
             stop_scale = (1.0 - damping) ** 2
             warm = [
                 [damping if damping > 0.0 and given[l] else 0.0 for l in sizes_l]
@@ -205,12 +205,10 @@ def solve(
             return TAPState(*out, iterations, converged, clamped=clamped)
 
         for t in range(1, max_iter + 1):
-            if solver in RELAXATION:
+            if solver in NEWTON and t > NEWTON[solver][0]:
                 fresh = [[t == 1 and not given[l] for l in sizes_l] for given in (given_a, given_c)]
-                omega = RELAXATION[solver] if t > SOR_WARMUP else 1.0
-                step = newton_sweep(
-                    a, c, A, B, order, weights, neg_squares, priors, tilt, fresh, damping, omega
-                )
+                omega = NEWTON[solver][2] if t > sum(NEWTON[solver][:2]) else 1.0
+                step = newton_sweep(a, c, A, B, *maps, tilt, fresh, damping, omega)
             else:
                 keep_a = [
                     damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0 for l in sizes_l
@@ -256,13 +254,13 @@ def solve(
 #: TAP solvers (``solve``'s ``solver``; config ``tap.solver``, ``harvest.<model>.solver``).
 SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
 
-#: Over-relaxation omega of the per-unit Newton step (``damped.newton_sweep``) of each solver
-#: that takes it, from sweep ``SOR_WARMUP`` + 1 on (before it, omega = 1). Measured on trained
-#: binary-MNIST RBMs (docs/tap_solver.md): omega 1.4-1.6 takes 2-3 times fewer sweeps than
-#: omega = 1; from 1.6 without a warm-up, or 1.7 after it, some rows no longer converge where
-#: Alg. 1 cycles, and without a warm-up fewer rows reach Alg. 1's fixed point.
-RELAXATION = {"newton_damped": 1.0, "newton_sor": 1.4}
-SOR_WARMUP = 10
+#: Solvers that take per-unit Newton steps (``damped.newton_sweep``): (Alg. 1's damped sweeps
+#: first, then Newton steps at omega = 1, then at the over-relaxation omega). Measured on
+#: trained binary-MNIST RBMs (docs/tap_solver.md): the first sweeps choose a data start's basin
+#: (after 5 of Alg. 1's, 98-100% of the starts reach Alg. 1's fixed point, 86-99% without), and
+#: over-relaxing once the basin is chosen keeps it; omega = 1.4 takes about half the sweeps of
+#: omega = 1, while from 1.6 some rows no longer converge where Alg. 1 cycles.
+NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, 1.4)}
 
 
 def retry_tolerance(tol: float, damping: float, retry_damping: float | None) -> float | None:

@@ -166,9 +166,9 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
 
 
 #: The solvers the profile prices, each with its own counted iterations: Alg. 1 and the
-#: accelerated solver (converged training steps and per-epoch evaluation; the harvest keeps
-#: Alg. 1 with Anderson polishing in both, as paper.yaml does).
-PROFILE_SOLVERS = ("damped", "anderson")
+#: accelerated solvers (converged training steps and per-epoch evaluation; the harvest keeps
+#: Alg. 1 with Anderson polishing in all, as paper.yaml does).
+PROFILE_SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
 
 
 def _paper_profile(quick: bool, checkpoints: Path) -> dict:

@@ -198,6 +198,8 @@ def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
         {"rho_step": "plain"},
         {"inference": "adatap"},
         {"solver": "anderson"},
+        {"solver": "newton_damped"},
+        {"solver": "newton_sor"},
         {"train_noise": {"fraction": 0.5, "p": 0.1}},
         {"evaluate": False},
         {"momentum": 0.25},

@@ -169,7 +169,7 @@ def test_loose_tolerance_splits_fixed_points_into_near_copies(prototypes):
     exact = harvest.harvest(
         machine, x, HarvestSettings(n_init=None, tol=1e-24, max_iter=50000, polish_tol=None)
     )
-    for solver in ("anderson", "damped"):
+    for solver in ("anderson", "damped", "newton_damped", "newton_sor"):
         settings = HarvestSettings(n_init=None, tol=1e-6, max_iter=5000, polish_solver=solver)
         polished = harvest.harvest(machine, x, settings)
         assert polished["polished"].all() and harvest.summarise(polished)["n_unpolished"] == 0

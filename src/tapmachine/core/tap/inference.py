@@ -257,9 +257,10 @@ SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
 #: Solvers that take per-unit Newton steps (``damped.newton_sweep``): (Alg. 1's damped sweeps
 #: first, then Newton steps at omega = 1, then at the over-relaxation omega). Measured on
 #: trained binary-MNIST RBMs (docs/tap_solver.md): the first sweeps choose a data start's basin
-#: (after 5 of Alg. 1's, 98-100% of the starts reach Alg. 1's fixed point, 86-99% without), and
-#: over-relaxing once the basin is chosen keeps it; omega = 1.4 takes about half the sweeps of
-#: omega = 1, while from 1.6 some rows no longer converge where Alg. 1 cycles.
+#: (after 5 of Alg. 1's sweeps, 98-100% of the starts reach Alg. 1's fixed point, 92-100%
+#: without; where Alg. 1 cycles 93% and 86%), over-relaxing after them keeps most (97-100%; 67%
+#: where Alg. 1 cycles), and omega = 1.4 takes about half the sweeps of omega = 1, while from
+#: 1.6 some rows no longer converge where Alg. 1 cycles.
 NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, 1.4)}
 
 

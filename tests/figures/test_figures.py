@@ -569,6 +569,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     text = out.read_text()
     assert "| train | 2 | 150.8 | 147 |" in text
     assert "| train/bmnist_h100 | 120.5 | 118 | 700 |" in text and "resumed" not in text
+    assert "every 30 s" in text  # the sampled CPU time is labelled a lower bound
     # bmnist_h100 ran over two starts: its benchmark times the second only, its epochs all;
     # bmnist_h25's epochs sum to less than its benchmark (setup time), so the benchmark counts
     models = figs.parent / "models"

@@ -192,6 +192,10 @@ def wall_times(
 
     Its CPU time adds ``epoch_cpu_seconds`` in the same way when every epoch counted recorded
     one (older checkpoints did not), else it is NaN.
+
+    ``cpu_time`` is a lower bound: Snakemake samples a job's processes every 0.5 s for its first
+    30 s and every 30 s after (``snakemake.benchmark.BENCHMARK_INTERVAL``), so it misses what a
+    job used after its last sample, up to 30 CPU-seconds a job. ``seconds`` (``s``) is exact.
     """
     import pandas as pd
 
@@ -276,6 +280,12 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
         out.append(
             f"| {_cell(job)} | {_cell(r['seconds'])} | {_cell(cpu)} | {_cell(r['max_rss_mb'])} |"
         )
+    out += [
+        "",
+        "CPU time is what Snakemake's benchmark sampled: a job's processes every 0.5 s for its "
+        "first 30 s, then every 30 s, so it misses up to 30 CPU-seconds of each job after its "
+        "last sample (a lower bound; wall times are exact).",
+    ]
     if times["resumed"].any():
         out += [
             "",

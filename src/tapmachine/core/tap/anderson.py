@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.core.tap.damped import neighbour_fields
+from tapmachine.core.tap.damped import mean_bounds, neighbour_fields
 from tapmachine.core.tap.damped import sweep as damped_sweep
 
 __all__ = ["anderson", "solve_layer"]
@@ -53,15 +52,6 @@ _INNER = 0.1
 #: Alg. 1 is chosen in its first sweeps (on bmnist_h25 at epoch 10, 78% / 89% / 92% of rows
 #: reached Alg. 1's fixed point after 0 / 8 / 15 of them).
 _WARMUP = 10
-
-
-def _support(prior) -> tuple[float, float]:
-    """The interval that holds the units' values (all priors here have a bounded support)."""
-    if isinstance(prior, Bernoulli):
-        return 0.0, 1.0
-    if isinstance(prior, Spin):
-        return -1.0, 1.0
-    return float(prior.lower), float(prior.upper)
 
 
 def _tilted(B, A, ext):
@@ -102,7 +92,7 @@ def solve_layer(prior, A: Tensor, h: Tensor, B0: Tensor, ext=None, slack=None):
     Af, hf, Bf = take(A), take(h), take(B0)
     ext_f = None if ext is None else [take(x) for x in ext]
     slack_f = None if slack is None else take(slack)
-    lo_x, hi_x = _support(prior)
+    lo_x, hi_x = mean_bounds(prior)
     lo = torch.add(hf, Af, alpha=hi_x)
     hi = torch.add(hf, Af, alpha=lo_x)
     Bf = torch.minimum(torch.maximum(Bf, lo), hi)

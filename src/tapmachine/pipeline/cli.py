@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         harvest,
         likelihood,
         progress,
+        stability,
         track,
         tracking,
         train,
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     train.register(sub)
     progress.register(sub)
     harvest.register(sub)
+    stability.register(sub)
     likelihood.register(sub)
     figures.register(sub)
     ucd.register(sub)

@@ -27,7 +27,8 @@ Modules: ``state`` (``TAPState``), ``damped`` (one damped sweep of Alg. 1, and o
 per-unit Newton damping), ``fused`` (its layer update compiled), ``inference`` (``solve``, the
 second damped pass, clamped inference), ``anderson`` (the Anderson solver),
 ``energy`` (free energy, log-likelihood), ``gradients``, ``merging`` (one solution per fixed
-point), ``onsager`` (validity of the expansion).
+point), ``onsager`` (validity of the expansion), ``stability`` (whether Alg. 1's iterates
+converge to a fixed point: its sweep's Jacobian).
 """
 
 from tapmachine.core.tap.energy import data_log_term, free_energy, log_likelihood
@@ -41,6 +42,7 @@ from tapmachine.core.tap.inference import (
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
 from tapmachine.core.tap.onsager import onsager_spectral_radius, onsager_strength
+from tapmachine.core.tap.stability import sweep_stability
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
@@ -58,4 +60,5 @@ __all__ = [
     "tap_gradients",
     "onsager_strength",
     "onsager_spectral_radius",
+    "sweep_stability",
 ]

@@ -45,10 +45,13 @@ def _continued(machine, state, **kw):
 
 def _tight(machine, state, solver: str, tol: float, max_iter: int):
     """``state`` continued by ``solver`` to ``tol``; for Alg. 1, rows still not converged get
-    the 0.95-damped second pass (``tap.solve_with_retry``'s, at its tolerance)."""
+    the 0.95-damped second pass (``tap.solve_with_retry``'s, at its tolerance). Returns the
+    state and the (K,) mask of the rows that needed that pass (none for other solvers)."""
     out = _continued(machine, state, solver=solver, tol=tol, max_iter=max_iter)
+    second_pass = torch.zeros_like(out.converged)
     if solver == "damped" and not bool(out.converged.all()):
         rows = torch.nonzero(~out.converged, as_tuple=True)[0]
+        second_pass[rows] = True
         retry_tol = tap.retry_tolerance(tol, 0.5, 0.95)
         again = _continued(
             machine, out.select(rows), damping=0.95, tol=retry_tol, max_iter=max_iter
@@ -56,7 +59,7 @@ def _tight(machine, state, solver: str, tol: float, max_iter: int):
         for merged, new in zip(out.a, again.a, strict=True):
             merged[rows] = new
         out.converged[rows] = again.converged
-    return out
+    return out, second_pass
 
 
 #: The solvers ``tap_solve`` compares with Alg. 1, each from the same starts, and Alg. 1's
@@ -101,14 +104,18 @@ def solver_comparison(
     2 ``cap`` more iterations, then the 0.95-damped second pass for rows that cycle); each
     other result is continued by its own solver to ``ref_tol`` too and compared with it
     (max-abs over all units: ``same_fixed_point_share_{s}`` within 1e-4, over rows converged in
-    both): the basin agreement. ``{s}_stop_error_median``: how far the rows stopped at ``tol``
-    lie from their own solver's tight fixed point. ``row_sweep_seconds_{s}``: CPU seconds over
+    both): the basin agreement. ``same_fixed_point_share_{s}_alg1_rows`` takes it over the rows
+    whose reference Alg. 1 reached at damping 0.5 itself (``alg1_rows`` of them): a row that
+    needed the 0.95 pass ends at a fixed point that is, on trained checkpoints, mostly unstable
+    under Alg. 1 (``tap.stability``), so no basin of Alg. 1's holds it.
+    ``{s}_stop_error_median``: how far the rows stopped at ``tol`` lie from their own solver's
+    tight fixed point. ``row_sweep_seconds_{s}``: CPU seconds over
     the rows' summed iterations (one row's sweep), ``sweep_cost_ratio_{s}`` that over Alg. 1's.
     Ratios are damped over ``s`` (``iterations_ratio_{s}`` of the medians, ``seconds_ratio_{s}``).
     """
     kw = {"damping": 0.5, "tol": tol, "max_iter": cap}
     damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, **kw))
-    ref = _tight(machine, damped, "damped", ref_tol, 2 * cap)
+    ref, ref_second_pass = _tight(machine, damped, "damped", ref_tol, 2 * cap)
 
     def stop_error(stopped, tight):
         rows = stopped.converged & tight.converged
@@ -126,12 +133,15 @@ def solver_comparison(
         "converged_share_damped": float(damped.converged.double().mean()),
         "reference_converged_share": float(ref.converged.double().mean()),
         "damped_stop_error_median": stop_error(damped, ref),
+        "alg1_rows": int((ref.converged & ~ref_second_pass).sum()),
     }
     for name, (run, tight_solver) in _variants(machine, x, kw, warmups).items():
         (state, iterations), seconds = _cpu_timed(run)
-        tight = _tight(machine, state, tight_solver, ref_tol, 2 * cap)
+        tight, _ = _tight(machine, state, tight_solver, ref_tol, 2 * cap)
         both = ref.converged & tight.converged
-        gap = (ref.magnetisations() - tight.magnetisations()).abs().amax(1)[both]
+        gap_all = (ref.magnetisations() - tight.magnetisations()).abs().amax(1)
+        gap = gap_all[both]
+        alg1 = both & ~ref_second_pass
         med, p90 = _quantiles(iterations)
         sweep = seconds / int(iterations.sum())
         out.update(
@@ -149,6 +159,9 @@ def solver_comparison(
                     float((gap <= 1e-4).double().mean()) if both.any() else None
                 ),
                 f"same_fixed_point_rows_{name}": int(both.sum()),
+                f"same_fixed_point_share_{name}_alg1_rows": (
+                    float((gap_all[alg1] <= 1e-4).double().mean()) if alg1.any() else None
+                ),
                 f"max_abs_delta_a_{name}": float(gap.max()) if both.any() else None,
                 f"median_abs_delta_a_{name}": float(gap.median()) if both.any() else None,
                 f"{name}_stop_error_median": stop_error(state, tight),
@@ -206,7 +219,7 @@ def hybrid_comparison(machine, x, switches=HYBRID_SWITCH, tol=1e-8, cap=1000, re
 
     kw = {"damping": 0.5, "max_iter": cap}
     damped, t_damped = _cpu_timed(lambda: tap.solve(machine, x, tol=tol, **kw))
-    ref = _tight(machine, damped, "damped", ref_tol, 2 * cap)
+    ref, _ = _tight(machine, damped, "damped", ref_tol, 2 * cap)
     out = {
         "rows": int(x.shape[0]),
         "damped_median": float(damped.iterations.double().median()),
@@ -223,7 +236,7 @@ def hybrid_comparison(machine, x, switches=HYBRID_SWITCH, tol=1e-8, cap=1000, re
             return first, second
 
         (first, second), seconds = _cpu_timed(hybrid)
-        tight = _tight(machine, second, "anderson", ref_tol, 2 * cap)
+        tight, _ = _tight(machine, second, "anderson", ref_tol, 2 * cap)
         both = ref.converged & tight.converged
         gap = (ref.magnetisations() - tight.magnetisations()).abs().amax(1)[both]
         median = float((first.iterations + second.iterations).double().median())

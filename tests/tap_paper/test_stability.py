@@ -64,41 +64,10 @@ def test_stability_command_writes_one_row_per_fixed_point(tmp_path):
     model_dir = tmp_path / "tiny"
     train_stage.train_model("tiny", spec, data, model_dir, seed=1)
     out = tmp_path / "stability.csv"
-    assert (
-        main(
-            [
-                "stability",
-                "--model-dir",
-                str(model_dir),
-                "--data",
-                str(data),
-                "--epochs",
-                "1,2",
-                "--rows",
-                "20",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    args = ["stability", "--model-dir", str(model_dir), "--data", str(data), "--out", str(out)]
+    assert main([*args, "--epochs", "1,2", "--rows", "20"]) == 0
     rows = list(csv.DictReader(out.open()))
     assert {r["epoch"] for r in rows} == {"1", "2"}
     for epoch in ("1", "2"):
         assert sum(int(r["starts"]) for r in rows if r["epoch"] == epoch) == 20
-    assert (
-        main(
-            [
-                "stability",
-                "--model-dir",
-                str(model_dir),
-                "--data",
-                str(data),
-                "--epochs",
-                "99",
-                "--out",
-                str(out),
-            ]
-        )
-        == 2
-    )
+    assert main([*args, "--epochs", "99"]) == 2

@@ -36,24 +36,17 @@ def _quantiles(t: torch.Tensor) -> tuple[float, float]:
     return float(t.median()), float(torch.quantile(t, 0.9))
 
 
-def _continued(machine, state, **kw):
-    """``tap.solve`` from where ``state`` stopped (its a, c of every layer)."""
-    return tap.solve(
-        machine, state.a[0], c_visible=state.c[0], a_hidden=state.a[1:], c_hidden=state.c[1:], **kw
-    )
-
-
 def _tight(machine, state, solver: str, tol: float, max_iter: int):
     """``state`` continued by ``solver`` to ``tol``; for Alg. 1, rows still not converged get
     the 0.95-damped second pass (``tap.solve_with_retry``'s, at its tolerance). Returns the
     state and the (K,) mask of the rows that needed that pass (none for other solvers)."""
-    out = _continued(machine, state, solver=solver, tol=tol, max_iter=max_iter)
+    out = tap.solve_from(machine, state, solver=solver, tol=tol, max_iter=max_iter)
     second_pass = torch.zeros_like(out.converged)
     if solver == "damped" and not bool(out.converged.all()):
         rows = torch.nonzero(~out.converged, as_tuple=True)[0]
         second_pass[rows] = True
         retry_tol = tap.retry_tolerance(tol, 0.5, 0.95)
-        again = _continued(
+        again = tap.solve_from(
             machine, out.select(rows), damping=0.95, tol=retry_tol, max_iter=max_iter
         )
         for merged, new in zip(out.a, again.a, strict=True):
@@ -82,7 +75,7 @@ def _variants(machine, x, kw, warmups) -> dict:
     def warm(k):
         def run():
             first = tap.solve(machine, x, **{**kw, "max_iter": k})
-            second = _continued(machine, first, solver="newton_damped", **kw)
+            second = tap.solve_from(machine, first, solver="newton_damped", **kw)
             return second, first.iterations + second.iterations
 
         return run
@@ -232,7 +225,7 @@ def hybrid_comparison(machine, x, switches=HYBRID_SWITCH, tol=1e-8, cap=1000, re
             first = tap.solve(machine, x, tol=switch, **kw)
             # a variant measured here, not a solver option: Anderson with no damped warm-up
             with mock.patch.object(anderson_module, "_WARMUP", 0):
-                second = _continued(machine, first, solver="anderson", tol=tol, **kw)
+                second = tap.solve_from(machine, first, solver="anderson", tol=tol, **kw)
             return first, second
 
         (first, second), seconds = _cpu_timed(hybrid)

@@ -1,9 +1,12 @@
 """Tiny RBMs with exact answers, shared by the training, solver, resume and tracking tests:
-4 x 4 bars and stripes, a 16 x 6 binary RBM, its settings and its exact mean log-likelihood."""
+4 x 4 bars and stripes, a 16 x 6 binary RBM, its settings and its exact mean log-likelihood, and
+random layered machines of any prior."""
 
 import torch
 
 from tapmachine.core.estimators import exact_log_partition
+from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import TruncatedGaussian
 from tapmachine.train import TrainSettings
 
 
@@ -60,3 +63,25 @@ def converged_training(label: str, **extra):
     )
     machine, history = train(machine, x, s, g, progress=False)
     return before, exact_mean_log_likelihood(machine, x), history
+
+
+def random_machine(prior_cls, sizes, scale, seed):
+    """(machine, generator): a float64 layered machine with couplings scale * N(0, 1) and fields
+    N(0, 1) (truncated Gaussians: variances uniform in [1, 2]), drawn from ``seed``; the
+    generator, advanced past the draws, is returned for the test's own."""
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    weights = tuple(
+        scale * torch.randn(n0, n1, dtype=dt, generator=g)
+        for n0, n1 in zip(sizes[:-1], sizes[1:], strict=True)
+    )
+    if prior_cls is TruncatedGaussian:
+        priors = tuple(
+            TruncatedGaussian(
+                torch.randn(n, dtype=dt, generator=g), 1.0 + torch.rand(n, dtype=dt, generator=g)
+            )
+            for n in sizes
+        )
+    else:
+        priors = tuple(prior_cls(torch.randn(n, dtype=dt, generator=g)) for n in sizes)
+    return BoltzmannMachine(priors, weights), g

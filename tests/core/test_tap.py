@@ -512,11 +512,6 @@ def test_truncated_gradients_match_autograd(visible_kind, hidden_kind):
             torch.testing.assert_close(a[k], b[k], rtol=1e-8, atol=1e-10)
 
 
-def _continued(m, s, **kw):
-    """``tap.solve`` from the state ``s``: its a, c of every layer."""
-    return tap.solve(m, s.a[0], c_visible=s.c[0], a_hidden=s.a[1:], c_hidden=s.c[1:], **kw)
-
-
 def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rbm):
     """solve_with_retry: rows that cycle at damping 0.5 are continued from their last iterate
     at 0.95; they converge to stationary points of eq. (36), with both passes counted."""
@@ -530,7 +525,7 @@ def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rb
     assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
 
     def continued(s, tol=1e-24, **kw):
-        return _continued(m, s, tol=tol, **kw)
+        return tap.solve_from(m, s, tol=tol, **kw)
 
     # The second pass is solve at 0.95 from the first pass's last a, c of every layer, with the
     # tolerance that bounds the residual as the first pass's does.
@@ -553,7 +548,7 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
     tol = 1e-8
 
     def residual(s):
-        one = _continued(m, s, damping=0.0, tol=0.0, max_iter=1)
+        one = tap.solve_from(m, s, damping=0.0, tol=0.0, max_iter=1)
         n = sum(a.shape[1] for a in s.a)
         return sum(((b - a) ** 2).sum(1) for a, b in zip(s.a, one.a, strict=True)) / n
 
@@ -562,7 +557,7 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
     assert state.converged.all() and bool((state.iterations > 2000).all())
     assert float(residual(state).max()) < 5 * bound
     first = tap.solve(m, x, damping=0.5, tol=tol, max_iter=2000)
-    loose = _continued(m, first, damping=0.95, tol=tol, max_iter=2000)
+    loose = tap.solve_from(m, first, damping=0.95, tol=tol, max_iter=2000)
     assert loose.converged.all() and float(residual(loose).max()) > 100 * bound
 
 
@@ -649,3 +644,21 @@ def test_onsager_spectral_radius_of_a_three_layer_machine():
     zero = [torch.zeros_like(t) for t in c]
     empty = tap.TAPState(zero, zero, zero, zero, state.iterations, state.converged)
     assert torch.equal(tap.onsager_spectral_radius(machine, empty), torch.zeros(3, dtype=DT))
+
+
+@pytest.mark.parametrize("clamp", [False, True])
+def test_solve_from_continues_where_a_solve_stopped(clamp):
+    """Seven sweeps then ``solve_from`` for five more give the state of twelve sweeps in one
+    call, for a free and a clamped 3-layer machine: the state carries everything Alg. 1
+    iterates on, and ``solve_from`` keeps the state's clamping."""
+    g = _gen(11)
+    m = _random_machine(Bernoulli, (6, 4, 3), 0.8, g)
+    x = (torch.rand(5, 6, dtype=DT, generator=g) < 0.5).to(DT)
+    kw = {"damping": 0.5, "tol": 0.0, "clamp": True if clamp else None}
+    whole = tap.solve(m, x, max_iter=12, **kw)
+    first = tap.solve(m, x, max_iter=7, **kw)
+    assert first.clamped == clamp
+    rest = tap.solve_from(m, first, damping=0.5, tol=0.0, max_iter=5)
+    assert rest.clamped == clamp
+    for a, b in zip(whole.a + whole.c, rest.a + rest.c, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)

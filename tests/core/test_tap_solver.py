@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import random_machine
 
 from tapmachine.core import tap
 from tapmachine.core.estimators import exact_log_partition
@@ -18,38 +19,10 @@ from tapmachine.core.tap.damped import mean_bounds
 DT = torch.float64
 
 
-def _machine(prior_cls, sizes, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    weights = tuple(
-        scale * torch.randn(n0, n1, dtype=DT, generator=g)
-        for n0, n1 in zip(sizes[:-1], sizes[1:], strict=True)
-    )
-    if prior_cls is TruncatedGaussian:
-        priors = tuple(
-            TruncatedGaussian(
-                torch.randn(n, dtype=DT, generator=g), 1.0 + torch.rand(n, dtype=DT, generator=g)
-            )
-            for n in sizes
-        )
-    else:
-        priors = tuple(prior_cls(torch.randn(n, dtype=DT, generator=g)) for n in sizes)
-    return BoltzmannMachine(priors, weights), g
-
-
 def _undamped_sweep(machine, state):
     """The state after one undamped sweep of Alg. 1 from ``state`` (equal to it at a fixed
     point)."""
-    return tap.solve(
-        machine,
-        state.a[0],
-        c_visible=state.c[0],
-        a_hidden=state.a[1:],
-        c_hidden=state.c[1:],
-        damping=0.0,
-        tol=0.0,
-        max_iter=1,
-        clamp=True if state.clamped else None,
-    )
+    return tap.solve_from(machine, state, damping=0.0, tol=0.0, max_iter=1)
 
 
 def _residual(machine, state):
@@ -73,7 +46,7 @@ def test_anderson_reaches_the_damped_fixed_point_from_the_same_start():
     (a tight tolerance, far below the distance between distinct solutions), which is a fixed
     point of the undamped TAP equations; the accelerated solver needs fewer sweeps."""
     for prior_cls, sizes, scale, seed in CASES:
-        m, g = _machine(prior_cls, sizes, scale, seed)
+        m, g = random_machine(prior_cls, sizes, scale, seed)
         x = torch.rand(40, sizes[0], dtype=DT, generator=g)
         if prior_cls is Spin:
             x = 2.0 * x - 1.0
@@ -91,14 +64,14 @@ def test_anderson_reaches_the_damped_fixed_point_from_the_same_start():
 def test_anderson_clamped_and_enumerable_free_energy_agree():
     """Clamped inference of a deep machine and the TAP free energy at the solutions agree with
     Alg. 1's; on the enumerable RBM -F approximates the exact ln Z equally well."""
-    m, g = _machine(Bernoulli, (10, 6, 4), 0.5, 5)
+    m, g = random_machine(Bernoulli, (10, 6, 4), 0.5, 5)
     x = (torch.rand(20, 10, dtype=DT, generator=g) < 0.5).to(DT)
     damped = tap.solve(m, clamp=x, tol=1e-26, max_iter=20000)
     fast = tap.solve(m, clamp=x, tol=1e-26, max_iter=20000, solver="anderson")
     assert fast.clamped and fast.converged.all()
     torch.testing.assert_close(fast.a[0], x, rtol=0, atol=0)
     torch.testing.assert_close(fast.magnetisations(), damped.magnetisations(), rtol=0, atol=1e-6)
-    rbm, g = _machine(Bernoulli, (10, 4), 0.3, 6)
+    rbm, g = random_machine(Bernoulli, (10, 4), 0.3, 6)
     x = torch.rand(10, 10, dtype=DT, generator=g)
     F_d = tap.free_energy(rbm, tap.solve(rbm, x, tol=1e-26, max_iter=5000))
     F_a = tap.free_energy(rbm, tap.solve(rbm, x, tol=1e-26, max_iter=5000, solver="anderson"))
@@ -144,7 +117,7 @@ def test_solve_layer_solves_each_units_self_consistency(prior):
 def test_stopped_rows_are_fixed_points_to_the_tolerance():
     """A row stops when its sweep moves the means by a mean square below tol (as Alg. 1's
     damped step): one more undamped Alg. 1 sweep from it moves them by the same order."""
-    m, g = _machine(Bernoulli, (9, 5), 0.7, 7)
+    m, g = random_machine(Bernoulli, (9, 5), 0.7, 7)
     x = torch.rand(6, 9, dtype=DT, generator=g)
     state = tap.solve(m, x, tol=1e-10, max_iter=500, solver="anderson")
     assert state.converged.all()
@@ -222,7 +195,7 @@ def test_fused_damped_iteration_matches_eager(case):
     iterates to 1e-12 in float64 after 40 damped iterations, clamped or not, with a visible tilt
     (that layer runs eager) and per-row convergence."""
     prior_cls, sizes, scale, seed = CASES[case]
-    machine, g = _machine(prior_cls, sizes, scale, seed)
+    machine, g = random_machine(prior_cls, sizes, scale, seed)
     x = torch.rand(7, sizes[0], dtype=DT, generator=g)
     tilt = (None, 0.3 * torch.randn(7, sizes[0], dtype=DT, generator=g))
     for kwargs in ({}, {"clamp": True}, {"visible_tilt": tilt}):
@@ -244,7 +217,7 @@ def test_fused_update_falls_back_to_eager_when_compiling_fails(monkeypatch):
     monkeypatch.setattr(fused_module, "_compiled", None)
     monkeypatch.setattr(fused_module, "_failed", False)
     monkeypatch.setattr(torch, "compile", broken)
-    machine, g = _machine(Bernoulli, (8, 4), 0.8, 0)
+    machine, g = random_machine(Bernoulli, (8, 4), 0.8, 0)
     x = torch.rand(5, 8, dtype=DT, generator=g)
     with pytest.warns(UserWarning, match="torch.compile failed"):
         fused = tap.solve(machine, x, tol=1e-10, max_iter=30, fuse=True)
@@ -305,7 +278,7 @@ def test_newton_damped_reaches_the_damped_fixed_point_from_the_same_start(case, 
     (residual recomputed from eqs. 33-35), and it takes no more sweeps than Alg. 1 at 0.5."""
     if case < len(CASES):
         prior_cls, sizes, scale, seed = CASES[case]
-        m, g = _machine(prior_cls, sizes, scale, seed)
+        m, g = random_machine(prior_cls, sizes, scale, seed)
     else:
         prior_cls, sizes = TruncatedGaussBernoulli, (10, 5)
         m, g = _gauss_bernoulli_rbm(11)
@@ -363,7 +336,7 @@ def test_newton_damped_first_sweep_and_stop_rule():
     Alg. 1's undamped one, as for ``damped``), and a row stops once (1 - damping)^2 times its
     mean squared residual is below tol: one more undamped sweep from it moves the means by a
     mean square of the same order."""
-    m, g = _machine(Bernoulli, (9, 5), 0.7, 7)
+    m, g = random_machine(Bernoulli, (9, 5), 0.7, 7)
     x = torch.rand(6, 9, dtype=DT, generator=g)
     one = tap.solve(m, x, tol=0.0, max_iter=1, solver="newton_damped")
     alg1 = tap.solve(m, x, tol=0.0, max_iter=1, damping=0.5)

@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import random_machine
 
 from tapmachine.core import tap
-from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin, TruncatedGaussian
 from tapmachine.core.tap.stability import flatten_state, sweep_jacobian, sweep_map
 
 DT = torch.float64
-
-
-def _machine(prior_cls, sizes, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    weights = tuple(
-        scale * torch.randn(n0, n1, dtype=DT, generator=g)
-        for n0, n1 in zip(sizes[:-1], sizes[1:], strict=True)
-    )
-    if prior_cls is TruncatedGaussian:
-        priors = tuple(
-            TruncatedGaussian(torch.randn(n, dtype=DT, generator=g), torch.ones(n, dtype=DT))
-            for n in sizes
-        )
-    else:
-        priors = tuple(prior_cls(torch.randn(n, dtype=DT, generator=g)) for n in sizes)
-    return BoltzmannMachine(priors, weights), g
 
 
 def _random_state(machine, g, rows=3):
@@ -51,7 +35,7 @@ CASES = [
 def test_sweep_map_is_one_sweep_of_the_solver(case, damping):
     """``sweep_map`` from a given state equals ``tap.solve``'s first iteration from it (every
     quantity given, so damped) for every prior and a 3-layer machine."""
-    machine, g = _machine(*case)
+    machine, g = random_machine(*case)
     a, c = _random_state(machine, g)
     one = tap.solve(
         machine,
@@ -72,7 +56,7 @@ def test_sweep_map_is_one_sweep_of_the_solver(case, damping):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{len(c[1])}")
 def test_jacobian_matches_central_differences(case):
     """Each column of the Jacobian against (Phi(z + h e_k) - Phi(z - h e_k)) / 2h."""
-    machine, g = _machine(*case)
+    machine, g = random_machine(*case)
     a, c = _random_state(machine, g, rows=2)
     state = tap.TAPState(a, c, a, a, torch.ones(2), torch.ones(2, dtype=torch.bool))
     J = sweep_jacobian(machine, state, 0.5, chunk=1)
@@ -87,7 +71,7 @@ def test_jacobian_matches_central_differences(case):
 def test_fixed_points_alg1_reaches_are_stable():
     """On a small RBM where Alg. 1 converges, its fixed points have spectral radius < 1, and
     the rate at which its iterates approach them is that radius."""
-    machine, g = _machine(Bernoulli, (10, 6), 0.8, 5)
+    machine, g = random_machine(Bernoulli, (10, 6), 0.8, 5)
     x = (torch.rand(20, 10, generator=g, dtype=DT) < 0.5).to(DT)
     state = tap.solve(machine, x, damping=0.5, tol=1e-28, max_iter=5000)
     assert state.converged.all()

@@ -22,21 +22,6 @@ from tapmachine.io.modelfile import Checkpoint, checkpoint_path
 __all__ = ["fixed_point_stability", "stability_curve"]
 
 
-def _continued(machine, state, rows, damping, tol, max_iter):
-    """The rows ``rows`` of ``state`` iterated on at ``damping`` from their own a and c."""
-    part = state.select(rows)
-    return tap.solve(
-        machine,
-        part.a[0],
-        c_visible=part.c[0],
-        a_hidden=part.a[1:],
-        c_hidden=part.c[1:],
-        damping=damping,
-        tol=tol,
-        max_iter=max_iter,
-    )
-
-
 def fixed_point_stability(
     machine,
     x: torch.Tensor,
@@ -74,11 +59,13 @@ def fixed_point_stability(
         rows = torch.nonzero(flag, as_tuple=True)[0]
         if rows.numel() == 0:
             continue
-        more = _continued(machine, polished, rows, d, polish_tol, polish_max_iter)
+        more = tap.solve_from(
+            machine, polished.select(rows), damping=d, tol=polish_tol, max_iter=polish_max_iter
+        )
         for part in ("a", "c", "A", "B"):
             for full, new in zip(getattr(polished, part), getattr(more, part), strict=True):
                 full[rows] = new
-    swept = _continued(machine, polished, torch.arange(pick.numel()), 0.0, 0.0, 1)
+    swept = tap.solve_from(machine, polished, damping=0.0, tol=0.0, max_iter=1)
     residual = torch.cat(
         [(new - old).abs() for new, old in zip(swept.a, polished.a, strict=True)], 1
     ).amax(1)

@@ -38,6 +38,7 @@ from tapmachine.core.tap.inference import (
     clamped_state,
     retry_tolerance,
     solve,
+    solve_from,
     solve_with_retry,
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
@@ -49,6 +50,7 @@ __all__ = [
     "TAPState",
     "SOLVERS",
     "solve",
+    "solve_from",
     "retry_tolerance",
     "solve_with_retry",
     "clamped_state",

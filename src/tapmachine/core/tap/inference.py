@@ -14,7 +14,14 @@ from tapmachine.core.tap.anderson import anderson
 from tapmachine.core.tap.damped import newton_sweep, sweep
 from tapmachine.core.tap.state import TAPState
 
-__all__ = ["SOLVERS", "solve", "retry_tolerance", "solve_with_retry", "clamped_state"]
+__all__ = [
+    "SOLVERS",
+    "solve",
+    "solve_from",
+    "retry_tolerance",
+    "solve_with_retry",
+    "clamped_state",
+]
 
 
 def _as_rows(t: Tensor, K: int, n: int, dtype, device) -> Tensor:
@@ -264,6 +271,21 @@ SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
 NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, 1.4)}
 
 
+def solve_from(machine: BoltzmannMachine, state: TAPState, **kw) -> TAPState:
+    """``solve`` started where ``state`` stopped: from its a and c of every layer (so the first
+    update is damped), clamped as ``state`` is unless ``clamp`` is given. Continuing rows at
+    another damping, a tighter tolerance or with another solver all go through here."""
+    kw.setdefault("clamp", True if state.clamped else None)
+    return solve(
+        machine,
+        state.a[0],
+        c_visible=state.c[0],
+        a_hidden=state.a[1:],
+        c_hidden=state.c[1:],
+        **kw,
+    )
+
+
 def retry_tolerance(tol: float, damping: float, retry_damping: float | None) -> float | None:
     """The second pass's tolerance that asks of a row what ``tol`` asks at ``damping``.
 
@@ -318,16 +340,12 @@ def solve_with_retry(
         return states
     rows = torch.nonzero(~states.converged, as_tuple=True)[0]
     stuck = states.select(rows)
-    again = solve(
+    again = solve_from(
         machine,
-        stuck.a[0],
-        c_visible=stuck.c[0],
-        a_hidden=stuck.a[1:],
-        c_hidden=stuck.c[1:],
+        stuck,
         damping=retry_damping,
         tol=retry_tolerance(tol, damping, retry_damping),
         max_iter=max_iter,
-        clamp=True if states.clamped else None,
         solver=solver,
         fuse=fuse,
     )

@@ -35,12 +35,9 @@ def polish(machine: BoltzmannMachine, state: tap.TAPState, settings: HarvestSett
     for start in range(0, rows.numel(), settings.chunk_size):
         idx = rows[start : start + settings.chunk_size]
         sub = state.select(idx)
-        again = tap.solve(
+        again = tap.solve_from(
             machine,
-            sub.a[0],
-            c_visible=sub.c[0],
-            a_hidden=sub.a[1:],
-            c_hidden=sub.c[1:],
+            sub,
             damping=settings.damping,
             tol=settings.polish_tol,
             max_iter=settings.max_iter,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pytest
 import torch
 
 from tapmachine.core.machine import BoltzmannMachine
@@ -71,3 +72,12 @@ def test_stability_command_writes_one_row_per_fixed_point(tmp_path):
     for epoch in ("1", "2"):
         assert sum(int(r["starts"]) for r in rows if r["epoch"] == epoch) == 20
     assert main([*args, "--epochs", "99"]) == 2
+    # the Arnoldi estimate from 12 products (D = 42) gives the same radii
+    krylov = tmp_path / "krylov.csv"
+    args[-1] = str(krylov)
+    assert main([*args, "--epochs", "1,2", "--rows", "20", "--krylov", "12"]) == 0
+    estimated = list(csv.DictReader(krylov.open()))
+    assert len(estimated) == len(rows)
+    for dense, arnoldi in zip(rows, estimated, strict=True):
+        for key in ("radius", "radius_retry"):
+            assert float(arnoldi[key]) == pytest.approx(float(dense[key]), rel=1e-6)

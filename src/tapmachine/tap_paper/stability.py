@@ -32,6 +32,7 @@ def fixed_point_stability(
     merge_tol: float = 0.01,
     polish_tol: float = 1e-22,
     polish_max_iter: int = 20000,
+    krylov_dim: int | None = None,
 ) -> list[dict]:
     """One record per unique fixed point (``tap.unique`` at ``merge_tol``) of the starts ``x``.
 
@@ -41,6 +42,8 @@ def fixed_point_stability(
     the fixed point itself rather than where the tolerance stopped the row (rows stopped at
     1e-8 lie up to about 0.01 from it); ``residual`` is the largest |f_a - a| there, and the
     stability numbers mean something only where it is small (``polished``: below 1e-6).
+    With ``krylov_dim`` the radii are Arnoldi estimates from that many Jacobian-vector products
+    (``tap.sweep_radius_krylov``, for large machines) instead of the dense Jacobian's.
     """
     x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
     state = tap.solve_with_retry(
@@ -69,8 +72,13 @@ def fixed_point_stability(
     residual = torch.cat(
         [(new - old).abs() for new, old in zip(swept.a, polished.a, strict=True)], 1
     ).amax(1)
-    radius, leading = tap.sweep_stability(machine, polished, damping)
-    radius_retry, _ = tap.sweep_stability(machine, polished, retry_damping)
+    if krylov_dim is None:
+        radius, leading = tap.sweep_stability(machine, polished, damping)
+        radius_retry, _ = tap.sweep_stability(machine, polished, retry_damping)
+    else:
+        g = torch.Generator(device=machine.device).manual_seed(0)
+        radius, leading = tap.sweep_radius_krylov(machine, polished, damping, krylov_dim, g)
+        radius_retry, _ = tap.sweep_radius_krylov(machine, polished, retry_damping, krylov_dim, g)
     validity = tap.onsager_spectral_radius(machine, polished)
     row_sum = tap.onsager_strength(machine, polished)
     return [

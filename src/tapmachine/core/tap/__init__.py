@@ -43,7 +43,7 @@ from tapmachine.core.tap.inference import (
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
 from tapmachine.core.tap.onsager import onsager_spectral_radius, onsager_strength
-from tapmachine.core.tap.stability import sweep_stability
+from tapmachine.core.tap.stability import sweep_radius_krylov, sweep_stability
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
@@ -63,4 +63,5 @@ __all__ = [
     "onsager_strength",
     "onsager_spectral_radius",
     "sweep_stability",
+    "sweep_radius_krylov",
 ]

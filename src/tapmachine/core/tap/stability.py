@@ -13,7 +13,10 @@ d + (1 - d) lambda).
 The Jacobian is dense (D x D with D = 2 sum_l N_l: means and variances of every layer), taken
 by forward-mode automatic differentiation of the same layer fields and prior moments the
 solver uses, so its cost is D sweeps and one D x D eigenvalue problem per solution: meant for
-analysing tens of solutions of an RBM of a few hundred hidden units, not for every row.
+analysing tens of solutions of an RBM of a few hundred hidden units. ``sweep_radius_krylov``
+estimates the same radius without forming the Jacobian: m Jacobian-vector products (forward
+mode, all rows at once) and an m x m eigenvalue problem per row (Arnoldi), for many rows of
+large machines.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.core.tap.state import TAPState
 
-__all__ = ["flatten_state", "sweep_map", "sweep_jacobian", "sweep_stability"]
+__all__ = [
+    "flatten_state",
+    "sweep_map",
+    "sweep_jacobian",
+    "sweep_stability",
+    "sweep_radius_krylov",
+]
 
 
 def flatten_state(state: TAPState) -> Tensor:
@@ -36,11 +45,14 @@ def flatten_state(state: TAPState) -> Tensor:
     return torch.cat([t for pair in zip(state.a, state.c, strict=True) for t in pair], dim=1)
 
 
-def sweep_map(machine: BoltzmannMachine, damping: float) -> Callable[[Tensor], Tensor]:
-    """Phi_d on one flattened state z (1-D, ``flatten_state``'s layout): one sweep of Alg. 1
-    (``damped.sweep`` with every quantity given, so every update damped), free (no clamped or
-    tilted layer). The fields of eqs. 33-34 are formed out of place here (``damped`` forms
-    them in place, which vectorised differentiation cannot batch)."""
+def sweep_map(
+    machine: BoltzmannMachine, damping: float, batched: bool = False
+) -> Callable[[Tensor], Tensor]:
+    """Phi_d on one flattened state z (1-D, ``flatten_state``'s layout; (K, D) rows with
+    ``batched``): one sweep of Alg. 1 (``damped.sweep`` with every quantity given, so every
+    update damped), free (no clamped or tilted layer). The fields of eqs. 33-34 are formed out
+    of place here (``damped`` forms them in place, which vectorised differentiation cannot
+    batch)."""
     sizes = machine.sizes
     weights = [W.detach() for W in machine.weights]
     squares = [W * W for W in weights]
@@ -54,17 +66,17 @@ def sweep_map(machine: BoltzmannMachine, damping: float) -> Callable[[Tensor], T
 
     offsets = [0, *itertools.accumulate(n for n in sizes for _ in "ac")]
 
-    def phi(z: Tensor) -> Tensor:
-        parts = [z[None, lo:hi] for lo, hi in itertools.pairwise(offsets)]
+    def phi_rows(z: Tensor) -> Tensor:
+        parts = [z[:, lo:hi] for lo, hi in itertools.pairwise(offsets)]
         a, c = parts[0::2], parts[1::2]
         for l in order:
             A, B = fields(l, a, c)
             f_a, f_c = machine.priors[l].moments(B, A)
             a[l] = damping * a[l] + (1.0 - damping) * f_a
             c[l] = damping * c[l] + (1.0 - damping) * f_c
-        return torch.cat([t[0] for pair in zip(a, c, strict=True) for t in pair])
+        return torch.cat([t for pair in zip(a, c, strict=True) for t in pair], dim=1)
 
-    return phi
+    return phi_rows if batched else (lambda z: phi_rows(z[None])[0])
 
 
 def sweep_jacobian(
@@ -90,5 +102,69 @@ def sweep_stability(
     below 1 then means Alg. 1 converges to the row from nearby starts, above 1 that it does not).
     """
     eigenvalues = torch.linalg.eigvals(sweep_jacobian(machine, state, damping))
+    leading = eigenvalues.gather(1, eigenvalues.abs().argmax(1, keepdim=True))[:, 0]
+    return leading.abs(), leading
+
+
+#: Relative size of the part of J v outside the Krylov space below which the space is taken as
+#: invariant (Arnoldi's breakdown); rounding leaves about 1e-15, a genuine direction far more.
+_BREAKDOWN = 1e-10
+
+
+def sweep_radius_krylov(
+    machine: BoltzmannMachine,
+    state: TAPState,
+    damping: float,
+    krylov_dim: int = 60,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``sweep_stability``'s spectral radius and leading eigenvalue (K,), estimated from an
+    Arnoldi factorisation J V_m = V_m H_m + h v e_m^T of the sweep Jacobian at each row.
+
+    The m = ``krylov_dim`` Krylov vectors of each row come from Jacobian-vector products of the
+    batched sweep (forward mode, all rows at once; no D x D matrix; for a prior whose moments
+    are computed in place, reverse mode twice), started
+    from a random vector (``generator``) and orthogonalised twice against the previous ones
+    (classical Gram-Schmidt, repeated). The eigenvalues of the small upper Hessenberg H_m (Ritz
+    values) approximate the outermost eigenvalues of J first and are J's eigenvalues at m = D
+    (the whole space), or as soon as the Krylov space of a row is invariant (breakdown, h = 0,
+    which stops that row's growth). For a non-normal J a Ritz value can lie outside the
+    spectrum, so an estimate near 1 is checked against ``sweep_stability`` where it decides.
+    Cost: m sweeps' worth of products and (K, m, D) memory.
+    """
+    phi = sweep_map(machine, damping, batched=True)
+    z = flatten_state(state)
+    K, D = z.shape
+    if all(isinstance(p, Bernoulli | Spin) for p in machine.priors):
+
+        def product(v):
+            return torch.func.jvp(phi, (z,), (v,))[1]
+
+    else:  # moments computed in place unless autograd records them: reverse mode, twice
+
+        def product(v):
+            return torch.autograd.functional.jvp(phi, z, v)[1]
+
+    m = min(krylov_dim, D)
+    v = torch.randn(z.shape, dtype=z.dtype, device=z.device, generator=generator)
+    basis = [v / v.norm(dim=1, keepdim=True)]
+    H = torch.zeros(K, m, m, dtype=z.dtype, device=z.device)
+    for j in range(m):
+        w = product(basis[j])
+        produced = w.norm(dim=1)
+        V = torch.stack(basis, dim=1)  # (K, j + 1, D)
+        for _ in range(2):  # twice is enough (Giraud et al. 2005)
+            coefficients = torch.einsum("kjd,kd->kj", V, w)
+            w = w - torch.einsum("kjd,kj->kd", V, coefficients)
+            H[:, : j + 1, j] += coefficients
+        if j + 1 == m:
+            break
+        norm = w.norm(dim=1)
+        H[:, j + 1, j] = norm
+        # what is left of J v after removing the Krylov space is rounding: the space is invariant
+        broken = norm <= _BREAKDOWN * produced
+        H[broken, j + 1, j] = 0.0
+        basis.append(torch.where(broken[:, None], 0.0, w / norm.clamp_min(1e-300)[:, None]))
+    eigenvalues = torch.linalg.eigvals(H)
     leading = eigenvalues.gather(1, eigenvalues.abs().argmax(1, keepdim=True))[:, 0]
     return leading.abs(), leading

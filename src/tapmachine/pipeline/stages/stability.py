@@ -21,7 +21,9 @@ def stability(args) -> None:
     if missing:
         raise UsageError(f"{args.model_dir} has no checkpoint of epoch {missing[0]}")
     try:
-        stability_curve(args.model_dir, args.data, epochs, args.out, rows=args.rows)
+        stability_curve(
+            args.model_dir, args.data, epochs, args.out, rows=args.rows, krylov_dim=args.krylov
+        )
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(f"stability of {args.model_dir}: {err}") from err
     print(f"wrote {args.out}")
@@ -37,5 +39,13 @@ def register(subparsers) -> None:
     s.add_argument("--epochs", default="all", help="all | comma-separated checkpoint epochs")
     s.add_argument("--rows", type=int, default=300, help="first training images as starts")
     s.add_argument("--out", required=True, help="CSV to write, one row per fixed point")
+    s.add_argument(
+        "--krylov",
+        type=int,
+        default=None,
+        metavar="M",
+        help="estimate each radius from M Jacobian-vector products (Arnoldi) instead of the "
+        "dense Jacobian: for large models (default: dense)",
+    )
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(func=stability)

@@ -81,3 +81,4 @@ def test_stability_command_writes_one_row_per_fixed_point(tmp_path):
     for dense, arnoldi in zip(rows, estimated, strict=True):
         for key in ("radius", "radius_retry"):
             assert float(arnoldi[key]) == pytest.approx(float(dense[key]), rel=1e-6)
+    assert main([*args, "--epochs", "1", "--krylov", "0"]) == 2

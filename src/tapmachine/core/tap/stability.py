@@ -132,6 +132,8 @@ def sweep_radius_krylov(
     spectrum, so an estimate near 1 is checked against ``sweep_stability`` where it decides.
     Cost: m sweeps' worth of products and (K, m, D) memory.
     """
+    if krylov_dim < 1:
+        raise ValueError(f"krylov_dim must be at least 1, not {krylov_dim}")
     phi = sweep_map(machine, damping, batched=True)
     z = flatten_state(state)
     K, D = z.shape

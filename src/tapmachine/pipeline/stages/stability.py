@@ -15,6 +15,8 @@ def stability(args) -> None:
     from tapmachine.tap_paper.stability import stability_curve
 
     set_threads(args.threads)
+    if args.krylov is not None and args.krylov < 1:
+        raise UsageError(f"--krylov must be at least 1, not {args.krylov}")
     found = checkpoint_epochs(checkpoint_dir(args.model_dir))
     epochs = found if args.epochs == "all" else [int(e) for e in args.epochs.split(",")]
     missing = sorted(set(epochs) - set(found))

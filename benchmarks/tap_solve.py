@@ -192,8 +192,8 @@ def bench_tap_solve(device, quick: bool, checkpoints: Path | None = None) -> lis
     """The accelerated solvers against Alg. 1 on trained binary-MNIST checkpoints: one
     result per checkpoint of ``SOLVE_MODELS`` x ``SOLVE_EPOCHS`` (``solver_comparison`` on the
     first 500 training images, float64, one torch thread, CPU seconds; on CUDA the host's, which
-    waits on the device, after an untimed start-up). Checkpoints are read
-    from ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
+    waits on the device, after an untimed start-up). Checkpoints are read from
+    ``--checkpoints`` (default ``CHECKPOINTS``) or trained there (``train_checkpoints``)."""
     rows = 100 if quick else 500
     return _per_checkpoint(
         "tap_solve", solver_comparison, rows, "seconds_damped", device, quick, checkpoints

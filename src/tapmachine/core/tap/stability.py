@@ -122,10 +122,10 @@ def sweep_radius_krylov(
     Arnoldi factorisation J V_m = V_m H_m + h v e_m^T of the sweep Jacobian at each row.
 
     The m = ``krylov_dim`` Krylov vectors of each row come from Jacobian-vector products of the
-    batched sweep (forward mode, all rows at once; no D x D matrix; for a prior whose moments
-    are computed in place, reverse mode twice), started
-    from a random vector (``generator``) and orthogonalised twice against the previous ones
-    (classical Gram-Schmidt, repeated). The eigenvalues of the small upper Hessenberg H_m (Ritz
+    batched sweep (forward mode, all rows at once, no D x D matrix; reverse mode twice for a
+    prior whose moments are computed in place), started from a random vector (``generator``)
+    and orthogonalised twice against the previous ones (classical Gram-Schmidt, repeated). The
+    eigenvalues of the small upper Hessenberg H_m (Ritz
     values) approximate the outermost eigenvalues of J first and are J's eigenvalues at m = D
     (the whole space), or as soon as the Krylov space of a row is invariant (breakdown, h = 0,
     which stops that row's growth). For a non-normal J a Ritz value can lie outside the

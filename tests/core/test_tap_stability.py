@@ -143,8 +143,9 @@ def test_krylov_radius_from_few_products_at_fixed_points(cycling_rbm):
     machine, x = cycling_rbm
     state = tap.solve(machine, x, damping=0.95, tol=1e-28, max_iter=20000)
     fixed = state.select(tap.unique(state, 1e-6)[0])
-    half, leading = tap.sweep_radius_krylov(machine, fixed, 0.5, krylov_dim=12)
-    heavy, _ = tap.sweep_radius_krylov(machine, fixed, 0.95, krylov_dim=12)
+    g = torch.Generator().manual_seed(2)
+    half, leading = tap.sweep_radius_krylov(machine, fixed, 0.5, krylov_dim=12, generator=g)
+    heavy, _ = tap.sweep_radius_krylov(machine, fixed, 0.95, krylov_dim=12, generator=g)
     assert bool((half > 1).all()) and bool((leading.real < -1).all())
     assert bool((heavy < 1).all())
     torch.testing.assert_close(half, tap.sweep_stability(machine, fixed, 0.5)[0], rtol=1e-6, atol=0)

@@ -45,6 +45,18 @@ def flatten_state(state: TAPState) -> Tensor:
     return torch.cat([t for pair in zip(state.a, state.c, strict=True) for t in pair], dim=1)
 
 
+def _forward_mode(machine: BoltzmannMachine) -> bool:
+    """Whether forward-mode differentiation reaches every prior's moments: the binary priors'
+    are out of place; the truncated ones' branch on the data and run in place."""
+    return all(isinstance(p, Bernoulli | Spin) for p in machine.priors)
+
+
+def _leading(eigenvalues: Tensor) -> tuple[Tensor, Tensor]:
+    """(modulus, value) of each row's eigenvalue of largest modulus, from (K, n) eigenvalues."""
+    leading = eigenvalues.gather(1, eigenvalues.abs().argmax(1, keepdim=True))[:, 0]
+    return leading.abs(), leading
+
+
 def sweep_map(
     machine: BoltzmannMachine, damping: float, batched: bool = False
 ) -> Callable[[Tensor], Tensor]:
@@ -88,7 +100,7 @@ def sweep_jacobian(
     output at a time."""
     phi = sweep_map(machine, damping)
     z = flatten_state(state)
-    if all(isinstance(p, Bernoulli | Spin) for p in machine.priors):
+    if _forward_mode(machine):
         jacobian = torch.func.vmap(torch.func.jacfwd(phi))
         return torch.cat([jacobian(rows) for rows in z.split(chunk)])
     return torch.stack([torch.autograd.functional.jacobian(phi, row) for row in z])
@@ -101,9 +113,7 @@ def sweep_stability(
     damping ``damping`` at each row of ``state``; the rows should be fixed points (a radius
     below 1 then means Alg. 1 converges to the row from nearby starts, above 1 that it does not).
     """
-    eigenvalues = torch.linalg.eigvals(sweep_jacobian(machine, state, damping))
-    leading = eigenvalues.gather(1, eigenvalues.abs().argmax(1, keepdim=True))[:, 0]
-    return leading.abs(), leading
+    return _leading(torch.linalg.eigvals(sweep_jacobian(machine, state, damping)))
 
 
 #: Relative size of the part of J v outside the Krylov space below which the space is taken as
@@ -137,12 +147,12 @@ def sweep_radius_krylov(
     phi = sweep_map(machine, damping, batched=True)
     z = flatten_state(state)
     K, D = z.shape
-    if all(isinstance(p, Bernoulli | Spin) for p in machine.priors):
+    if _forward_mode(machine):
 
         def product(v):
             return torch.func.jvp(phi, (z,), (v,))[1]
 
-    else:  # moments computed in place unless autograd records them: reverse mode, twice
+    else:  # reverse mode, twice (the moments run out of place only under autograd)
 
         def product(v):
             return torch.autograd.functional.jvp(phi, z, v)[1]
@@ -167,6 +177,4 @@ def sweep_radius_krylov(
         broken = norm <= _BREAKDOWN * produced
         H[broken, j + 1, j] = 0.0
         basis.append(torch.where(broken[:, None], 0.0, w / norm.clamp_min(1e-300)[:, None]))
-    eigenvalues = torch.linalg.eigvals(H)
-    leading = eigenvalues.gather(1, eigenvalues.abs().argmax(1, keepdim=True))[:, 0]
-    return leading.abs(), leading
+    return _leading(torch.linalg.eigvals(H))

@@ -648,6 +648,46 @@ def test_claims_report_collects_every_figure(tmp_path):
     assert cli.main(["claims", "--results", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
 
 
+def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
+    """A DBM training job resumed at epoch 2 of 3: its benchmark times the last start, its
+    model file's history all three epochs; the folder, not the name, tells dataset from model
+    (both hold underscores)."""
+    from pathlib import Path
+
+    from tiny_models import random_machine
+
+    from tapmachine.core.priors import Spin
+    from tapmachine.figures import claims as claims_report
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.io.runlog import resume_message
+
+    bench, logs = tmp_path / "benchmarks" / "ucd" / "dbm", tmp_path / "logs" / "ucd" / "dbm"
+    bench.mkdir(parents=True)
+    logs.mkdir(parents=True)
+    header = "s\th:m:s\tmax_rss\tcpu_time\n"
+    machine, _ = random_machine(Spin, (4, 3, 2), 0.1, 0)
+    dbm = tmp_path / "results" / "ucd" / "dbm"
+    history = [
+        {"epoch": e, "epoch_seconds": 100.0 * e, "epoch_cpu_seconds": 90.0 * e} for e in (1, 2, 3)
+    ]
+    for dataset, model in [("binary_fashion_mnist", "no_orthogonal"), ("binary_fashion", "x")]:
+        folder = dbm / dataset / model
+        folder.mkdir(parents=True)
+        ModelFile.from_machine(machine, model, history=history).save(folder / "model.pt")
+    job = "train_binary_fashion_mnist_no_orthogonal"
+    (bench / f"{job}.tsv").write_text(header + "310.0\t0:05:10\t800.0\t280.0\n")
+    (logs / f"{job}.log").write_text(
+        resume_message(Path("ckpt/epoch_2.pt"), 2) + "\nepoch 3/3: 100%\n"
+    )
+    times = claims_report.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs", dbm)
+    row = times.set_index("job").loc[f"ucd/dbm/{job}"]
+    assert row["seconds"] == pytest.approx(100.0 + 200.0 + 310.0)
+    assert row["cpu_seconds"] == pytest.approx(90.0 + 180.0 + 280.0)
+    assert row["resumed"] and row["exact"]
+    without = claims_report.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs")
+    assert without.set_index("job").loc[f"ucd/dbm/{job}", "seconds"] == pytest.approx(310.0)
+
+
 def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
     """A committed figure CSV whose verdict an older rule wrote (here: the unique-fraction
     verdict turned over) reads as written, and with rejudge as the current code judges it."""

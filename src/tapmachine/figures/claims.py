@@ -171,6 +171,7 @@ def wall_times(
     benchmarks_dir: str | os.PathLike,
     models_dir: str | os.PathLike | None = None,
     logs_dir: str | os.PathLike | None = None,
+    dbm_dir: str | os.PathLike | None = None,
 ):
     """Wall and CPU time of each job of a run, from its Snakemake benchmark files.
 
@@ -191,7 +192,9 @@ def wall_times(
       marked not ``exact`` (it misses the time a start spent evaluating earlier epochs again).
 
     Its CPU time adds ``epoch_cpu_seconds`` in the same way when every epoch counted recorded
-    one (older checkpoints did not), else it is NaN.
+    one (older checkpoints did not), else it is NaN. A DBM training job of the second paper
+    (``ucd/dbm/train_<dataset>_<model>``) is counted alike with ``dbm_dir`` (the run's
+    ``ucd/dbm/``): its epochs' times are the history of ``<dataset>/<model>/model.pt``.
 
     ``cpu_time`` is a lower bound: Snakemake samples a job's processes every 0.5 s for its first
     30 s and every 30 s after (``snakemake.benchmark.BENCHMARK_INTERVAL``), so it misses what a
@@ -217,23 +220,47 @@ def wall_times(
             "resumed": False,
             "exact": True,
         }
+        epochs = None
         if models_dir is not None and row["stage"] == "train" and len(rel.parts) == 2:
+            epochs = _epoch_times(Path(models_dir) / rel.stem / "metrics.csv")
+        elif dbm_dir is not None and rel.parts[:2] == ("ucd", "dbm"):
+            epochs = _dbm_epoch_times(Path(dbm_dir), rel.stem)
+        if epochs is not None:
             log = None if logs_dir is None else Path(logs_dir) / rel.with_suffix(".log")
-            row.update(_resumed_training(Path(models_dir) / rel.stem / "metrics.csv", row, log))
+            row.update(_resumed_training(epochs, row, log))
         rows.append(row)
     columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed", "exact"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def _resumed_training(metrics_csv: Path, row: dict, log: Path | None) -> dict:
-    """A training job's times over all its starts (``wall_times``)."""
+def _epoch_times(metrics_csv: Path):
+    """A TAP training job's per-epoch rows (``metrics.csv``), or None."""
     import pandas as pd
 
     if not metrics_csv.is_file():
-        return {}
+        return None
     epochs = pd.read_csv(metrics_csv)
-    if "epoch_seconds" not in epochs:
-        return {}
+    return epochs if "epoch_seconds" in epochs else None
+
+
+def _dbm_epoch_times(dbm_dir: Path, job: str):
+    """A DBM training job's per-epoch rows: the history of the model file whose
+    ``<dataset>/<model>`` makes the job name ``train_<dataset>_<model>`` (both may hold
+    underscores, so the folders are matched, not the name split), or None."""
+    import pandas as pd
+
+    from tapmachine.io.modelfile import ModelFile
+
+    for model_pt in sorted(dbm_dir.glob("*/*/model.pt")):
+        if job == f"train_{model_pt.parent.parent.name}_{model_pt.parent.name}":
+            epochs = pd.DataFrame(ModelFile.load(model_pt).history)
+            return epochs if "epoch_seconds" in epochs else None
+    return None
+
+
+def _resumed_training(epochs, row: dict, log: Path | None) -> dict:
+    """A training job's times over all its starts (``wall_times``), from its per-epoch rows
+    ``epochs`` (``epoch``, ``epoch_seconds``, optionally ``epoch_cpu_seconds``)."""
     if log is not None and log.is_file():
         from tapmachine.io.runlog import resumed_epoch
 
@@ -291,10 +318,10 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
             "",
             "A training job marked resumed ran over several starts (it resumes from its last "
             "epoch checkpoint), and its benchmark file times only the last start. Its times add "
-            "the `epoch_seconds` (and `epoch_cpu_seconds`) from `metrics.csv` of the epochs "
-            "its earlier starts trained, read from its log; its CPU time is n/a where epochs "
-            "from before `epoch_cpu_seconds` was recorded are among them. Its maximum RSS is the "
-            "last start's.",
+            "the `epoch_seconds` (and `epoch_cpu_seconds`) of the epochs its earlier starts "
+            "trained (from `metrics.csv`, or a DBM's `model.pt` history), read from its log; "
+            "its CPU time is n/a where epochs from before `epoch_cpu_seconds` was recorded are "
+            "among them. Its maximum RSS is the last start's.",
         ]
     if (times["resumed"] & ~times["exact"]).any():
         out += [
@@ -326,11 +353,12 @@ def write_report(
     models_dir: str | os.PathLike | None = None,
     logs_dir: str | os.PathLike | None = None,
     rejudge: bool = False,
+    dbm_dir: str | os.PathLike | None = None,
 ) -> Path:
     """``to_markdown(collect(figures_dir))`` written atomically to ``out``; with
     ``benchmarks_dir`` the run's job wall times follow (``wall_times_markdown``; with
-    ``models_dir``, resumed training jobs count their earlier starts, exactly with
-    ``logs_dir``: ``wall_times``). With
+    ``models_dir`` and ``dbm_dir``, resumed training jobs count their earlier starts, exactly
+    with ``logs_dir``: ``wall_times``). With
     ``section``, ``out`` must exist and only its ``<!-- claims:SECTION -->`` part is replaced
     (``replace_section``), so docs/results.md keeps its prose around each run's tables.
     ``rejudge``: see ``collect``."""
@@ -338,7 +366,7 @@ def write_report(
 
     text = to_markdown(collect(figures_dir, rejudge), title, level)
     if benchmarks_dir is not None:
-        times = wall_times(benchmarks_dir, models_dir, logs_dir)
+        times = wall_times(benchmarks_dir, models_dir, logs_dir, dbm_dir)
         text += "\n" + wall_times_markdown(
             times, "Job wall times (Snakemake benchmark files)", level + 1
         )

@@ -217,7 +217,8 @@ def claims_report(args) -> None:
     folder = Path(args.results)
     if (folder / "figures").is_dir():
         folder = folder / "figures"
-    models = folder.parent / "models"  # resumed training jobs count all their epochs
+    # resumed training jobs count all their epochs
+    models, dbms = folder.parent / "models", folder.parent / "ucd" / "dbm"
     out = claims.write_report(
         folder,
         args.out,
@@ -228,6 +229,7 @@ def claims_report(args) -> None:
         models if models.is_dir() else None,
         args.logs,
         args.rejudge,
+        dbms if dbms.is_dir() else None,
     )
     print(f"wrote {out} (claim rows of {folder})")
 

@@ -177,6 +177,25 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     assert models["ais_ll_lower_bound"].notna().all()
     # the test set against itself is the floor no model's samples reach
     assert (drawn.loc["floor: test halves", "classifier_fid"] < models["classifier_fid"]).all()
+    # its halves are taken in the run's one random order of the test rows, not in file order
+    from tapmachine.core.seeding import seeded_generator
+    from tapmachine.io import data
+    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
+    from tapmachine.ucd import fid
+
+    x_test = torch.as_tensor(
+        data.load_dataset(finished_run / "results" / "data" / "binary_mnist.npz").x_test,
+        dtype=torch.float32,
+    )
+    order = torch.randperm(
+        len(x_test), generator=seeded_generator(TINY["seed"], "ucd_score", "order")
+    )
+    half = min(TINY["ucd"]["dbm"]["fid_samples"], len(x_test) // 2)
+    net, _ = load_classifier(results / "ucd" / "classifier" / "binary_mnist.pt")
+    shuffled = x_test[order]
+    floor = fid.frechet_distance(net, shuffled[:half], shuffled[half : 2 * half])
+    assert score["fid_floor"] == pytest.approx(floor, rel=1e-6)
+    assert floor != pytest.approx(fid.frechet_distance(net, x_test[:half], x_test[half : 2 * half]))
     claims = set(table.loc[table["kind"] == "claim", "claim"])
     assert "rank_agreement_kendall_fid_vs_ais_ll" in claims
     # each score is a run of its own, tagged with the DBM's training run

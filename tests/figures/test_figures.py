@@ -740,6 +740,7 @@ def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
     reduced = scores("784-200-200", [300.0, 400.0, 250.0])
     t1, t2 = ucd_dbm.table1(reduced), ucd_dbm.table2(reduced)
     assert verdicts(t1, "ucd_lmi_best_fid") == {"binary_mnist": "not held"}  # centered wins
+    assert verdicts(t1, "pcd_worst_fid") == {"binary_mnist": "held"}  # 400 above 300 and 250
     assert verdicts(t2, "removal_worsens_fid") == {"pcd": "held", "centered": "not held"}
     for result in (t1, t2):
         title = result.figure.axes[0].get_title()
@@ -748,6 +749,13 @@ def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
     t1, t2 = ucd_dbm.table1(paper), ucd_dbm.table2(paper)
     assert verdicts(t1, "ucd_lmi_best_fid") == {"binary_mnist": "held"}
     assert set(verdicts(t2, "removal_worsens_fid").values()) == {"held"}
+    centered_worst = ucd_dbm.table1(scores("6272-6272-6272", [200.0, 400.0, 450.0]))
+    assert verdicts(centered_worst, "pcd_worst_fid") == {"binary_mnist": "not held"}
+    detail = centered_worst.table.set_index("claim").loc["pcd_worst_fid", "detail"]
+    assert (
+        detail
+        == "classifier FID of PCD without pretraining 400; the other methods at most 450 (centered)"
+    )
     assert "REDUCED" not in t1.figure.axes[0].get_title()
     # score files from before sizes were recorded: their size is not known to be the paper's
     assert (

@@ -120,6 +120,7 @@ def table1(score_paths) -> FigureResult:
                 held=best["method"] == "ucd_lmi",
             )
         )
+        claims += _pcd_fails_claims(sub, ds)
         if sub["ais_ll"].notna().any():
             top = sub.loc[sub["ais_ll"].idxmax()]
             claims.append(
@@ -196,6 +197,30 @@ def _floor_claims(sub: pd.DataFrame, ds: str) -> list:
             floor,
             ds,
             f"FID of two halves of the test set; best model {best:.3g} ({best / floor:.3g}x)",
+        )
+    ]
+
+
+def _pcd_fails_claims(sub: pd.DataFrame, ds: str) -> list:
+    """Fig. 2: "the DBM trained with the vanilla PCD completely fails to learn data structure
+    and generates meaningless samples": held when PCD without pretraining (``dbm_pcd``) has the
+    highest classifier FID of the dataset's DBMs, its samples the furthest from the test
+    images. Fig. 2's sample grid judges collapse (``fig2_pcd_without_pretraining_fails``); a
+    PCD DBM can draw distinct samples that are still no digits, which this row catches."""
+    pcd = sub[sub["method"] == "dbm_pcd"]
+    if pcd.empty or len(pcd) == len(sub) or sub["classifier_fid"].isna().any():
+        return []
+    fid = float(pcd["classifier_fid"].min())
+    others = sub[sub["method"] != "dbm_pcd"]
+    runner = others.loc[others["classifier_fid"].idxmax()]
+    return [
+        claim(
+            "pcd_worst_fid",
+            fid,
+            ds,
+            f"classifier FID of PCD without pretraining {fid:.4g}; the other methods at most "
+            f"{runner['classifier_fid']:.4g} ({runner['model']})",
+            held=fid > runner["classifier_fid"],
         )
     ]
 

@@ -676,6 +676,8 @@ def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
         ModelFile.from_machine(machine, model, history=history).save(folder / "model.pt")
     job = "train_binary_fashion_mnist_no_orthogonal"
     (bench / f"{job}.tsv").write_text(header + "310.0\t0:05:10\t800.0\t280.0\n")
+    score = "score_binary_fashion_mnist_no_orthogonal"  # not a training job: its own times
+    (bench / f"{score}.tsv").write_text(header + "42.0\t0:00:42\t500.0\t40.0\n")
     (logs / f"{job}.log").write_text(
         resume_message(Path("ckpt/epoch_2.pt"), 2) + "\nepoch 3/3: 100%\n"
     )
@@ -684,6 +686,8 @@ def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
     assert row["seconds"] == pytest.approx(100.0 + 200.0 + 310.0)
     assert row["cpu_seconds"] == pytest.approx(90.0 + 180.0 + 280.0)
     assert row["resumed"] and row["exact"]
+    scored = times.set_index("job").loc[f"ucd/dbm/{score}"]
+    assert scored["seconds"] == pytest.approx(42.0) and not scored["resumed"]
     without = claims_report.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs")
     assert without.set_index("job").loc[f"ucd/dbm/{job}", "seconds"] == pytest.approx(310.0)
 

@@ -223,7 +223,11 @@ def wall_times(
         epochs = None
         if models_dir is not None and row["stage"] == "train" and len(rel.parts) == 2:
             epochs = _epoch_times(Path(models_dir) / rel.stem / "metrics.csv")
-        elif dbm_dir is not None and rel.parts[:2] == ("ucd", "dbm"):
+        elif (
+            dbm_dir is not None
+            and rel.parts[:2] == ("ucd", "dbm")
+            and rel.stem.startswith("train_")
+        ):
             epochs = _dbm_epoch_times(Path(dbm_dir), rel.stem)
         if epochs is not None:
             log = None if logs_dir is None else Path(logs_dir) / rel.with_suffix(".log")

@@ -198,6 +198,51 @@ def test_solution_is_stationary_point_of_free_energy(prior_cls, sizes):
     assert float(torch.autograd.grad(moved.sum(), a_shift[0])[0].abs().max()) > 1e-4
 
 
+@pytest.mark.parametrize("sizes", [(10, 7), (8, 6, 5)])
+def test_free_energy_terms_are_the_parts_of_eq_36(sizes):
+    """Each part equals its line of eq. (36) written out here, and together they are -F; a
+    clamped state has no visible site term; at W = 0 every part vanishes (normalised priors)."""
+    g = _gen(7)
+    m = _random_machine(Bernoulli, sizes, 0.4, g)
+    state = tap.solve(m, torch.rand(5, sizes[0], dtype=DT, generator=g), tol=1e-24, max_iter=500)
+    assert state.converged.all()
+    terms = tap.free_energy_terms(m, state)
+    assert tuple(terms) == tap.FREE_ENERGY_TERMS
+
+    def site(l):
+        p, a, c, B, A = m.priors[l], state.a[l], state.c[l], state.B[l], state.A[l]
+        return (p.log_partition(B, A) - B * a + 0.5 * A * (a**2 + c)).sum(-1)
+
+    mean_field = sum(
+        torch.einsum("ki,ij,kj->k", state.a[l], W, state.a[l + 1]) for l, W in enumerate(m.weights)
+    )
+    onsager = sum(
+        0.5 * torch.einsum("ki,ij,kj->k", state.c[l], W**2, state.c[l + 1])
+        for l, W in enumerate(m.weights)
+    )
+    torch.testing.assert_close(terms["site_visible"], site(0), rtol=0, atol=1e-12)
+    hidden = sum(site(l) for l in range(1, len(sizes)))
+    torch.testing.assert_close(terms["site_hidden"], hidden, rtol=0, atol=1e-12)
+    torch.testing.assert_close(terms["mean_field"], mean_field, rtol=0, atol=1e-12)
+    torch.testing.assert_close(terms["onsager"], onsager, rtol=0, atol=1e-12)
+    assert float(onsager.min()) > 0  # c > 0 for binary units
+    total = sum(terms.values())
+    torch.testing.assert_close(total, -tap.free_energy(m, state), rtol=0, atol=1e-12)
+
+    x = torch.bernoulli(torch.full((3, sizes[0]), 0.5, dtype=DT), generator=g)
+    clamped = tap.clamped_state(m, x, tol=1e-24, max_iter=500)
+    parts = tap.free_energy_terms(m, clamped)
+    assert float(parts["site_visible"].abs().max()) == 0.0
+    torch.testing.assert_close(
+        sum(parts.values()), -tap.free_energy(m, clamped), rtol=0, atol=1e-12
+    )
+
+    free = BoltzmannMachine(m.priors, tuple(torch.zeros_like(W) for W in m.weights))
+    zero = tap.free_energy_terms(free, tap.solve(free, state.a[0], tol=1e-24))
+    for name, value in zero.items():
+        assert float(value.abs().max()) < 1e-12, name
+
+
 def _autograd_reference(machine, x, states, clamped):
     """Autograd of the batch-mean TAP log-likelihood w.r.t. W and prior parameters."""
     weights = [W.clone().requires_grad_(True) for W in machine.weights]

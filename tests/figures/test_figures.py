@@ -263,6 +263,12 @@ def test_fig5(run, tmp_path):
     summary = claims(table, "epochs_with_two_or_more_modes")
     assert summary["value"].iloc[0] == int((counted >= 2).sum())
     assert bool(summary["held"].iloc[0] == "held") == (len(counted) > 0 and (counted >= 2).all())
+    # The Helmholtz estimate's parts of eq. (36), per epoch, add up to it.
+    helm = claims(table, "helmholtz_estimate").set_index("epoch")["value"]
+    parts = [claims(table, f"helmholtz_part_{n}").set_index("epoch")["value"] for n in fig5._PARTS]
+    assert len(parts[0]) == 3
+    np.testing.assert_allclose(sum(parts), helm, rtol=0, atol=1e-9)
+    assert len(claims(table, "helmholtz_rises_then_declines")) == 1
     with pytest.raises(common.FigureError, match="not harvested"):
         fig5.make(run["solutions"], slices=[2])
     # The tiny harvest (tol 1e-12) has no near copies, so the title does not call it inflated.
@@ -333,6 +339,38 @@ def test_fig5_modes_at_some_epochs_only_is_not_held():
     assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {"held"}
     rows = fig5.verdict_claims("m", [1], [2], [0.01], [few], [0.0])
     assert {r["held"] for r in rows if r["claim"].startswith("epochs_with_two")} == {""}
+
+
+def test_fig5_free_energy_trend_is_judged_as_worded():
+    """'A marked increase early, then a gradual decline': held for a peak at epoch 10 of 100
+    followed by a fall; not held for a late rise above the early peak (the peak is then last),
+    for a peak past the first quarter, or for no rise at all. A rise after the lowest point is
+    split into the parts of eq. (36)."""
+    epochs = [1, 2, 5, 10, 20, 40, 60, 80, 100]
+
+    def judge(helm, parts=None):
+        rows = {r["claim"]: r for r in fig5.trend_claims("m", epochs, helm, parts)}
+        return rows, rows["helmholtz_rises_then_declines"]["held"]
+
+    rows, held = judge([1.0, 3.0, 6.0, 8.0, 7.0, 5.0, 4.0, 3.5, 3.0])
+    assert held == "held" and rows["helmholtz_peak_epoch"]["value"] == 10
+    assert "helmholtz_late_change" not in rows  # the lowest point is the last
+    late = [5.0, 10.0, 6.0, -12.0, -26.0, -25.0, -8.0, 14.0, 34.0]  # the paper run's shape
+    parts = {
+        "site_visible": [0.0] * 9,
+        "site_hidden": [0.0] * 8 + [10.0],
+        "mean_field": [0.0] * 4 + [-26.0, -25.0, -8.0, 14.0, 24.0],
+        "onsager": [0.0] * 9,
+    }
+    rows, held = judge(late, parts)
+    assert held == "not held" and rows["helmholtz_peak_epoch"]["value"] == 100
+    change = rows["helmholtz_late_change"]
+    assert change["value"] == pytest.approx(60.0)
+    assert "epoch 20" in change["detail"] and "mean_field +50" in change["detail"]
+    assert "site_hidden +10" in change["detail"]
+    assert judge([1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 8.0, 7.0, 6.0])[1] == "not held"  # peak at 40
+    assert judge([9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0])[1] == "not held"  # no rise
+    assert fig5.trend_claims("m", [1, 2], [1.0, 2.0]) == []
 
 
 def test_fig5_modes_weighted_by_basin_size():

@@ -42,6 +42,10 @@ def test_file_holds_every_documented_key(run):
     G = sol["representatives"].shape[0]
     assert sol["multiplicity"].shape == sol["unique_free_energy"].shape == (G,)
     assert sol["nearest_separation"].shape == (G,)
+    terms = [sol[f"unique_{name}"] for name in tap.FREE_ENERGY_TERMS]
+    assert all(t.shape == (G,) for t in terms)
+    # the parts of -F of each unique solution (eq. 36) add up to its free energy
+    np.testing.assert_allclose(-sum(terms), sol["unique_free_energy"], rtol=0, atol=1e-9)
     assert sol["dedup_tol"] == 0.01 and sol["tol"] == 1e-12 and sol["max_iter"] == 2000
     assert sol["epoch"] == tiny_harvest.EPOCHS and sol["model"] == "tiny"
     assert sol["dataset"] == "synth" and sol["image_shape"] == (6, 6)
@@ -50,6 +54,9 @@ def test_file_holds_every_documented_key(run):
         rows = list(csv.DictReader(fh))
     assert len(rows) == G
     assert sum(int(r["multiplicity"]) for r in rows) == int(sol["converged"].sum())
+    for row, F in zip(rows, sol["unique_free_energy"], strict=True):
+        parts = sum(float(row[name]) for name in tap.FREE_ENERGY_TERMS)
+        assert parts == pytest.approx(-F, abs=1e-9)
     # Growth over training: one solution at epoch 1, several later.
     first = harvest.load_solutions(run["solutions"][0])
     assert first["summary"]["n_unique"] == 1 and G > 1

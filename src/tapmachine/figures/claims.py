@@ -35,7 +35,7 @@ PAPER_CLAIMS = {
     "fig4": "localised and stroke-like fields on MNIST; more localisation with larger Nh",
     "fig5": "count starts at 1 and grows; unique solutions stay under 10% of initialisations at "
     "Nh = 100; two significant modes of the free-energy distribution at all training epochs on "
-    "binary MNIST",
+    "binary MNIST; the mean free energy rises early, then gradually declines",
     "fig6": "solutions start correlated, then spread; free energy follows position",
     "fig7": "solutions act as attractors inside dense regions of the data",
     "fig8": "all recover the signal at p = 0; TAP beats OPE for Nh in {25, 50, 100}; TAP tracks "

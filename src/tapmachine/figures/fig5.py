@@ -19,6 +19,13 @@ stopping tolerance, can make a mode of the unweighted count that few initialisat
 claim holds only when every epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two
 or more (``verdict_claims``): "at all training epochs" means all of them, for bands as for modes.
 
+The paper also describes the Helmholtz estimate's course: "the early phase of training shows a
+marked increase of the TAP free energy, which then gradually declines as training continues"
+(Sec. VII.3). ``trend_claims`` tests it as worded (the highest estimate in the first
+``EARLY_SHARE`` of training, above the first epoch's, and falling after it: Spearman < 0 over the
+epochs from the peak on), and splits each epoch's estimate into the parts of eq. (36)
+(``helmholtz_part_*`` rows, from solutions files that hold them) to say which part moves it.
+
 The count depends on the stopping tolerance as well as on the model: rows stopped short of a
 fixed point can land more than ``dedup_tol`` from one another and count twice. Each epoch's
 ``near_copy_fraction`` row (``harvest.separation_stats``) gives the share of unique solutions
@@ -52,10 +59,23 @@ from tapmachine.figures.free_energy_shape import (
 )
 from tapmachine.figures.solutions import load_epochs, title_note
 
-__all__ = ["make", "verdict_claims", "rejudge", "default_slices"]
+__all__ = ["make", "verdict_claims", "trend_claims", "rejudge", "default_slices"]
 
 #: Share of near copies (``harvest.separation_stats``) above which the title says so.
 INFLATED_SHARE = 0.5
+
+#: "Early phase of training": the Helmholtz estimate's peak must fall within this share of the
+#: last harvested epoch. The paper ties it to where Fig. 3's curve levels off (about epoch 20 of
+#: 100), so a quarter of training.
+EARLY_SHARE = 0.25
+
+#: The parts of -F (``tap.FREE_ENERGY_TERMS``, eq. 36) as Fig. 5's rows name them.
+_PARTS = {
+    "site_visible": "visible site terms (entropy and biases)",
+    "site_hidden": "hidden site terms (entropy and biases)",
+    "mean_field": "mean-field coupling a_v W a_h",
+    "onsager": "Onsager term W^2 c_v c_h / 2",
+}
 
 
 def _or_na(value: float) -> str:
@@ -80,6 +100,29 @@ def _inflation_note(near_copies: list[float], tol, distance: float) -> str:
         f"\ncounts inflated by the stopping tolerance (tol {tol:g}): up to {worst:.0%} of an "
         f"epoch's unique solutions lie within {distance:g} of another (README, tol)"
     )
+
+
+def _part_claims(model: str, epoch: int, solutions: dict, parts: dict | None) -> list[dict]:
+    """An epoch's ``helmholtz_part_*`` rows (appended to ``parts``), or none for a solutions
+    file without the parts of F."""
+    if parts is None:
+        return []
+    rows = []
+    for name, what in _PARTS.items():
+        values = np.asarray(solutions[f"unique_{name}"], dtype=np.float64)
+        share = -float(values.mean()) if values.size else math.nan
+        parts[name].append(share)
+        rows.append(
+            claim(
+                f"helmholtz_part_{name}",
+                share,
+                model,
+                f"minus the mean over unique solutions of eq. (36)'s {what}; the four parts add "
+                "up to helmholtz_estimate",
+                epoch,
+            )
+        )
+    return rows
 
 
 def default_slices(epochs: list[int], n: int = 4) -> list[int]:
@@ -165,6 +208,68 @@ def verdict_claims(
     ]
 
 
+def trend_claims(
+    model: str, epochs: list[int], helm: list[float], parts: dict[str, list[float]] | None = None
+) -> list[dict]:
+    """The rows that test the paper's course of the Helmholtz estimate (module docstring).
+
+    ``helm``: the estimate per epoch; ``parts``: per part of eq. (36) (``_PARTS``), its share of
+    the estimate per epoch (minus the mean term), or None. Where the lowest estimate is not the
+    last, its rise from there to the last epoch, part by part, is a context row
+    (``helmholtz_late_change``): which part drives a late rise.
+    """
+    from scipy.stats import spearmanr
+
+    ok = [i for i, h in enumerate(helm) if np.isfinite(h)]
+    if len(ok) < 3:
+        return []
+    E = [epochs[i] for i in ok]
+    H = [helm[i] for i in ok]
+    p = int(np.argmax(H))
+    after = (
+        float(spearmanr(E[p:], H[p:]).statistic)
+        if len(E) - p > 2 and len(set(H[p:])) > 1
+        else math.nan
+    )
+    early = E[p] <= EARLY_SHARE * E[-1]
+    held = p > 0 and H[p] > H[0] and early and bool(after < 0)
+    rows = [
+        claim(
+            "helmholtz_peak_epoch",
+            E[p],
+            model,
+            f"epoch of the highest Helmholtz estimate ({H[p]:.4g}; first {H[0]:.4g} at epoch "
+            f"{E[0]}, last {H[-1]:.4g} at epoch {E[-1]}); paper: early",
+        ),
+        claim(
+            "helmholtz_rises_then_declines",
+            after,
+            model,
+            "Spearman of the Helmholtz estimate with epoch from its peak on; paper: a marked "
+            "increase early in training, then a gradual decline: held when the peak lies above "
+            f"the first epoch, within the first {EARLY_SHARE:.0%} of training, and the estimate "
+            "falls after it (< 0)",
+            held=held,
+        ),
+    ]
+    q = int(np.argmin(H))
+    if q < len(E) - 1 and parts:
+        j, k = ok[q], ok[-1]
+        moves = ", ".join(
+            f"{name} {parts[name][k] - parts[name][j]:+.4g}" for name in _PARTS if name in parts
+        )
+        rows.append(
+            claim(
+                "helmholtz_late_change",
+                H[-1] - H[q],
+                model,
+                f"rise of the Helmholtz estimate from its lowest (epoch {E[q]}) to epoch {E[-1]}, "
+                f"by part of eq. (36): {moves}",
+            )
+        )
+    return rows
+
+
 def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     """Fig. 5 from the solutions files of one model (any order)."""
     from tapmachine.tap_paper.harvest import NEAR_COPY_DISTANCE, separation_stats
@@ -178,6 +283,8 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
 
     drawn, claims = [], []
     helm, counts, fractions, shapes, near_copies = [], [], [], [], []
+    with_parts = all(f"unique_{name}" in s for s in sols for name in _PARTS)
+    parts = {name: [] for name in _PARTS} if with_parts else None
     for s in sols:
         Fu = np.asarray(s["unique_free_energy"], dtype=np.float64)
         mult = np.asarray(s["multiplicity"])
@@ -206,6 +313,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
             claim("helmholtz_estimate", helm[-1], info.name, "mean F of unique solutions", e),
             claim("free_energy_std", float(Fu.std()) if Fu.size else math.nan, info.name, "", e),
+            *_part_claims(info.name, e, s, parts),
             *shape_claims(info.name, e, shape),
             claim("n_not_converged", n_nc, info.name, "excluded", e),
             claim(
@@ -227,6 +335,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             ),
         ]
     claims += verdict_claims(info.name, epochs, counts, fractions, shapes, near_copies)
+    claims += trend_claims(info.name, epochs, helm, parts)
 
     fig = new_figure(max(7.0, 2.6 * len(slices)), 6.2)
     gs = fig.add_gridspec(2, len(slices), height_ratios=[1.3, 1.0])
@@ -348,6 +457,10 @@ def rejudge(figure_table):
         at = next((i for i, r in enumerate(old) if r["claim"] == "n_not_converged"), len(old))
         new_rows += old[:at] + shape_claims(model, e, shape) + old[at:]
     new_rows += verdict_claims(model, epochs, counts, fractions, shapes, near)
+    helm = [value("helmholtz_estimate", e) for e in epochs]
+    parts = {n: [value(f"helmholtz_part_{n}", e) for e in epochs] for n in _PARTS}
+    with_parts = all(np.isfinite(v).all() for v in parts.values())
+    new_rows += trend_claims(model, epochs, helm, parts if with_parts else None)
     claims = pd.DataFrame(new_rows)
     claims["kind"] = "claim"
     return pd.concat([drawn, claims], ignore_index=True, sort=False)[list(t.columns)]

@@ -31,7 +31,13 @@ point), ``onsager`` (validity of the expansion), ``stability`` (whether Alg. 1's
 converge to a fixed point: its sweep's Jacobian).
 """
 
-from tapmachine.core.tap.energy import data_log_term, free_energy, log_likelihood
+from tapmachine.core.tap.energy import (
+    FREE_ENERGY_TERMS,
+    data_log_term,
+    free_energy,
+    free_energy_terms,
+    log_likelihood,
+)
 from tapmachine.core.tap.gradients import tap_gradients
 from tapmachine.core.tap.inference import (
     SOLVERS,
@@ -55,6 +61,8 @@ __all__ = [
     "solve_with_retry",
     "clamped_state",
     "free_energy",
+    "free_energy_terms",
+    "FREE_ENERGY_TERMS",
     "log_likelihood",
     "data_log_term",
     "unique",

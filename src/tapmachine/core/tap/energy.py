@@ -9,7 +9,13 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.tap.inference import clamped_state
 from tapmachine.core.tap.state import TAPState
 
-__all__ = ["free_energy", "data_log_term", "log_likelihood"]
+__all__ = [
+    "free_energy",
+    "free_energy_terms",
+    "FREE_ENERGY_TERMS",
+    "data_log_term",
+    "log_likelihood",
+]
 
 
 def _site_terms(prior, a, c, B, A) -> Tensor:
@@ -43,6 +49,45 @@ def free_energy(machine: BoltzmannMachine, state: TAPState) -> Tensor:
     for l, W in enumerate(machine.weights):
         neg_F = neg_F + _coupling_terms(W, state.a[l], state.c[l], state.a[l + 1], state.c[l + 1])
     return -neg_F
+
+
+#: The parts of -F that ``free_energy_terms`` returns, in the order of eq. (36).
+FREE_ENERGY_TERMS = ("site_visible", "site_hidden", "mean_field", "onsager")
+
+
+def free_energy_terms(machine: BoltzmannMachine, state: TAPState) -> dict[str, Tensor]:
+    """The four parts of -F (eq. 36) for each row of ``state``, each of shape (K,).
+
+    - ``site_visible``: sum_i ln Z_i^v(B_i, A_i) - B_i a_i + A_i (a_i^2 + c_i) / 2 over the
+      visible layer (zero for a clamped state), the first line of eq. (36): the visible units'
+      entropy and prior (bias) term;
+    - ``site_hidden``: the same over every hidden layer (second line);
+    - ``mean_field``: sum_ij W_ij a_i a_j over all couplings (naive mean-field energy);
+    - ``onsager``: sum_ij W_ij^2 c_i c_j / 2, the Onsager reaction term (second order).
+
+    F = -(site_visible + site_hidden + mean_field + onsager) equals ``free_energy`` up to
+    rounding. Splitting F this way tells which part drives its change over training (Fig. 5's
+    free-energy trend): the site terms move with the biases and with how far the means sit
+    from them, the coupling terms with the weights' growth.
+    """
+    zero = torch.zeros(state.a[0].shape[0], dtype=state.a[0].dtype, device=state.a[0].device)
+    sites = [
+        zero
+        if l == 0 and state.clamped
+        else _site_terms(prior, state.a[l], state.c[l], state.B[l], state.A[l])
+        for l, prior in enumerate(machine.priors)
+    ]
+    mean_field, onsager = zero, zero
+    for l, W in enumerate(machine.weights):
+        a0, c0, a1, c1 = state.a[l], state.c[l], state.a[l + 1], state.c[l + 1]
+        mean_field = mean_field + ((a0 @ W) * a1).sum(-1)
+        onsager = onsager + 0.5 * ((c0 @ (W * W)) * c1).sum(-1)
+    return {
+        "site_visible": sites[0],
+        "site_hidden": sum(sites[1:], zero),
+        "mean_field": mean_field,
+        "onsager": onsager,
+    }
 
 
 def data_log_term(

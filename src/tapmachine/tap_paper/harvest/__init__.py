@@ -25,6 +25,9 @@ hidden layers side by side):
     representatives (G,) int     initialisation whose solution represents each unique solution
     multiplicity (G,) int        initialisations mapped to each unique solution
     unique_free_energy (G,)      F of each unique solution (its representative's)
+    unique_site_visible, unique_site_hidden, unique_mean_field, unique_onsager (G,)
+                                 the parts of -F of each unique solution
+                                 (``tap.free_energy_terms``, eq. 36)
     nearest_separation (G,)      max-abs distance of each unique solution to its nearest other
                                  (``separation_stats``: near copies split by the tolerance)
     init_index (K,) int          row of the dataset's training split each initialisation is

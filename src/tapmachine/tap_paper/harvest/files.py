@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapmachine.core.tap import FREE_ENERGY_TERMS
 from tapmachine.io.files import atomic_write
 from tapmachine.tap_paper.harvest.settings import HarvestError
 
@@ -77,11 +78,14 @@ def load_solutions(path) -> dict:
 
 def unique_table(arrays: dict) -> list[dict]:
     """One row per unique solution: id, representative, free energy, multiplicity, iterations,
-    distance to the nearest other unique solution."""
+    distance to the nearest other unique solution, the parts of -F (``FREE_ENERGY_TERMS``)."""
     rows = []
     iters = arrays["iterations"]
     init_index = arrays.get("init_index", np.arange(len(iters)))
-    near = arrays.get("nearest_separation", np.full(len(arrays["representatives"]), np.nan))
+    G = len(arrays["representatives"])
+    near = arrays.get("nearest_separation", np.full(G, np.nan))
+    # files written before the harvest split F into its parts hold no terms: NaN
+    terms = {n: arrays.get(f"unique_{n}", np.full(G, np.nan)) for n in FREE_ENERGY_TERMS}
     for g, (rep, F, mult) in enumerate(
         zip(
             arrays["representatives"],
@@ -99,6 +103,7 @@ def unique_table(arrays: dict) -> list[dict]:
                 "multiplicity": int(mult),
                 "mean_iterations": float(iters[members].mean()),
                 "nearest_separation": float(near[g]),
+                **{n: float(terms[n][g]) for n in FREE_ENERGY_TERMS},
             }
         )
     return rows
@@ -111,4 +116,5 @@ UNIQUE_FIELDS = [
     "multiplicity",
     "mean_iterations",
     "nearest_separation",
+    *FREE_ENERGY_TERMS,
 ]

@@ -139,6 +139,7 @@ def harvest(
     state, polished, polish_iterations = polish(machine, state, settings)
     with torch.no_grad():
         F = tap.free_energy(machine, state)
+        terms = tap.free_energy_terms(machine, state)
     reps, inverse, counts = merge(state, F, settings)
     converged = state.converged.cpu().numpy()
 
@@ -167,6 +168,7 @@ def harvest(
         "representatives": reps_np,
         "multiplicity": counts.cpu().numpy().astype(np.int64),
         "unique_free_energy": F_np[reps_np],
+        **{f"unique_{name}": arr(terms[name])[reps_np] for name in tap.FREE_ENERGY_TERMS},
         "layer_sizes": np.asarray(machine.sizes, dtype=np.int64),
         "dedup_tol": np.float64(settings.dedup_tol),
         "merge_rule": np.asarray(settings.merge_rule),

@@ -136,6 +136,9 @@ def test_binary_priors_match_state_sums(cls, states):
     var = sum(wi * (x - mean) ** 2 for wi, x in zip(w, xs, strict=True))
     a, c = prior.moments(B, A)
     torch.testing.assert_close(prior.log_partition(B, A), log_z, atol=1e-12, rtol=1e-12)
+    # the Boltzmann weight e^{U x} sums to the energy normaliser over the states
+    energy = torch.logsumexp(torch.stack([U * x for x in xs]), 0)
+    torch.testing.assert_close(prior.energy_normaliser(), energy, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(a, mean, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(c, var, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(prior.mean(B), prior.moments(B, torch.zeros_like(B))[0])
@@ -362,6 +365,8 @@ def test_truncated_gauss_bernoulli_log_prob():
     torch.testing.assert_close(tgb.log_prob(x), expected)
     assert (tgb.log_prob(torch.full_like(x, 3.5)) == -math.inf).all()
     assert (tgb.log_partition(torch.zeros_like(x), torch.zeros_like(x)).abs() < 1e-15).all()
+    with pytest.raises(NotImplementedError, match="no binary-RBM energy"):
+        tgb.energy_normaliser()
 
 
 def test_truncated_gauss_bernoulli_gradients():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -241,6 +243,24 @@ def test_free_energy_terms_are_the_parts_of_eq_36(sizes):
     zero = tap.free_energy_terms(free, tap.solve(free, state.a[0], tol=1e-24))
     for name, value in zero.items():
         assert float(value.abs().max()) < 1e-12, name
+
+
+@pytest.mark.parametrize("prior_cls", [Bernoulli, Spin])
+def test_energy_normaliser_links_the_two_conventions_of_ln_z(prior_cls):
+    """ln sum_{v,h} e^{U.v + V.h + v W h} (the RBM's usual energy, by brute force) equals
+    ln Z of eq. (36)'s normalised priors plus ``energy_normaliser``; NaN for other units."""
+    g = _gen(8)
+    m = _random_machine(prior_cls, (6, 4), 0.5, g)
+    V, H = (_configurations(p, p.size) for p in m.priors)
+    U0, U1 = (p.params()["U"] for p in m.priors)
+    log_w = (V @ U0)[:, None] + (H @ U1)[None, :] + V @ m.W @ H.T
+    brute = float(torch.logsumexp(log_w.flatten(), 0))
+    log_z = float(exact_log_partition(m))
+    assert abs(log_z + tap.energy_normaliser(m) - brute) < 1e-10
+    assert abs(tap.energy_normaliser(m)) > 1.0  # the conventions do differ here
+    zeros = torch.zeros(6, dtype=DT)
+    gauss = BoltzmannMachine((TruncatedGaussian(zeros, zeros + 1), m.priors[1]), m.weights)
+    assert math.isnan(tap.energy_normaliser(gauss))
 
 
 def _autograd_reference(machine, x, states, clamped):

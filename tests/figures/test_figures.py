@@ -269,6 +269,18 @@ def test_fig5(run, tmp_path):
     assert len(parts[0]) == 3
     np.testing.assert_allclose(sum(parts), helm, rtol=0, atol=1e-9)
     assert len(claims(table, "helmholtz_rises_then_declines")) == 1
+    # and as the binary RBM's usual free energy: shifted per epoch by the units' sum of ln Z_B
+    from tapmachine.tap_paper import harvest
+
+    shift = {
+        int(z["epoch"]): z["energy_normaliser"]
+        for z in (harvest.load_solutions(p) for p in run["solutions"])
+    }
+    energy = claims(table, "helmholtz_estimate_energy").set_index("epoch")["value"]
+    assert len(energy) == 3 and all(np.isfinite(list(shift.values())))
+    for e, value in energy.items():
+        assert value == pytest.approx(helm[e] - shift[int(e)], abs=1e-9)
+    assert len(claims(table, "helmholtz_rises_then_declines_energy")) == 1
     with pytest.raises(common.FigureError, match="not harvested"):
         fig5.make(run["solutions"], slices=[2])
     # The tiny harvest (tol 1e-12) has no near copies, so the title does not call it inflated.
@@ -371,6 +383,12 @@ def test_fig5_free_energy_trend_is_judged_as_worded():
     assert judge([1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 8.0, 7.0, 6.0])[1] == "not held"  # peak at 40
     assert judge([9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0])[1] == "not held"  # no rise
     assert fig5.trend_claims("m", [1, 2], [1.0, 2.0]) == []
+    named = fig5.trend_claims("m", epochs, late, None, "_energy", " (usual RBM energy)")
+    assert [r["claim"] for r in named] == [
+        "helmholtz_peak_epoch_energy",
+        "helmholtz_rises_then_declines_energy",
+    ]
+    assert "(usual RBM energy)" in named[1]["detail"]
 
 
 def test_fig5_modes_weighted_by_basin_size():

@@ -102,6 +102,38 @@ def _inflation_note(near_copies: list[float], tol, distance: float) -> str:
     )
 
 
+#: How the rows of the binary RBM's usual free energy name it.
+_ENERGY = " (usual RBM energy: F minus the units' ln Z_B)"
+
+
+def _energy_claims(model: str, epoch: int, helm: float, normaliser, out: list) -> list[dict]:
+    """An epoch's ``helmholtz_estimate_energy`` row (its value appended to ``out``): the
+    Helmholtz estimate as the binary RBM's usual free energy, -ln sum e^{-E}, which eq. (36)'s
+    normalised priors (eq. 112) shift by the units' sum of ln Z_B (``tap.energy_normaliser``);
+    none for a solutions file without it or a machine with other units."""
+    value = helm - normaliser if normaliser is not None else math.nan
+    out.append(value)
+    if not np.isfinite(value):
+        return []
+    return [
+        claim(
+            "helmholtz_estimate_energy",
+            value,
+            model,
+            f"mean F of unique solutions minus sum ln Z_B = {normaliser:.4g} (eq. 111): -ln Z of "
+            "the energy -U.v - V.h - v W h, the convention the paper's text may plot",
+            epoch,
+        )
+    ]
+
+
+def _energy_trend(model: str, epochs: list[int], helm_energy: list[float]) -> list[dict]:
+    """``trend_claims`` on the usual RBM free energy, where every epoch has it."""
+    if not helm_energy or not np.isfinite(helm_energy).all():
+        return []
+    return trend_claims(model, epochs, helm_energy, None, "_energy", _ENERGY)
+
+
 def _part_claims(model: str, epoch: int, solutions: dict, parts: dict | None) -> list[dict]:
     """An epoch's ``helmholtz_part_*`` rows (appended to ``parts``), or none for a solutions
     file without the parts of F."""
@@ -209,14 +241,21 @@ def verdict_claims(
 
 
 def trend_claims(
-    model: str, epochs: list[int], helm: list[float], parts: dict[str, list[float]] | None = None
+    model: str,
+    epochs: list[int],
+    helm: list[float],
+    parts: dict[str, list[float]] | None = None,
+    suffix: str = "",
+    convention: str = "",
 ) -> list[dict]:
     """The rows that test the paper's course of the Helmholtz estimate (module docstring).
 
     ``helm``: the estimate per epoch; ``parts``: per part of eq. (36) (``_PARTS``), its share of
     the estimate per epoch (minus the mean term), or None. Where the lowest estimate is not the
     last, its rise from there to the last epoch, part by part, is a context row
-    (``helmholtz_late_change``): which part drives a late rise.
+    (``helmholtz_late_change``): which part drives a late rise. ``suffix`` and ``convention``
+    name rows and text for another convention of F (``_energy``: the binary RBM's usual free
+    energy, ``tap.energy_normaliser``).
     """
     from scipy.stats import spearmanr
 
@@ -235,20 +274,20 @@ def trend_claims(
     held = p > 0 and H[p] > H[0] and early and bool(after < 0)
     rows = [
         claim(
-            "helmholtz_peak_epoch",
+            f"helmholtz_peak_epoch{suffix}",
             E[p],
             model,
-            f"epoch of the highest Helmholtz estimate ({H[p]:.4g}; first {H[0]:.4g} at epoch "
-            f"{E[0]}, last {H[-1]:.4g} at epoch {E[-1]}); paper: early",
+            f"epoch of the highest Helmholtz estimate{convention} ({H[p]:.4g}; first {H[0]:.4g} "
+            f"at epoch {E[0]}, last {H[-1]:.4g} at epoch {E[-1]}); paper: early",
         ),
         claim(
-            "helmholtz_rises_then_declines",
+            f"helmholtz_rises_then_declines{suffix}",
             after,
             model,
-            "Spearman of the Helmholtz estimate with epoch from its peak on; paper: a marked "
-            "increase early in training, then a gradual decline: held when the peak lies above "
-            f"the first epoch, within the first {EARLY_SHARE:.0%} of training, and the estimate "
-            "falls after it (< 0)",
+            f"Spearman of the Helmholtz estimate{convention} with epoch from its peak on; paper: a "
+            "marked increase early in training, then a gradual decline: held when the peak lies "
+            f"above the first epoch, within the first {EARLY_SHARE:.0%} of training, and the "
+            "estimate falls after it (< 0)",
             held=held,
         ),
     ]
@@ -284,6 +323,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     drawn, claims = [], []
     helm, counts, fractions, shapes, near_copies = [], [], [], [], []
     with_parts = all(f"unique_{name}" in s for s in sols for name in _PARTS)
+    helm_energy: list[float] = []
     parts = {name: [] for name in _PARTS} if with_parts else None
     for s in sols:
         Fu = np.asarray(s["unique_free_energy"], dtype=np.float64)
@@ -312,6 +352,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             claim("n_unique", Fu.size, info.name, f"of {K} initialisations", e),
             claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
             claim("helmholtz_estimate", helm[-1], info.name, "mean F of unique solutions", e),
+            *_energy_claims(info.name, e, helm[-1], s.get("energy_normaliser"), helm_energy),
             claim("free_energy_std", float(Fu.std()) if Fu.size else math.nan, info.name, "", e),
             *_part_claims(info.name, e, s, parts),
             *shape_claims(info.name, e, shape),
@@ -336,6 +377,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         ]
     claims += verdict_claims(info.name, epochs, counts, fractions, shapes, near_copies)
     claims += trend_claims(info.name, epochs, helm, parts)
+    claims += _energy_trend(info.name, epochs, helm_energy)
 
     fig = new_figure(max(7.0, 2.6 * len(slices)), 6.2)
     gs = fig.add_gridspec(2, len(slices), height_ratios=[1.3, 1.0])
@@ -461,6 +503,9 @@ def rejudge(figure_table):
     parts = {n: [value(f"helmholtz_part_{n}", e) for e in epochs] for n in _PARTS}
     with_parts = all(np.isfinite(v).all() for v in parts.values())
     new_rows += trend_claims(model, epochs, helm, parts if with_parts else None)
+    new_rows += _energy_trend(
+        model, epochs, [value("helmholtz_estimate_energy", e) for e in epochs]
+    )
     claims = pd.DataFrame(new_rows)
     claims["kind"] = "claim"
     return pd.concat([drawn, claims], ignore_index=True, sort=False)[list(t.columns)]

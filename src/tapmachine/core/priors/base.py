@@ -71,6 +71,15 @@ class Prior(abc.ABC):
     def sample(self, B: Tensor, A: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """One draw from Q(x; B, A) per element."""
 
+    def energy_normaliser(self) -> Tensor:
+        """ln sum_x e^{U x} per unit: how far the usual binary-RBM energy's ln Z lies above the
+        one of eq. (36) with normalised priors (eqs. 111-112 divide by Z_B = this).
+
+        Defined for binary units only, whose Boltzmann form P(x; U) = e^{U x} / Z_B (eq. 111)
+        names the unnormalised weight; the truncated priors have no such energy convention.
+        """
+        raise NotImplementedError(f"{type(self).__name__} units have no binary-RBM energy")
+
     def mean(self, B: Tensor) -> Tensor:
         """Conditional mean f(B) = f_a(B, 0) of eq. (15)."""
         return self.moments(B, torch.zeros_like(B))[0]

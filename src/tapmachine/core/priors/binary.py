@@ -38,6 +38,10 @@ class Bernoulli(Prior):
     def log_prob(self, x):
         return x * logsigmoid(self.U) + (1.0 - x) * logsigmoid(-self.U)
 
+    def energy_normaliser(self):
+        """ln Z_B = ln(1 + e^U) (eq. 111)."""
+        return softplus(self.U)
+
     def grad_log_partition(self, B, A):
         """Eq. (116): f_a(B, A; U) - sigm(U)."""
         return {"U": torch.sigmoid(self._field(B, A)) - torch.sigmoid(self.U)}
@@ -72,6 +76,10 @@ class Spin(Prior):
 
     def log_prob(self, x):
         return self.U * x - _log_cosh(self.U) - math.log(2.0)
+
+    def energy_normaliser(self):
+        """ln(2 cosh U) = ln(e^U + e^{-U})."""
+        return _log_cosh(self.U) + math.log(2.0)
 
     def grad_log_partition(self, B, A):
         return {"U": torch.tanh(self.U + B) - torch.tanh(self.U) + 0.0 * A}

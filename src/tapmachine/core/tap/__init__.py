@@ -34,6 +34,7 @@ converge to a fixed point: its sweep's Jacobian).
 from tapmachine.core.tap.energy import (
     FREE_ENERGY_TERMS,
     data_log_term,
+    energy_normaliser,
     free_energy,
     free_energy_terms,
     log_likelihood,
@@ -62,6 +63,7 @@ __all__ = [
     "clamped_state",
     "free_energy",
     "free_energy_terms",
+    "energy_normaliser",
     "FREE_ENERGY_TERMS",
     "log_likelihood",
     "data_log_term",

@@ -11,6 +11,7 @@ from tapmachine.core.tap.state import TAPState
 
 __all__ = [
     "free_energy",
+    "energy_normaliser",
     "free_energy_terms",
     "FREE_ENERGY_TERMS",
     "data_log_term",
@@ -88,6 +89,20 @@ def free_energy_terms(machine: BoltzmannMachine, state: TAPState) -> dict[str, T
         "mean_field": mean_field,
         "onsager": onsager,
     }
+
+
+def energy_normaliser(machine: BoltzmannMachine) -> float:
+    """sum over all units of ln Z_B = ln sum_x e^{U x} (eq. 111), a float; NaN unless every
+    layer is binary.
+
+    ``free_energy`` follows eq. (36) with eq. (112)'s normalised priors: -F estimates ln Z
+    relative to the priors (0 at W = 0). The usual binary-RBM free energy, -ln sum e^{-E} with
+    E = -U.v - V.h - v^T W h, is F minus this sum; the two differ by a constant per model that
+    moves with the biases, so a course over training can differ (Fig. 5)."""
+    try:
+        return float(sum(p.energy_normaliser().double().sum() for p in machine.priors))
+    except NotImplementedError:
+        return float("nan")
 
 
 def data_log_term(

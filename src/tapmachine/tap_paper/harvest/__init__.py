@@ -28,6 +28,9 @@ hidden layers side by side):
     unique_site_visible, unique_site_hidden, unique_mean_field, unique_onsager (G,)
                                  the parts of -F of each unique solution
                                  (``tap.free_energy_terms``, eq. 36)
+    energy_normaliser ()         sum of ln Z_B over the units (``tap.energy_normaliser``):
+                                 F minus it is the usual binary-RBM free energy; NaN unless
+                                 every layer is binary
     nearest_separation (G,)      max-abs distance of each unique solution to its nearest other
                                  (``separation_stats``: near copies split by the tolerance)
     init_index (K,) int          row of the dataset's training split each initialisation is

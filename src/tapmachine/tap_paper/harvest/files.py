@@ -42,7 +42,7 @@ _STRINGS = (
     "solver",
     "polish_solver",
 )
-_SCALARS = ("dedup_tol", "tol", "damping", "retry_damping", "polish_tol")
+_SCALARS = ("dedup_tol", "tol", "damping", "retry_damping", "polish_tol", "energy_normaliser")
 _INTS = ("max_iter", "epoch")
 
 

@@ -170,6 +170,7 @@ def harvest(
         "unique_free_energy": F_np[reps_np],
         **{f"unique_{name}": arr(terms[name])[reps_np] for name in tap.FREE_ENERGY_TERMS},
         "layer_sizes": np.asarray(machine.sizes, dtype=np.int64),
+        "energy_normaliser": np.float64(tap.energy_normaliser(machine)),
         "dedup_tol": np.float64(settings.dedup_tol),
         "merge_rule": np.asarray(settings.merge_rule),
         "solver": np.asarray(settings.solver),

@@ -19,12 +19,9 @@ stopping tolerance, can make a mode of the unweighted count that few initialisat
 claim holds only when every epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two
 or more (``verdict_claims``): "at all training epochs" means all of them, for bands as for modes.
 
-The paper also describes the Helmholtz estimate's course: "the early phase of training shows a
-marked increase of the TAP free energy, which then gradually declines as training continues"
-(Sec. VII.3). ``trend_claims`` tests it as worded (the highest estimate in the first
-``EARLY_SHARE`` of training, above the first epoch's, and falling after it: Spearman < 0 over the
-epochs from the peak on), and splits each epoch's estimate into the parts of eq. (36)
-(``helmholtz_part_*`` rows, from solutions files that hold them) to say which part moves it.
+The paper also describes the Helmholtz estimate's course ("a marked increase" early, "then
+gradually declines"); its rows, and the split of the estimate into the parts of eq. (36), are
+``free_energy_course``'s.
 
 The count depends on the stopping tolerance as well as on the model: rows stopped short of a
 fixed point can land more than ``dedup_tol`` from one another and count twice. Each epoch's
@@ -47,6 +44,13 @@ from tapmachine.figures.common import (
     new_figure,
     table,
 )
+from tapmachine.figures.free_energy_course import PARTS as _PARTS
+from tapmachine.figures.free_energy_course import (
+    energy_claims,
+    energy_trend,
+    part_claims,
+    trend_claims,
+)
 from tapmachine.figures.free_energy_shape import (
     BAND_GAP,
     BAND_MIN_SHARE,
@@ -63,19 +67,6 @@ __all__ = ["make", "verdict_claims", "trend_claims", "rejudge", "default_slices"
 
 #: Share of near copies (``harvest.separation_stats``) above which the title says so.
 INFLATED_SHARE = 0.5
-
-#: "Early phase of training": the Helmholtz estimate's peak must fall within this share of the
-#: last harvested epoch. The paper ties it to where Fig. 3's curve levels off (about epoch 20 of
-#: 100), so a quarter of training.
-EARLY_SHARE = 0.25
-
-#: The parts of -F (``tap.FREE_ENERGY_TERMS``, eq. 36) as Fig. 5's rows name them.
-_PARTS = {
-    "site_visible": "visible site terms (entropy and biases)",
-    "site_hidden": "hidden site terms (entropy and biases)",
-    "mean_field": "mean-field coupling a_v W a_h",
-    "onsager": "Onsager term W^2 c_v c_h / 2",
-}
 
 
 def _or_na(value: float) -> str:
@@ -100,61 +91,6 @@ def _inflation_note(near_copies: list[float], tol, distance: float) -> str:
         f"\ncounts inflated by the stopping tolerance (tol {tol:g}): up to {worst:.0%} of an "
         f"epoch's unique solutions lie within {distance:g} of another (README, tol)"
     )
-
-
-#: How the rows of the binary RBM's usual free energy name it.
-_ENERGY = " (usual RBM energy: F minus the units' ln Z_B)"
-
-
-def _energy_claims(model: str, epoch: int, helm: float, normaliser, out: list) -> list[dict]:
-    """An epoch's ``helmholtz_estimate_energy`` row (its value appended to ``out``): the
-    Helmholtz estimate as the binary RBM's usual free energy, -ln sum e^{-E}, which eq. (36)'s
-    normalised priors (eq. 112) shift by the units' sum of ln Z_B (``tap.energy_normaliser``);
-    none for a solutions file without it or a machine with other units."""
-    value = helm - normaliser if normaliser is not None else math.nan
-    out.append(value)
-    if not np.isfinite(value):
-        return []
-    return [
-        claim(
-            "helmholtz_estimate_energy",
-            value,
-            model,
-            f"mean F of unique solutions minus sum ln Z_B = {normaliser:.4g} (eq. 111): -ln Z of "
-            "the energy -U.v - V.h - v W h, the convention the paper's text may plot",
-            epoch,
-        )
-    ]
-
-
-def _energy_trend(model: str, epochs: list[int], helm_energy: list[float]) -> list[dict]:
-    """``trend_claims`` on the usual RBM free energy, where every epoch has it."""
-    if not helm_energy or not np.isfinite(helm_energy).all():
-        return []
-    return trend_claims(model, epochs, helm_energy, None, "_energy", _ENERGY)
-
-
-def _part_claims(model: str, epoch: int, solutions: dict, parts: dict | None) -> list[dict]:
-    """An epoch's ``helmholtz_part_*`` rows (appended to ``parts``), or none for a solutions
-    file without the parts of F."""
-    if parts is None:
-        return []
-    rows = []
-    for name, what in _PARTS.items():
-        values = np.asarray(solutions[f"unique_{name}"], dtype=np.float64)
-        share = -float(values.mean()) if values.size else math.nan
-        parts[name].append(share)
-        rows.append(
-            claim(
-                f"helmholtz_part_{name}",
-                share,
-                model,
-                f"minus the mean over unique solutions of eq. (36)'s {what}; the four parts add "
-                "up to helmholtz_estimate",
-                epoch,
-            )
-        )
-    return rows
 
 
 def default_slices(epochs: list[int], n: int = 4) -> list[int]:
@@ -240,75 +176,6 @@ def verdict_claims(
     ]
 
 
-def trend_claims(
-    model: str,
-    epochs: list[int],
-    helm: list[float],
-    parts: dict[str, list[float]] | None = None,
-    suffix: str = "",
-    convention: str = "",
-) -> list[dict]:
-    """The rows that test the paper's course of the Helmholtz estimate (module docstring).
-
-    ``helm``: the estimate per epoch; ``parts``: per part of eq. (36) (``_PARTS``), its share of
-    the estimate per epoch (minus the mean term), or None. Where the lowest estimate is not the
-    last, its rise from there to the last epoch, part by part, is a context row
-    (``helmholtz_late_change``): which part drives a late rise. ``suffix`` and ``convention``
-    name rows and text for another convention of F (``_energy``: the binary RBM's usual free
-    energy, ``tap.energy_normaliser``).
-    """
-    from scipy.stats import spearmanr
-
-    ok = [i for i, h in enumerate(helm) if np.isfinite(h)]
-    if len(ok) < 3:
-        return []
-    E = [epochs[i] for i in ok]
-    H = [helm[i] for i in ok]
-    p = int(np.argmax(H))
-    after = (
-        float(spearmanr(E[p:], H[p:]).statistic)
-        if len(E) - p > 2 and len(set(H[p:])) > 1
-        else math.nan
-    )
-    early = E[p] <= EARLY_SHARE * E[-1]
-    held = p > 0 and H[p] > H[0] and early and bool(after < 0)
-    rows = [
-        claim(
-            f"helmholtz_peak_epoch{suffix}",
-            E[p],
-            model,
-            f"epoch of the highest Helmholtz estimate{convention} ({H[p]:.4g}; first {H[0]:.4g} "
-            f"at epoch {E[0]}, last {H[-1]:.4g} at epoch {E[-1]}); paper: early",
-        ),
-        claim(
-            f"helmholtz_rises_then_declines{suffix}",
-            after,
-            model,
-            f"Spearman of the Helmholtz estimate{convention} with epoch from its peak on; paper: a "
-            "marked increase early in training, then a gradual decline: held when the peak lies "
-            f"above the first epoch, within the first {EARLY_SHARE:.0%} of training, and the "
-            "estimate falls after it (< 0)",
-            held=held,
-        ),
-    ]
-    q = int(np.argmin(H))
-    if q < len(E) - 1 and parts:
-        j, k = ok[q], ok[-1]
-        moves = ", ".join(
-            f"{name} {parts[name][k] - parts[name][j]:+.4g}" for name in _PARTS if name in parts
-        )
-        rows.append(
-            claim(
-                "helmholtz_late_change",
-                H[-1] - H[q],
-                model,
-                f"rise of the Helmholtz estimate from its lowest (epoch {E[q]}) to epoch {E[-1]}, "
-                f"by part of eq. (36): {moves}",
-            )
-        )
-    return rows
-
-
 def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
     """Fig. 5 from the solutions files of one model (any order)."""
     from tapmachine.tap_paper.harvest import NEAR_COPY_DISTANCE, separation_stats
@@ -352,9 +219,9 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
             claim("n_unique", Fu.size, info.name, f"of {K} initialisations", e),
             claim("unique_fraction", Fu.size / K, info.name, "paper: < 0.1 at Nh=100", e),
             claim("helmholtz_estimate", helm[-1], info.name, "mean F of unique solutions", e),
-            *_energy_claims(info.name, e, helm[-1], s.get("energy_normaliser"), helm_energy),
+            *energy_claims(info.name, e, helm[-1], s.get("energy_normaliser"), helm_energy),
             claim("free_energy_std", float(Fu.std()) if Fu.size else math.nan, info.name, "", e),
-            *_part_claims(info.name, e, s, parts),
+            *part_claims(info.name, e, s, parts),
             *shape_claims(info.name, e, shape),
             claim("n_not_converged", n_nc, info.name, "excluded", e),
             claim(
@@ -377,7 +244,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         ]
     claims += verdict_claims(info.name, epochs, counts, fractions, shapes, near_copies)
     claims += trend_claims(info.name, epochs, helm, parts)
-    claims += _energy_trend(info.name, epochs, helm_energy)
+    claims += energy_trend(info.name, epochs, helm_energy)
 
     fig = new_figure(max(7.0, 2.6 * len(slices)), 6.2)
     gs = fig.add_gridspec(2, len(slices), height_ratios=[1.3, 1.0])
@@ -503,9 +370,7 @@ def rejudge(figure_table):
     parts = {n: [value(f"helmholtz_part_{n}", e) for e in epochs] for n in _PARTS}
     with_parts = all(np.isfinite(v).all() for v in parts.values())
     new_rows += trend_claims(model, epochs, helm, parts if with_parts else None)
-    new_rows += _energy_trend(
-        model, epochs, [value("helmholtz_estimate_energy", e) for e in epochs]
-    )
+    new_rows += energy_trend(model, epochs, [value("helmholtz_estimate_energy", e) for e in epochs])
     claims = pd.DataFrame(new_rows)
     claims["kind"] = "claim"
     return pd.concat([drawn, claims], ignore_index=True, sort=False)[list(t.columns)]

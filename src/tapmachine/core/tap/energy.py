@@ -24,9 +24,19 @@ def _site_terms(prior, a, c, B, A) -> Tensor:
     return (prior.log_partition(B, A) - B * a + 0.5 * A * (a * a + c)).sum(-1)
 
 
+def _mean_field_term(W, a0, a1) -> Tensor:
+    """Per-row a0^T W a1, the naive mean-field part of eq. (36)'s last line."""
+    return ((a0 @ W) * a1).sum(-1)
+
+
+def _onsager_term(W, c0, c1) -> Tensor:
+    """Per-row (1/2) c0^T (W * W) c1, the Onsager reaction part of eq. (36)'s last line."""
+    return 0.5 * ((c0 @ (W * W)) * c1).sum(-1)
+
+
 def _coupling_terms(W, a0, c0, a1, c1) -> Tensor:
     """Per-row a0^T W a1 + (1/2) c0^T (W * W) c1 (eq. 36, last line)."""
-    return ((a0 @ W) * a1).sum(-1) + 0.5 * ((c0 @ (W * W)) * c1).sum(-1)
+    return _mean_field_term(W, a0, a1) + _onsager_term(W, c0, c1)
 
 
 def free_energy(machine: BoltzmannMachine, state: TAPState) -> Tensor:
@@ -80,9 +90,8 @@ def free_energy_terms(machine: BoltzmannMachine, state: TAPState) -> dict[str, T
     ]
     mean_field, onsager = zero, zero
     for l, W in enumerate(machine.weights):
-        a0, c0, a1, c1 = state.a[l], state.c[l], state.a[l + 1], state.c[l + 1]
-        mean_field = mean_field + ((a0 @ W) * a1).sum(-1)
-        onsager = onsager + 0.5 * ((c0 @ (W * W)) * c1).sum(-1)
+        mean_field = mean_field + _mean_field_term(W, state.a[l], state.a[l + 1])
+        onsager = onsager + _onsager_term(W, state.c[l], state.c[l + 1])
     return {
         "site_visible": sites[0],
         "site_hidden": sum(sites[1:], zero),

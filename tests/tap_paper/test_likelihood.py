@@ -476,6 +476,43 @@ def test_exact_curve_is_the_enumerated_log_likelihood_beside_trainings_tap(
     assert not (tmp_path / "no.csv").exists()
 
 
+def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
+    trained, tiny_dataset, tmp_path, monkeypatch
+):
+    import importlib
+
+    module = importlib.import_module("tapmachine.tap_paper.likelihood.exact_curve")
+    whole = module.exact_curve(trained, tiny_dataset, tmp_path / "whole.csv", [1, 2, 3])
+    computed = []
+    real = module.exact_log_likelihood_per_unit
+
+    def counted(machine, x):
+        computed.append(1)
+        return real(machine, x)
+
+    def stop_after_first(epoch, row):
+        raise KeyboardInterrupt  # the session ends
+
+    monkeypatch.setattr(module, "exact_log_likelihood_per_unit", counted)
+    out = tmp_path / "exact.csv"
+    with pytest.raises(KeyboardInterrupt):
+        module.exact_curve(trained, tiny_dataset, out, [1, 2, 3], on_row=stop_after_first)
+    assert not out.exists() and module.partial_path(out).exists() and len(computed) == 1
+    rows = module.exact_curve(trained, tiny_dataset, out, [1, 2, 3])
+    assert len(computed) == 3  # epoch 1 taken from the partial file, 2 and 3 computed
+    assert not module.partial_path(out).exists()
+    for col in ("epoch", "exact_ll", "log_z_exact", "tap_ll", "rows"):
+        assert [r[col] for r in rows] == pytest.approx([r[col] for r in whole])
+    assert pd.read_csv(out)["exact_ll"].tolist() == pytest.approx([r["exact_ll"] for r in whole])
+
+    # a partial row of another checkpoint (another run in the same folder) is not used
+    pd.DataFrame([{**whole[0], "fingerprint": "another run"}]).to_csv(
+        module.partial_path(out), index=False
+    )
+    module.exact_curve(trained, tiny_dataset, out, [1])
+    assert len(computed) == 4
+
+
 def test_config_checks_the_exact_curves_of_fig3():
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["figures"]["fig3"]["exact"] = {"models": ["bmnist_h25"], "epochs": "last"}

@@ -23,7 +23,7 @@ from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.tap_paper.likelihood.files import resolve_epochs
 
-__all__ = ["MAX_CURVE_UNITS", "exact_log_likelihood_per_unit", "exact_curve"]
+__all__ = ["MAX_CURVE_UNITS", "exact_log_likelihood_per_unit", "exact_curve", "partial_path"]
 
 #: The largest enumerated layer an exact curve accepts: Fig. 3's Nh = 25. Each further unit
 #: doubles the cost (2^25 states: about 7 CPU-minutes an epoch).
@@ -55,7 +55,10 @@ def exact_curve(
     the TAP value it recorded for that epoch (``tap_ll``, NaN if it recorded none).
 
     Computed in float64 (the machine) with float32 enumeration chunks. Writes ``out_csv`` once
-    every epoch is done; ``on_row(epoch, row)`` is called after each.
+    every epoch is done; ``on_row(epoch, row)`` is called after each. Each finished epoch is
+    also kept in ``partial_path(out_csv)`` with its checkpoint's fingerprint, so that a job
+    stopped part-way (at 7 CPU-minutes an epoch, a session's end) resumes: a kept row is used
+    again when its checkpoint is unchanged, and the file goes once ``out_csv`` is written.
     """
     from tapmachine.io.data import load_dataset
 
@@ -67,10 +70,19 @@ def exact_curve(
         raise FileNotFoundError(f"checkpoints missing: {', '.join(map(str, missing))}")
     ds = load_dataset(data_path)
     rows_trained = ds.x_train[: blob.spec["n_train"]] if blob.spec.get("n_train") else ds.x_train
-    rows = []
+    partial = partial_path(out_csv)
+    kept = _kept_rows(partial)
+    rows, done = [], []
     for epoch in chosen:
         t0 = time.process_time()
         ckpt = Checkpoint.load(checkpoint_path(model_dir, epoch))
+        row = kept.get((epoch, ckpt.fingerprint))
+        if row is not None:
+            rows.append(row)
+            done.append({**row, "fingerprint": ckpt.fingerprint})
+            if on_row is not None:
+                on_row(epoch, row)
+            continue
         machine = ckpt.machine(device=device, dtype=torch.float64)
         x = torch.as_tensor(rows_trained[: ckpt.settings["eval_samples"]], dtype=torch.float64)
         mean, se, log_z = exact_log_likelihood_per_unit(machine, x.to(machine.device))
@@ -87,6 +99,8 @@ def exact_curve(
             "cpu_seconds": time.process_time() - t0,
         }
         rows.append(row)
+        done.append({**row, "fingerprint": ckpt.fingerprint})
+        write_csv(done, partial)
         print(
             f"{blob.name} epoch {epoch}: exact {mean:.5f}, TAP {row['tap_ll']:.5f} per unit "
             f"({x.shape[0]} rows; {row['cpu_seconds']:.0f} CPU s)",
@@ -96,4 +110,26 @@ def exact_curve(
         if on_row is not None:
             on_row(epoch, row)
     write_csv(rows, out_csv)
+    partial.unlink(missing_ok=True)
     return rows
+
+
+def partial_path(out_csv: str | os.PathLike) -> Path:
+    """Where ``exact_curve`` keeps the epochs it has finished until ``out_csv`` is written."""
+    out_csv = Path(out_csv)
+    return out_csv.with_name(out_csv.name + ".partial.csv")
+
+
+def _kept_rows(partial: Path) -> dict:
+    """The rows of a partial file by (epoch, checkpoint fingerprint), as ``exact_curve`` makes
+    them; none when there is no such file."""
+    if not partial.exists():
+        return {}
+    import pandas as pd
+
+    kept = {}
+    for record in pd.read_csv(partial).to_dict("records"):
+        fingerprint = record.pop("fingerprint")
+        record["epoch"], record["rows"] = int(record["epoch"]), int(record["rows"])
+        kept[(record["epoch"], fingerprint)] = record
+    return kept

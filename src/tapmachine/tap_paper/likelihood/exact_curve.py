@@ -72,46 +72,47 @@ def exact_curve(
     rows_trained = ds.x_train[: blob.spec["n_train"]] if blob.spec.get("n_train") else ds.x_train
     partial = partial_path(out_csv)
     kept = _kept_rows(partial)
-    rows, done = [], []
+    rows, kept_now = [], []
     for epoch in chosen:
         t0 = time.process_time()
         ckpt = Checkpoint.load(checkpoint_path(model_dir, epoch))
         row = kept.get((epoch, ckpt.fingerprint))
-        if row is not None:
-            rows.append(row)
-            done.append({**row, "fingerprint": ckpt.fingerprint})
-            if on_row is not None:
-                on_row(epoch, row)
-            continue
-        machine = ckpt.machine(device=device, dtype=torch.float64)
-        x = torch.as_tensor(rows_trained[: ckpt.settings["eval_samples"]], dtype=torch.float64)
-        mean, se, log_z = exact_log_likelihood_per_unit(machine, x.to(machine.device))
-        recorded = next((r for r in ckpt.history if r["epoch"] == epoch), {})
-        row = {
-            "model": blob.name,
-            "epoch": epoch,
-            "exact_ll": mean,
-            "exact_ll_stderr": se,
-            "log_z_exact": log_z,
-            "tap_ll": recorded.get("tap_ll", math.nan),
-            "log_z_tap": recorded.get("log_z_tap", math.nan),
-            "rows": x.shape[0],
-            "cpu_seconds": time.process_time() - t0,
-        }
+        if row is None:
+            row = _exact_row(blob.name, epoch, ckpt, rows_trained, device, t0)
         rows.append(row)
-        done.append({**row, "fingerprint": ckpt.fingerprint})
-        write_csv(done, partial)
-        print(
-            f"{blob.name} epoch {epoch}: exact {mean:.5f}, TAP {row['tap_ll']:.5f} per unit "
-            f"({x.shape[0]} rows; {row['cpu_seconds']:.0f} CPU s)",
-            file=sys.stderr,
-            flush=True,
-        )
+        kept_now.append({**row, "fingerprint": ckpt.fingerprint})
+        write_csv(kept_now, partial)
         if on_row is not None:
             on_row(epoch, row)
     write_csv(rows, out_csv)
     partial.unlink(missing_ok=True)
     return rows
+
+
+def _exact_row(name: str, epoch: int, ckpt: Checkpoint, rows_trained, device, t0: float) -> dict:
+    """One epoch's row of ``exact_curve``, computed (and said on stderr)."""
+    machine = ckpt.machine(device=device, dtype=torch.float64)
+    x = torch.as_tensor(rows_trained[: ckpt.settings["eval_samples"]], dtype=torch.float64)
+    mean, se, log_z = exact_log_likelihood_per_unit(machine, x.to(machine.device))
+    recorded = next((r for r in ckpt.history if r["epoch"] == epoch), {})
+    row = {
+        "model": name,
+        "epoch": epoch,
+        "exact_ll": mean,
+        "exact_ll_stderr": se,
+        "log_z_exact": log_z,
+        "tap_ll": recorded.get("tap_ll", math.nan),
+        "log_z_tap": recorded.get("log_z_tap", math.nan),
+        "rows": x.shape[0],
+        "cpu_seconds": time.process_time() - t0,
+    }
+    print(
+        f"{name} epoch {epoch}: exact {mean:.5f}, TAP {row['tap_ll']:.5f} per unit "
+        f"({x.shape[0]} rows; {row['cpu_seconds']:.0f} CPU s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return row
 
 
 def partial_path(out_csv: str | os.PathLike) -> Path:

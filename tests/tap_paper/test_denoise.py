@@ -497,6 +497,22 @@ def test_stage_bsc_baselines_and_figures(tmp_path):
     assert float(same.iloc[0]) == 1.0
 
 
+def test_fig8_title_names_training_iterations_and_epochs_below_the_papers():
+    from tapmachine.figures import fig8
+    from tapmachine.io.modelfile import ModelFile
+
+    def model(iterations, epochs):
+        return ModelFile({}, "m", spec={"tap": {"train_iterations": iterations}, "epochs": epochs})
+
+    assert fig8.reduced_note([model("converge", 100), model("converge", 100)]) == ""
+    short = fig8.reduced_note([model("converge", 5)])
+    assert "5 of 100 epochs" in short and "iterations" not in short
+    fixed = fig8.reduced_note([model(3, 20), model(10, 100), model("converge", 100)])
+    assert "20 of 100 epochs" in fixed and "training's TAP 3/10 iterations a step" in fixed
+    assert "needs more training iterations, not epochs" in fixed
+    assert "epochs" not in fig8.reduced_note([model(3, 100)]).split(":")[0]
+
+
 def test_stage_rejects_bad_input_before_writing(tmp_path):
     from tapmachine.pipeline.stages import denoise as stage
 

@@ -130,10 +130,12 @@ PAPER_INITIALISATIONS = 10000
 
 
 def size_note(epochs: int | None = None, initialisations: int | None = None) -> str:
-    """A title line saying the figure is below paper size, or "" at paper size.
+    """A title line saying the figure is below paper size (the paper's 100 epochs, 10,000
+    initialisations), or "" at paper size.
 
-    Claims such as Fig. 5's many solutions and two bands, or Fig. 3's slope after epoch 20,
-    need the paper's 100 epochs and 10,000 initialisations; a reduced run shows their start.
+    The line states the size only: which claims hold at reduced size, only at paper size or at
+    neither is measured (docs/results.md), and a figure whose claims need more than size says so
+    in its own title (Fig. 8: training's TAP iterations).
     """
     short = []
     if epochs is not None and epochs < PAPER_EPOCHS:
@@ -142,7 +144,7 @@ def size_note(epochs: int | None = None, initialisations: int | None = None) -> 
         short.append(f"{initialisations:,} of {PAPER_INITIALISATIONS:,} initialisations")
     if not short:
         return ""
-    return f"REDUCED SIZE ({', '.join(short)}): the paper's claim needs paper size"
+    return f"REDUCED SIZE ({', '.join(short)})"
 
 
 def table(drawn, claims: Iterable[dict]):

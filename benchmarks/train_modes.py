@@ -28,17 +28,12 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tapmachine.core import estimators  # noqa: E402
 from tapmachine.core.seeding import seeded_generator  # noqa: E402
+from tapmachine.figures.fig8 import paired  # noqa: E402
 from tapmachine.io.data import load_dataset  # noqa: E402
 from tapmachine.tap_paper import denoise, likelihood  # noqa: E402
 from tapmachine.train import TrainSettings, build_machine, train  # noqa: E402
 
 SPEC = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 100}]}
-
-
-def paired(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """Mean and standard error of the per-image differences a - b."""
-    d = (a - b).double()
-    return float(d.mean()), float(d.std() / d.numel() ** 0.5)
 
 
 def channel(x, x_test, args) -> dict:
@@ -61,7 +56,7 @@ def denoise_scores(machine, bsc: dict) -> dict:
     tap = denoise.mcc(state.a[0].round(), bsc["truth"]).reshape(len(bsc["ps"]), -1)
     out = {"p": bsc["ps"], "mcc": [float(r.mean()) for r in tap]}
     for name, ref in bsc["mcc"].items():
-        pairs = [paired(tap[i], ref[i]) for i in range(len(bsc["ps"]))]
+        pairs = [paired(tap[i].numpy(), ref[i].numpy()) for i in range(len(bsc["ps"]))]
         out[f"minus_{name}"] = [d for d, _ in pairs]
         out[f"minus_{name}_se"] = [s for _, s in pairs]
     out["converged"] = float(state.converged.double().mean())

@@ -47,6 +47,7 @@ from tapmachine.figures.common import (
     size_note,
     table,
 )
+from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
 
 __all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "DIAGNOSTICS"]
 
@@ -57,6 +58,7 @@ DIAGNOSTICS = (
     "tap_validity_rho",
     "tap_validity_rho_median",
     "train_unconverged_steps",
+    "train_converged_step_share",
     "tap_ll_first_pass",
     "n_unique_retry_only",
 )
@@ -294,6 +296,27 @@ def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
     return f"{model}: {'; '.join(parts)}" if parts else ""
 
 
+def _converged_steps_claim(model: str, epochs: np.ndarray, share: np.ndarray) -> list[dict]:
+    """Alg. 2 trains on TAP solutions: the share of converged training steps (at least
+    ``CONVERGED_STEP_SHARE`` of their rows converged), over all epochs (each epoch has the same
+    number of steps), held at 0.99 or more. No row for fixed-iteration training or metrics
+    written before the column existed."""
+    if not np.isfinite(share).any():
+        return []
+    worst = int(epochs[np.nanargmin(share)])
+    return [
+        claim(
+            "training_steps_converged",
+            float(np.nanmean(share)),
+            model,
+            f"share of training steps with >= {CONVERGED_STEP_SHARE:.0%} of rows converged, "
+            f"over {int(np.isfinite(share).sum())} epochs; lowest {float(np.nanmin(share)):.4f} "
+            f"at epoch {worst}; goal >= 0.99",
+            held=bool(np.nanmean(share) >= 0.99),
+        )
+    ]
+
+
 def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict) -> list[dict]:
     """Context rows from the per-epoch diagnostics a metrics.csv has (none for older ones)."""
     rows = []
@@ -340,6 +363,7 @@ def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: di
                 "stood at train_max_iter" + (f", from epoch {int(hit.min())}" if hit.size else ""),
             )
         )
+    rows += _converged_steps_claim(model, epochs, extra["train_converged_step_share"])
     first = extra["tap_ll_first_pass"]
     retry = extra["n_unique_retry_only"]
     if np.isfinite(retry).any():

@@ -18,7 +18,13 @@ __all__ = [
     "converged_tap_gradients",
     "noisy_initialisations",
     "check_train_noise",
+    "CONVERGED_STEP_SHARE",
 ]
+
+#: A converged training step is one in which at least this share of the K rows converged: the
+#: bar at which Alg. 2's model term is an average over TAP solutions, not over rows the cap
+#: stopped (``stats["converged_steps"]``, reported per epoch as ``train_converged_step_share``).
+CONVERGED_STEP_SHARE = 0.99
 
 
 def tap_step_gradients(
@@ -88,7 +94,8 @@ def converged_tap_gradients(
     how many data points fall into them). If no row converged, all rows are used and the step
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
-    ``solutions`` (sum of solutions used) and ``unconverged_steps``. ``solver`` is
+    ``solutions`` (sum of solutions used), ``unconverged_steps`` and ``converged_steps`` (steps
+    in which at least ``CONVERGED_STEP_SHARE`` of the rows converged). ``solver`` is
     ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
     """
     states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
@@ -108,6 +115,9 @@ def converged_tap_gradients(
         stats["solutions"] = stats.get("solutions", 0) + used.n_rows
         stats["unconverged_steps"] = stats.get("unconverged_steps", 0) + int(
             not bool(converged.any())
+        )
+        stats["converged_steps"] = stats.get("converged_steps", 0) + int(
+            float(converged.float().mean()) >= CONVERGED_STEP_SHARE
         )
     return tap.tap_gradients(machine, x, used)
 

@@ -14,6 +14,7 @@ from tapmachine.train import load_model
 __all__ = [
     "binary_mnist",
     "call_seconds",
+    "dataset_rows",
     "cpu_seconds",
     "matmul_gflops",
     "sync",
@@ -80,6 +81,29 @@ def binary_mnist(n: int | None = None) -> tuple[torch.Tensor, str]:
     g = torch.Generator().manual_seed(0)
     x = torch.bernoulli(torch.full((n or 60000, 784), 0.13), generator=g)
     return x, "random binary (run `snakemake data` for real binary-MNIST)"
+
+
+#: Training rows and columns of the stand-ins ``dataset_rows`` uses for a missing dataset: MNIST's,
+#: and the faces substitute's (80 training images of 19 x 19; CBCL has 2,429).
+STAND_IN_SHAPES = {"real_faces": (80, 361)}
+
+
+def dataset_rows(name: str, n: int | None = None) -> tuple[torch.Tensor, str]:
+    """The first ``n`` training rows of the data stage's dataset ``name`` (float32), else a
+    stand-in of its shape (``binary_mnist``'s for MNIST forms; uniform [0, 1] pixels for the
+    real-valued ones), with a description of what was used."""
+    path = ROOT / "results" / "data" / f"{name}.npz"
+    if path.exists():
+        from tapmachine.io.data import load_dataset
+
+        return torch.as_tensor(load_dataset(path).x_train[:n], dtype=torch.float32), name
+    if name == "binary_mnist" or name.endswith("binary_mnist"):
+        x, source = binary_mnist(n)
+        return x, f"{source} for {name}"
+    rows, cols = STAND_IN_SHAPES.get(name, (60000, 784))
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(min(n or rows, rows), cols, generator=g)
+    return x, f"uniform random stand-in for {name} (run `snakemake results/data/{name}.npz`)"
 
 
 def trained_or_random(name: str, nh: int, device, runs=("default",)):

@@ -1,0 +1,212 @@
+"""The jobs the first paper's targets run under a config, named as Snakemake's benchmark files
+name them, their wall time on a few cores, and the join of a projection with a run's measured
+job times.
+
+A job's name is the path of its benchmark TSV under ``benchmarks/{run}/`` without ``.tsv``
+(``workflow/rules/*.smk``): ``train/{model}``, ``harvest/{model}/epoch_{e}``,
+``likelihood/score_epochs_{model}``, ``likelihood/score_final_{model}``,
+``likelihood/exact_curve_{model}``, ``denoise/bsc_{model}``, ``denoise/baselines``,
+``deep/curve_{model}`` and ``deep/timing``. Data preparation and the figure-drawing jobs
+(minutes each) are not listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+__all__ = [
+    "PAPER_TARGETS",
+    "Job",
+    "paper_jobs",
+    "schedule_hours",
+    "longest_chain_hours",
+    "measured_hours",
+    "compare",
+]
+
+#: The first paper's targets (``snakemake <targets> --configfile workflow/config/paper.yaml``).
+PAPER_TARGETS = (
+    "fig3",
+    "fig4",
+    "fig5",
+    "fig6",
+    "fig7",
+    "fig12",
+    "likelihood_table",
+    "fig8",
+    "fig9",
+    "fig10",
+    "fig11",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One Snakemake job: ``name`` (its benchmark file's stem, module docstring), ``kind`` (the
+    rule's stage: train, harvest, score_epochs, score_final, exact_curve, denoise_bsc,
+    denoise_baselines, deep_curve, deep_timing), its ``model`` and harvested ``epoch`` if any,
+    and ``after``: the training job it waits for (None for training and the model-free jobs)."""
+
+    name: str
+    kind: str
+    model: str | None = None
+    epoch: int | None = None
+
+    @property
+    def after(self) -> str | None:
+        if self.kind == "train" or self.model is None:
+            return None
+        return f"train/{self.model}"
+
+
+def _figure_epochs(cfg: dict, fig: str) -> list[int]:
+    """The harvested epochs a figure of Figs. 5-7 reads (``figure_solution_files``)."""
+    spec = cfg["figures"][fig]
+    return sorted(spec.get("epochs") or cfg["harvest"][spec["model"]]["epochs"])
+
+
+def paper_jobs(cfg: dict, targets=PAPER_TARGETS, all_harvests: bool = True) -> list[Job]:
+    """The jobs that ``targets`` make under ``cfg`` (a validated whole config), each once, in
+    the order first needed. ``all_harvests`` adds every ``harvest`` entry's epochs (the
+    ``harvest`` target; Figs. 5-7 read one model's), so real MNIST's and the faces' are priced."""
+    jobs: dict[str, Job] = {}
+
+    def add(job: Job) -> None:
+        jobs.setdefault(job.name, job)
+
+    def train(models) -> None:
+        for m in models:
+            add(Job(f"train/{m}", "train", m))
+
+    figures, lik, deep = cfg.get("figures", {}), cfg.get("likelihood", {}), cfg.get("deep", {})
+    denoise = cfg.get("denoise", {})
+    for target in targets:
+        if target in ("fig3", "fig4") and target in figures:
+            train(figures[target]["models"])
+            exact = figures[target].get("exact") or {}
+            for m in exact.get("models", []) if target == "fig3" else []:
+                add(Job(f"likelihood/exact_curve_{m}", "exact_curve", m))
+        elif target in ("fig5", "fig6", "fig7") and target in figures:
+            m = figures[target]["model"]
+            train([m])
+            for e in _figure_epochs(cfg, target):
+                add(Job(f"harvest/{m}/epoch_{e}", "harvest", m, e))
+        elif target == "fig12" and lik.get("fig12"):
+            m = lik["fig12"]["model"]
+            train([m])
+            add(Job(f"likelihood/score_epochs_{m}", "score_epochs", m))
+        elif target == "likelihood_table" and lik.get("table"):
+            for m in lik["table"]["models"]:
+                train([m])
+                add(Job(f"likelihood/score_final_{m}", "score_final", m))
+        elif target in ("fig8", "fig9") and denoise.get("fig8"):
+            for m in denoise["fig8"]["models"].values():
+                train([m])
+                add(Job(f"denoise/bsc_{m}", "denoise_bsc", m))
+            add(Job("denoise/baselines", "denoise_baselines"))
+        elif target in ("fig10", "fig11") and deep.get(target):
+            for m in deep[target]["models"]:
+                train([m])
+                add(Job(f"deep/curve_{m}", "deep_curve", m))
+            if target == "fig10":
+                add(Job("deep/timing", "deep_timing"))
+    if all_harvests:
+        for m, entry in cfg.get("harvest", {}).items():
+            train([m])
+            for e in entry["epochs"]:
+                add(Job(f"harvest/{m}/epoch_{e}", "harvest", m, e))
+    return list(jobs.values())
+
+
+def longest_chain_hours(jobs: list[Job], hours: dict[str, float]) -> float:
+    """The longest path through the jobs: a training job plus its longest follower (or a
+    model-free job alone)."""
+    chain = {j.name: hours[j.name] for j in jobs if j.after is None}
+    for j in jobs:
+        if j.after is not None:
+            chain[j.after] = max(chain[j.after], hours[j.after] + hours[j.name])
+    return max(chain.values(), default=0.0)
+
+
+def schedule_hours(jobs: list[Job], hours: dict[str, float], cores: int = 2) -> float:
+    """Wall hours of the jobs on ``cores`` single-threaded workers: list scheduling, longest
+    chain first (a job starts when a core is free and its training job has finished; among the
+    ready jobs the one heading the longest remaining chain goes first). Not below the lower
+    bounds max(sum / cores, longest chain); Snakemake's own order may be worse."""
+    tail = {j.name: hours[j.name] for j in jobs}
+    for j in jobs:
+        if j.after is not None:
+            tail[j.after] = max(tail[j.after], hours[j.after] + hours[j.name])
+    done: dict[str, float] = {}
+    free = [0.0] * cores
+    pending = sorted(jobs, key=lambda j: -tail[j.name])
+    while pending:
+        ready = [j for j in pending if j.after is None or j.after in done]
+        job = ready[0]
+        core = min(range(cores), key=lambda c: free[c])
+        start = max(free[core], done.get(job.after, 0.0) if job.after else 0.0)
+        done[job.name] = free[core] = start + hours[job.name]
+        pending.remove(job)
+    return max(done.values(), default=0.0)
+
+
+def measured_hours(folder: str | Path) -> dict[str, float]:
+    """Wall hours of every job in a run's benchmark folder (``benchmarks/{run}``): each TSV's
+    ``s`` column (Snakemake's ``benchmark:``; a job benchmarked several times, its mean), keyed
+    by the file's path under ``folder`` without ``.tsv``."""
+    folder = Path(folder)
+    out = {}
+    for path in sorted(folder.rglob("*.tsv")):
+        with path.open() as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        seconds = [float(r["s"]) for r in rows if r.get("s") not in (None, "", "NA")]
+        if seconds:
+            out[path.relative_to(folder).with_suffix("").as_posix()] = (
+                sum(seconds) / len(seconds) / 3600
+            )
+    return out
+
+
+def compare(profile: dict, folder: str | Path) -> list[dict]:
+    """Per job of a ``paper_profile`` result (its ``jobs_hours``), the projected hours beside
+    the measured ones in the benchmark folder ``folder`` (``measured_hours``) and their ratio
+    (measured / projected; None where either is missing). Jobs measured but not projected are
+    listed too (projected None). Ordered by projected hours, largest first."""
+    projected = profile["jobs_hours"]
+    measured = measured_hours(folder)
+    rows = []
+    for name in [*projected, *sorted(set(measured) - set(projected))]:
+        p, m = projected.get(name), measured.get(name)
+        ratio = m / p if p and m is not None else None
+        rows.append({"job": name, "projected_hours": p, "measured_hours": m, "ratio": ratio})
+    rows.sort(key=lambda r: -(r["projected_hours"] or 0.0))
+    return rows
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.paper_jobs PROFILE_JSON BENCHMARK_DIR``: the per-job table of a
+    ``paper_profile`` result (one JSON line, as ``benchmarks/run.py`` prints it) against a run's
+    benchmark folder (e.g. ``benchmarks/paper``), in markdown."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    p.add_argument("profile", type=Path)
+    p.add_argument("benchmarks", type=Path)
+    args = p.parse_args(argv)
+    profile = json.loads(args.profile.read_text().strip().splitlines()[-1])
+
+    def cell(v):
+        return "" if v is None else f"{v:.2f}"
+
+    print("| job | projected (h) | measured (h) | measured / projected |\n|---|---|---|---|")
+    for r in compare(profile, args.benchmarks):
+        row = (r["projected_hours"], r["measured_hours"], r["ratio"])
+        print(f"| {r['job']} | " + " | ".join(cell(v) for v in row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

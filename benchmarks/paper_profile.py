@@ -1,124 +1,52 @@
-"""``paper_profile``: projected wall time of the binary-MNIST paper targets, from measured
-per-epoch costs and the TAP iterations counted on trained checkpoints."""
+"""``paper_profile``: projected hours of every job of the first paper's targets under
+``workflow/config/paper.yaml``, from unit costs measured in the same run (``paper_prices``) and
+TAP iterations counted on trained checkpoints (``paper_counts``); the jobs and their names
+(Snakemake's benchmark files) come from ``paper_jobs``. Also the Fig. 10 epochs and the Fig. 11
+size that keep the projection within the budget (``choose_fig10_epochs``, ``choose_fig11_size``).
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import time
 from pathlib import Path
 
 import torch
 
 from benchmarks import ROOT
-from benchmarks.checkpoints import CHECKPOINTS, SOLVE_EPOCHS, SOLVE_MODELS, solve_checkpoints
-from benchmarks.common import binary_mnist, cpu_seconds
-from tapmachine.core import tap
-from tapmachine.core.machine import RBM
-from tapmachine.core.priors import Bernoulli
-from tapmachine.core.seeding import seeded_generator
-from tapmachine.train import TrainSettings, build_machine, load_model
-from tapmachine.train.methods import gradients
+from benchmarks import paper_counts as counting
+from benchmarks import paper_prices as pricing
+from benchmarks.checkpoints import CHECKPOINTS
+from benchmarks.paper_jobs import (
+    PAPER_TARGETS,
+    longest_chain_hours,
+    paper_jobs,
+    schedule_hours,
+)
+from tapmachine.train import TrainSettings
 
-__all__ = ["PAPER_TARGETS", "bench_paper_profile", "measured_iterations"]
+__all__ = [
+    "BUDGET_HOURS",
+    "LEFT_OUT",
+    "bench_paper_profile",
+    "choose_fig10_epochs",
+    "choose_fig11_size",
+    "project",
+]
 
-
-#: Datasets whose models ``paper_profile`` counts on the binary-MNIST checkpoints.
-MNIST_DATASETS = ("binary_mnist", "stochastic_binary_mnist")
-
-#: Rows from which ``paper_profile`` counts TAP iterations on each checkpoint.
-PROFILE_ROWS = 100
-
-
-def measured_iterations(
-    cfg: dict, checkpoints: Path, quick: bool, solver: str | None = None, harvest: bool = True
-) -> dict:
-    """Mean TAP iterations per row that the paper targets' jobs pay, counted on the
-    ``tap_solve`` checkpoints (trained if missing, ``solve_checkpoints``) at each of their epochs
-    (early, middle, late) and averaged over them, ``PROFILE_ROWS`` training images each:
-
-    - ``train_converge`` per model: one converged training step (Alg. 1 or ``tap.solver`` from
-      a batch, tol ``train_tol``, cap ``train_max_iter``);
-    - ``eval`` per model: the per-epoch evaluation (tol, cap ``max_iter``, second pass at
-      ``retry_damping``; second-pass iterations included);
-    - ``harvest``: bmnist_h100's harvest (float64, its tol, max_iter, second pass, plus the
-      polishing iterations of converged rows).
-
-    Models are matched to the checkpoints by hidden units; the CD/PCD models (784 x 500) are
-    counted on the TAP-trained bmnist_h500 checkpoints (no CD checkpoints are trained here), and
-    the models of stochastically binarised MNIST on the binary-MNIST checkpoints of their size.
-    ``solver`` (``tap.SOLVERS``) replaces the models' ``tap.solver`` in both counts. Also
-    returns ``row_sweep_seconds`` per hidden-layer size: the evaluation solves' CPU seconds
-    over their rows' summed iterations (the price of one row's sweep, to compare solvers);
-    ``harvest=False`` skips the harvest count (None)."""
-    from tapmachine.tap_paper import harvest as harvest_module
-
-    ckpts = solve_checkpoints(checkpoints, quick)
-    x, _ = binary_mnist(PROFILE_ROWS)
-    models = cfg["models"]
-    by_units = {
-        nh: [path for n, _, path in ckpts if SOLVE_MODELS[n] == nh] for nh in (25, 50, 100, 500)
-    }
-    train, evals, solved = {}, {}, {}
-    sweep_time = {nh: [0.0, 0] for nh in by_units}  # CPU seconds, row-sweeps
-    for name, spec in models.items():
-        nh = spec["hidden"][0]["units"] if len(spec.get("hidden", [])) == 1 else None
-        if spec.get("dataset") not in MNIST_DATASETS or nh not in by_units:
-            continue
-        settings = TrainSettings.from_spec(spec)
-        if solver is not None:
-            settings = dataclasses.replace(settings, solver=solver)
-        t_counts, e_counts = [], []
-        for path in by_units[nh]:
-            machine = load_model(path, dtype=torch.float32)
-            xs = x.to(torch.float32)
-            if settings.method == "tap" and settings.train_iterations == "converge":
-                st = tap.solve(
-                    machine,
-                    xs[: settings.batch_size],
-                    damping=settings.damping,
-                    tol=settings.train_tol,
-                    max_iter=settings.train_max_iter,
-                    solver=settings.solver,
-                )
-                t_counts.append(float(st.iterations.double().mean()))
-            key = (path, settings.damping, settings.tol, settings.max_iter)
-            key += (settings.retry_damping, settings.solver)
-            if key not in solved:  # the CD/PCD models share bmnist_h500's checkpoints
-                t0 = time.process_time()
-                st = tap.solve_with_retry(
-                    machine,
-                    xs,
-                    damping=settings.damping,
-                    tol=settings.tol,
-                    max_iter=settings.max_iter,
-                    retry_damping=settings.retry_damping,
-                    solver=settings.solver,
-                )
-                sweep_time[nh][0] += time.process_time() - t0
-                sweep_time[nh][1] += int(st.iterations.sum())
-                solved[key] = float(st.iterations.double().mean())
-            e_counts.append(solved[key])
-        if t_counts:
-            train[name] = sum(t_counts) / len(t_counts)
-        evals[name] = sum(e_counts) / len(e_counts)
-    row_sweep = {nh: t / n for nh, (t, n) in sweep_time.items() if n}
-    counts = {"train_converge": train, "eval": evals, "row_sweep_seconds": row_sweep}
-    if not harvest:
-        return {**counts, "harvest": None}
-    h = cfg["harvest"]["bmnist_h100"]
-    settings = harvest_module.HarvestSettings(
-        **{k: v for k, v in h.items() if k not in ("epochs", "dtype")}
-    )
-    h_counts = []
-    for path in by_units[100]:
-        machine = load_model(path, dtype=torch.float64)
-        arrays = harvest_module.harvest(machine, x.double(), settings)
-        h_counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
-    return {**counts, "harvest": sum(h_counts) / len(h_counts)}
-
-
-#: Targets of the profile (workflow/config/paper.yaml).
-PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12", "likelihood_table")
+#: The goal: the whole first paper within this many hours on 2 cores, projected.
+BUDGET_HOURS = 12.0
+#: The model whose jobs the goal leaves out (adaTAP-100, about 8 h an epoch on a CPU).
+LEFT_OUT = "bmnist_fig10_adatap100"
+#: Fig. 10's epochs: the largest count in this range that fits.
+FIG10_EPOCHS = (1, 100)
+#: Fig. 11's hidden units per layer, tried largest first (the paper's 500 is its largest RBM),
+#: each with the most joint epochs in ``FIG11_JOINT`` that fit; pretraining gets min(50, joint).
+FIG11_UNITS = (500, 400, 300, 250, 200, 150, 100, 50)
+#: Fig. 11's joint epochs: at least 20 (a curve over training), at most the paper's 3,000.
+FIG11_JOINT = (20, 3000)
+#: The smallest Fig. 11 (units, joint epochs, pretraining epochs) tried.
+FIG11_SMALLEST = (FIG11_UNITS[-1], FIG11_JOINT[0], FIG11_JOINT[0])
 
 
 def _paper_config() -> dict:
@@ -128,35 +56,305 @@ def _paper_config() -> dict:
     return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
 
 
+class Measurements:
+    """Everything the projection multiplies, measured on demand and kept: each model's
+    training prices (``paper_prices.training_price``, by its spec: a resized Fig. 11 machine
+    is priced again), the counts (``paper_counts``), and the other jobs' prices."""
+
+    def __init__(self, cfg: dict, checkpoints: Path, quick: bool):
+        self.cfg, self.quick = cfg, quick
+        self.sets = counting.checkpoint_sets(cfg, checkpoints, quick)
+        self._training: dict[str, dict] = {}
+        self._curve: dict[str, dict] = {}
+        self._score: dict[str, dict] = {}
+        self._pl: dict[int, float] = {}
+        deep = cfg["deep"]
+        fig11 = deep["fig11"]["models"] if deep.get("fig11") else []
+        models = sorted({j.model for j in paper_jobs(cfg) if j.kind == "train"})
+        self.counts = counting.measured_iterations(cfg, models, self.sets, fig11)
+        self.harvest = counting.harvest_iterations(cfg, self.sets)
+        self.denoise = counting.denoise_seconds(cfg, self.sets, quick)
+        self.exact_epoch = pricing.exact_price(25, quick)
+        self.baselines = pricing.denoise_baselines_price(cfg["denoise"]["fig8"], quick)
+        self.timing = pricing.timing_price(deep["fig10"]["timing"], quick)
+        self.harvest_prices = {
+            m: pricing.harvest_price(cfg["models"][m], e, quick) for m, e in cfg["harvest"].items()
+        }
+
+    @staticmethod
+    def _key(spec: dict) -> str:
+        """What a price depends on: the spec without its epoch counts."""
+        priced = {k: v for k, v in spec.items() if k not in ("epochs", "pretrain")}
+        return repr(sorted((k, repr(v)) for k, v in priced.items())) + repr(
+            bool(spec.get("pretrain"))
+        )
+
+    def training(self, spec: dict) -> dict:
+        key = self._key(spec)
+        if key not in self._training:
+            self._training[key] = pricing.training_price(spec, self.quick)
+        return self._training[key]
+
+    def curve_solve(self, spec: dict) -> dict:
+        """Fig. 11's curve solve per row: Alg. 1 (``tap_likelihood_curve`` has no solver key)
+        on a machine of ``spec``."""
+        key = self._key(spec)
+        if key not in self._curve:
+            from benchmarks.common import dataset_rows
+            from tapmachine.core.seeding import seeded_generator
+            from tapmachine.train import build_machine
+
+            x, _ = dataset_rows(spec["dataset"], 1000)
+            g = seeded_generator(0, "paper_profile", "curve")
+            settings = dataclasses.replace(TrainSettings.from_spec(spec), solver="damped")
+            machine = build_machine(spec, x, 0.05, g)
+            rows = x[: pricing.PRICE_ROWS["quick" if self.quick else "full"]]
+            self._curve[key] = pricing.solve_price(machine, rows, settings, 2)
+        return self._curve[key]
+
+    def score(self, part: str, nh: int) -> dict:
+        if (part, nh) not in self._score:
+            section = self.cfg["likelihood"][part]
+            self._score[(part, nh)] = pricing.score_price(section, nh, self.quick)
+        return self._score[(part, nh)]
+
+    def pl_image(self, nh: int, sites) -> float:
+        if nh not in self._pl:
+            from benchmarks.common import dataset_rows
+            from tapmachine.core.seeding import seeded_generator
+
+            x, _ = dataset_rows("binary_mnist", 100)
+            g = seeded_generator(0, "paper_profile", "pl")
+            self._pl[nh] = pricing.pl_price(
+                pricing._binary_rbm(784, nh, g), x, sites, g, self.quick
+            )
+        return self._pl[nh]
+
+
+def _solve_seconds(price: dict, rows: int, iterations: float, fixed: bool = True) -> float:
+    per_row = price["one"] + price["per_iter"] * max(0.0, iterations - 1)
+    return rows * (per_row + (price.get("fixed", 0.0) if fixed else 0.0))
+
+
+def _step_seconds(step: dict, iterations) -> float:
+    if "batch" in step:
+        return step["batch"]
+    return step["one"] + step["per_iter"] * max(0.0, iterations - 1)
+
+
+def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
+    """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
+    pretraining (its RBMs' steps at the deep machine's counts, each epoch's evaluation priced
+    as the deep machine's: an upper bound)."""
+    price = meas.training(spec)
+    counts = meas.counts[name]
+    settings = TrainSettings.from_spec(spec)
+    n_batches = max(1, price["n_rows"] // settings.batch_size)
+    it = settings.train_iterations
+    iterations = counts["train"] if it == "converge" else it
+    step = _step_seconds(price["step"], iterations)
+    evaluation = 0.0
+    if price["eval"] is not None:
+        evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
+    total = settings.epochs * (n_batches * step + evaluation)
+    pretrain = 0.0
+    for rbm_step in price.get("pretrain", []):
+        epochs = spec["pretrain"]["epochs"]
+        pretrain += epochs * (n_batches * _step_seconds(rbm_step, iterations) + evaluation)
+    return {
+        "seconds": total + pretrain,
+        "epochs": settings.epochs,
+        "n_rows": price["n_rows"],
+        "batch_size": settings.batch_size,
+        "solver": settings.solver if it == "converge" else f"{it} iterations",
+        "inference": settings.inference,
+        "train_iterations": iterations,
+        "eval_rows": price.get("eval_rows"),
+        "eval_iterations": counts["eval"],
+        "seconds_per_step": step,
+        "eval_seconds_per_epoch": evaluation,
+        "pretrain_seconds": pretrain,
+        "counted_on": counts["source"],
+        "data": price["data"],
+    }
+
+
+def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
+    """Seconds of one job of ``paper_jobs`` and what they are made of."""
+    from tapmachine.tap_paper import likelihood
+
+    models = cfg["models"]
+    spec = models.get(job.model) if job.model else None
+    if job.kind == "train":
+        detail = train_seconds(meas, job.model, spec)
+        return detail["seconds"], detail
+    if job.kind == "harvest":
+        price, count = meas.harvest_prices[job.model], meas.harvest[job.model]
+        seconds = _solve_seconds(price, price["rows"], count["iterations"], fixed=False)
+        return seconds, {"rows": price["rows"], **count}
+    if job.kind in ("score_epochs", "score_final"):
+        part = "fig12" if job.kind == "score_epochs" else "table"
+        section = cfg["likelihood"][part]
+        parts = meas.score(part, spec["hidden"][0]["units"])
+        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
+        score_settings = likelihood.ScoreSettings.from_config(section, spec)
+        reused = not likelihood.evaluation_differs(trained, score_settings)
+        eval_price = meas.training(spec)["eval"]
+        tap_s = _solve_seconds(eval_price, section["tap_inits"], meas.counts[job.model]["eval"])
+        per = parts["ais"] + parts["pl"] + (0.0 if reused else tap_s)
+        n = 1
+        if part == "fig12":
+            n = spec["epochs"] if section["epochs"] == "all" else len(section["epochs"])
+        return n * per, {"checkpoints": n, **parts, "tap_reused": reused, "tap_if_solved": tap_s}
+    if job.kind == "exact_curve":
+        n = len(cfg["figures"]["fig3"]["exact"]["epochs"])
+        return n * meas.exact_epoch, {"epochs": n, "seconds_per_epoch": meas.exact_epoch}
+    if job.kind == "denoise_bsc":
+        return meas.denoise[job.model]["seconds"], meas.denoise[job.model]
+    if job.kind == "denoise_baselines":
+        return meas.baselines, {}
+    if job.kind == "deep_timing":
+        return meas.timing, {}
+    if job.kind == "deep_curve":
+        deep = cfg["deep"]
+        if job.model in deep["fig10"]["models"]:
+            fig10 = deep["fig10"]
+            per = fig10["n_images"] * meas.pl_image(spec["hidden"][0]["units"], fig10["pl_sites"])
+            return spec["epochs"] * per, {"measure": "pl", "seconds_per_epoch": per}
+        fig11 = deep["fig11"]
+        price = meas.curve_solve(spec)
+        solve = _solve_seconds(price, fig11["tap_inits"], meas.counts[job.model]["curve"], False)
+        scored = (fig11["n_train"] + fig11["n_test"]) * price["fixed"]
+        per = solve + scored
+        return spec["epochs"] * per, {"measure": "tap", "seconds_per_epoch": per}
+    raise ValueError(f"no price for job kind {job.kind!r}")
+
+
+def project(meas: Measurements, cfg: dict) -> dict:
+    """Per job its projected hours (``jobs_hours``; names: ``paper_jobs``), their sum, the
+    longest chain and the wall hours on 2 cores (``schedule_hours``), all with and without
+    ``LEFT_OUT``'s jobs (training and curve)."""
+    jobs = paper_jobs(cfg)
+    hours, detail = {}, {}
+    for job in jobs:
+        seconds, detail[job.name] = job_seconds(meas, cfg, job)
+        hours[job.name] = seconds / 3600
+    kept = [j for j in jobs if j.model != LEFT_OUT]
+    return {
+        "jobs_hours": dict(sorted(hours.items(), key=lambda kv: -kv[1])),
+        "detail": detail,
+        "serial_hours": sum(hours.values()),
+        "longest_chain_hours": longest_chain_hours(jobs, hours),
+        "wall_hours_2_cores": schedule_hours(jobs, hours, 2),
+        "without_adatap100": {
+            "left_out": LEFT_OUT,
+            "serial_hours": sum(hours[j.name] for j in kept),
+            "longest_chain_hours": longest_chain_hours(kept, hours),
+            "wall_hours_2_cores": schedule_hours(kept, hours, 2),
+        },
+    }
+
+
+def _with_fig10_epochs(cfg: dict, epochs: int) -> dict:
+    cfg = copy.deepcopy(cfg)
+    for m in cfg["deep"]["fig10"]["models"]:
+        cfg["models"][m]["epochs"] = epochs
+    return cfg
+
+
+def _with_fig11_size(cfg: dict, size: tuple[int, int, int]) -> dict:
+    units, joint, pre = size
+    cfg = copy.deepcopy(cfg)
+    for m in cfg["deep"]["fig11"]["models"]:
+        spec = cfg["models"][m]
+        spec["hidden"] = [{**layer, "units": units} for layer in spec["hidden"]]
+        spec["epochs"] = joint
+        spec["pretrain"] = {**spec["pretrain"], "epochs": pre}
+    return cfg
+
+
+def _largest(lo: int, hi: int, fits) -> int | None:
+    """The largest n in [lo, hi] with ``fits(n)``, for ``fits`` true up to some n and false
+    above (bisection); None if not even ``lo`` fits."""
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _wall(meas: Measurements, cfg: dict) -> float:
+    return project(meas, cfg)["without_adatap100"]["wall_hours_2_cores"]
+
+
+def _fig10_hours(meas: Measurements, cfg: dict) -> float:
+    """Summed hours of Fig. 10's jobs but ``LEFT_OUT``'s (training, curves, timing)."""
+    models = set(cfg["deep"]["fig10"]["models"]) - {LEFT_OUT}
+    hours = project(meas, cfg)["jobs_hours"]
+    names = {f"train/{m}" for m in models} | {f"deep/curve_{m}" for m in models} | {"deep/timing"}
+    return sum(h for n, h in hours.items() if n in names)
+
+
+def choose_fig10_epochs(meas: Measurements, cfg: dict, smallest_fig11=FIG11_SMALLEST) -> dict:
+    """The most epochs in ``FIG10_EPOCHS`` for Fig. 10 whose jobs (without ``LEFT_OUT``) take at
+    most half of the core-hours the other jobs leave in the budget (2 x ``BUDGET_HOURS`` minus
+    their sum; the other half is Fig. 11's) and keep the projection, with Fig. 11 at
+    ``smallest_fig11``, within ``BUDGET_HOURS`` on 2 cores."""
+    base = _with_fig11_size(cfg, smallest_fig11)
+    deep = {*cfg["deep"]["fig10"]["models"], *cfg["deep"]["fig11"]["models"]}
+    hours = project(meas, base)["jobs_hours"]
+    deep_jobs = {f"train/{m}" for m in deep} | {f"deep/curve_{m}" for m in deep} | {"deep/timing"}
+    others = sum(h for n, h in hours.items() if n not in deep_jobs)
+    share = (2 * BUDGET_HOURS - others) / 2
+
+    def fits(epochs: int) -> bool:
+        trial = _with_fig10_epochs(base, epochs)
+        return _fig10_hours(meas, trial) <= share and _wall(meas, trial) <= BUDGET_HOURS
+
+    epochs = _largest(*FIG10_EPOCHS, fits)
+    out = {"epochs": epochs, "share_hours": share, "others_hours": others}
+    if epochs is not None:
+        trial = _with_fig10_epochs(base, epochs)
+        out.update(fig10_hours=_fig10_hours(meas, trial), wall_hours_2_cores=_wall(meas, trial))
+    return out
+
+
+def choose_fig11_size(meas: Measurements, cfg: dict) -> dict:
+    """Fig. 11's size: the first of ``FIG11_UNITS`` at which some joint epochs in
+    ``FIG11_JOINT`` (pretraining min(50, joint)) keep the projection (Fig. 10 as in ``cfg``)
+    within ``BUDGET_HOURS`` on 2 cores without ``LEFT_OUT``, with the most joint epochs that do."""
+    tried = []
+    for units in FIG11_UNITS:
+
+        def fits(joint: int, units=units) -> bool:
+            size = (units, joint, min(50, joint))
+            return _wall(meas, _with_fig11_size(cfg, size)) <= BUDGET_HOURS
+
+        joint = _largest(*FIG11_JOINT, fits)
+        smallest = (units, FIG11_JOINT[0], min(50, FIG11_JOINT[0]))
+        tried.append({"units": units, "wall_hours_at_20_epochs": _wall(
+            meas, _with_fig11_size(cfg, smallest)
+        )})  # fmt: skip
+        if joint is not None:
+            size = [units, joint, min(50, joint)]
+            wall = _wall(meas, _with_fig11_size(cfg, tuple(size)))
+            return {"size": size, "wall_hours_2_cores": wall, "tried": tried}
+    return {"size": None, "tried": tried}
+
+
 def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) -> dict:
-    """Projected wall time of the binary-MNIST paper targets from measured per-epoch costs.
+    """Projected hours of every job of ``PAPER_TARGETS`` under workflow/config/paper.yaml, and
+    the Fig. 10 epochs and Fig. 11 size the budget allows (``BUDGET_HOURS`` on 2 cores without
+    ``LEFT_OUT``).
 
-    Targets: fig3 (binary panel: bmnist_h25/50/100/500), fig4 (its binary models), fig5-7
-    (bmnist_h100 harvest), fig12 (per-epoch scores of bmnist_h500) and the likelihood table
-    (TAP, CD-1, CD-25 and PCD-1 on 784 x 500), all with workflow/config/paper.yaml. Measured
-    here: one training minibatch of each model (TAP at 1 and 11 iterations, so cost = a + b
-    iterations; CD/PCD directly), one TAP iteration over 10,000 rows (per-epoch evaluation and
-    harvest), one AIS temperature with 100 runs, and the pseudo-likelihood of 100 images. The
-    projection multiplies them by the counts in the config (epochs, 600 minibatches of 60,000
-    images, schedule length, initialisations) and by the TAP iterations per row counted on
-    trained checkpoints (``measured_iterations``) where that number depends on the model.
-    ``serial_hours`` is the sum of all jobs;
-    ``wall_hours_2_cores`` spreads the single-threaded jobs over 2 cores (the longest chain,
-    bmnist_h500 training then its per-epoch scoring, is a lower bound and is reported too).
-    Fig. 12's scoring takes TAP's ln Z from training's per-epoch evaluation when that is the same
-    solve (``likelihood.evaluation_differs``; paper.yaml: 10,000 rows at tol 1e-8 both), so its
-    TAP part is not counted again; ``fig12_tap_reuse_saved_hours`` is what that saves.
-    Costs are CPU seconds of one thread (``cpu_seconds``), so the projection is for an idle machine.
-
-    Each of ``PROFILE_SOLVERS`` gets its own projection (``by_solver``; the top level is
-    Alg. 1's): its iterations counted on the checkpoints, and its sweeps priced by a cost model
-    measured in the same run on the same checkpoints: one of its sweeps costs
-    ``sweep_cost_in_damped_sweeps[nh]`` damped sweeps (CPU seconds per row-sweep of the
-    evaluation solves, over Alg. 1's), which scales the damped per-iteration prices of the
-    converged training steps, the evaluation and the table's TAP ln Z.
-    ``wall_hours_2_cores_by_solver`` compares them.
+    Each job is priced with the settings its config entry gives (solver, tolerances, caps, data,
+    unit priors, rows, epochs): training (minibatch steps, per-epoch evaluation, pretraining),
+    harvests, scoring, the exact curve, the denoising, Fig. 10's and Fig. 11's curves and
+    Fig. 10's timing; how, in ``paper_prices`` and ``paper_counts``. Costs are CPU seconds of one
+    torch thread, so the projection is for idle cores. ``chosen`` holds the choices and
+    ``at_chosen`` the projection with them set.
     """
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see cpu_seconds)
     try:
@@ -165,272 +363,26 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
         torch.set_num_threads(threads)
 
 
-#: The solvers the profile prices, each with its own counted iterations: Alg. 1 and the
-#: accelerated solvers (converged training steps and per-epoch evaluation; the harvest keeps
-#: Alg. 1 with Anderson polishing in all, as paper.yaml does).
-PROFILE_SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
-
-
 def _paper_profile(quick: bool, checkpoints: Path) -> dict:
-    """Measure the prices once, count the iterations of each of ``PROFILE_SOLVERS``, and
-    project the targets for each (``_project``); the first solver's projection is the top
-    level of the result, every solver's is under ``by_solver``."""
     cfg = _paper_config()
-    counts = {
-        solver: measured_iterations(cfg, checkpoints, quick, solver, harvest=(k == 0))
-        for k, solver in enumerate(PROFILE_SOLVERS)
-    }
-    harvest_count = counts[PROFILE_SOLVERS[0]]["harvest"]
-    base = counts[PROFILE_SOLVERS[0]]["row_sweep_seconds"]
-    prices, source = _prices(cfg, quick)
-    by_solver = {}
-    for solver, c in counts.items():
-        # cost model: a sweep of ``solver`` costs ``sweep_cost[nh]`` damped sweeps (measured
-        # on the checkpoints in this run)
-        sweep_cost = {nh: c["row_sweep_seconds"][nh] / base[nh] for nh in base}
-        by_solver[solver] = _project(cfg, prices, {**c, "harvest": harvest_count}, sweep_cost)
-        by_solver[solver]["sweep_cost_in_damped_sweeps"] = sweep_cost
-    first = by_solver[PROFILE_SOLVERS[0]]
+    meas = Measurements(cfg, checkpoints, quick)
+    as_configured = project(meas, cfg)
+    fig10 = choose_fig10_epochs(meas, cfg)
+    chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"] or FIG10_EPOCHS[0])
+    fig11 = choose_fig11_size(meas, chosen_cfg)
+    chosen_cfg = _with_fig11_size(chosen_cfg, tuple(fig11["size"] or FIG11_SMALLEST))
+    faces = cfg["data"]["faces"]["cbcl_archive"]
     return {
         "name": "paper_profile",
-        "seconds": first["serial_hours"] * 3600,
+        "seconds": as_configured["serial_hours"] * 3600,
         "gflops": None,
         "ratio_to_matmul": None,
         "targets": list(PAPER_TARGETS),
-        "iterations_from": f"checkpoints {checkpoints} (epochs {list(SOLVE_EPOCHS)})",
-        **first,
-        "wall_hours_2_cores_by_solver": {k: v["wall_hours_2_cores"] for k, v in by_solver.items()},
-        "by_solver": by_solver,
-        "goal_hours": 2.0,
+        **as_configured,
+        "chosen": {"fig10": fig10, "fig11": fig11},
+        "at_chosen": project(meas, chosen_cfg),
+        "counts": {"models": meas.counts, "harvest": meas.harvest},
+        "faces": "CBCL" if faces else "the substitute (data.faces.cbcl_archive is null)",
+        "goal_hours": BUDGET_HOURS,
         "basis": "CPU seconds of one torch thread (idle-machine projection)",
-        "data": source,
-    }
-
-
-def _prices(cfg: dict, quick: bool) -> tuple[dict, str]:
-    """The measured unit costs (CPU seconds, one thread): per model a training minibatch
-    (TAP: at 1 and 11 damped iterations, so a + b iterations; CD/PCD directly) and one damped
-    evaluation iteration over its ``eval_samples`` rows; one harvest iteration over ``n_init``
-    float64 rows; the scoring parts of Fig. 12 and of the likelihood table."""
-    from tapmachine.core import estimators
-    from tapmachine.tap_paper import likelihood
-
-    models, lik = cfg["models"], cfg["likelihood"]
-    x, source = binary_mnist(None if not quick else 12000)
-    g = seeded_generator(0, "paper_profile")
-    reps = 2 if quick else 5
-    prices: dict = {"models": {}}
-
-    def machine_for(spec):
-        return build_machine(spec, x[:1000], 0.05, g)
-
-    fig3 = [m for m in cfg["figures"]["fig3"]["models"] if models[m]["dataset"] == "binary_mnist"]
-    table_models = list(lik["table"]["models"])
-    for name in dict.fromkeys(fig3 + table_models + [lik["fig12"]["model"]]):
-        spec = models[name]
-        settings = TrainSettings.from_spec(spec)
-        machine = machine_for(spec)
-        batch = x[: settings.batch_size]
-        chains = None
-        if settings.method == "pcd":
-            from tapmachine.core import contrastive
-
-            chains = contrastive.PersistentChains.from_data(
-                x[:1000], n_chains=settings.batch_size, generator=g
-            )
-        price = {}
-        if settings.method == "tap":
-
-            def step(it, settings=settings, machine=machine, batch=batch):
-                s = dataclasses.replace(settings, train_iterations=it)
-                gradients(machine, batch, s, None, g)
-
-            price["one"] = cpu_seconds(lambda step=step: step(1), reps)
-            eleven = cpu_seconds(lambda step=step: step(11), reps)
-            price["per_iter"] = max(0.0, (eleven - price["one"]) / 10)
-        else:
-
-            def step_cd(settings=settings, machine=machine, batch=batch, chains=chains):
-                gradients(machine, batch, settings, chains, g)
-
-            price["batch"] = cpu_seconds(step_cd, reps)
-        # Per-epoch evaluation: TAP from eval_samples images (eq. 39, Fig. 3).
-        nh = spec["hidden"][0]["units"]
-        rows = min(settings.eval_samples, x.shape[0])
-        probe = x[:rows]
-        W = 0.05 * torch.randn(784, nh, generator=g)
-        rbm = RBM(W, Bernoulli(torch.zeros(784) - 1.0), Bernoulli(torch.zeros(nh)))
-        per_eval_iter = cpu_seconds(
-            lambda rbm=rbm, probe=probe: tap.solve(rbm, probe, tol=0.0, max_iter=1), reps
-        )
-        price["eval_iter"] = per_eval_iter * settings.eval_samples / rows
-        prices["models"][name] = price
-
-    # Harvest (Figs. 5-7): float64 TAP from n_init images at each listed epoch.
-    h = cfg["harvest"]["bmnist_h100"]
-    rows = min(h["n_init"], x.shape[0])
-    W = 0.05 * torch.randn(784, 100, generator=g, dtype=torch.float64)
-    rbm = RBM(
-        W,
-        Bernoulli(torch.zeros(784, dtype=torch.float64) - 1.0),
-        Bernoulli(torch.zeros(100, dtype=torch.float64)),
-    )
-    xd = x[:rows].double()
-    per_iter = cpu_seconds(lambda: tap.solve(rbm, xd, tol=0.0, max_iter=1), reps)
-    prices["harvest_iter"] = per_iter * h["n_init"] / rows
-
-    # Scoring (Fig. 12 per epoch; the table once per model): AIS + TAP ln Z + PL + data terms.
-    def score_seconds(section: dict, nh: int) -> dict:
-        """Seconds of one checkpoint's AIS and pseudo-likelihood, and of one TAP iteration over
-        the section's ``tap_inits`` rows (its ln Z)."""
-        W = 0.01 * torch.randn(784, nh, generator=g)
-        rbm = RBM(W, Bernoulli(torch.zeros(784) - 1.0), Bernoulli(torch.zeros(nh)))
-        ais = section["ais"]
-        n_betas = ais["n_betas"] or len(estimators.salakhutdinov_schedule())
-        probe_betas = likelihood.ais_schedule("linear", 50 if quick else 200)
-        t = cpu_seconds(
-            lambda: estimators.ais_log_partition(
-                rbm, n_runs=ais["n_runs"], betas=probe_betas, generator=g
-            ),
-            1,
-        )
-        rows = min(section["tap_inits"], x.shape[0])
-        it = cpu_seconds(lambda: tap.solve(rbm, x[:rows], tol=0.0, max_iter=1), reps)
-        n_images = (section["n_train"] or N_TRAIN) + (section["n_test"] or 10000)
-        pl_s = (
-            cpu_seconds(
-                lambda: likelihood.pseudo_log_likelihood_blocks(
-                    rbm, x[:100], section["pl_sites"], g
-                ),
-                reps,
-            )
-            * n_images
-            / 100
-        )
-        return {
-            "ais": t * n_betas / len(probe_betas),
-            "pl": pl_s,
-            "betas": n_betas,
-            "tap_per_iteration": it * section["tap_inits"] / rows,
-        }
-
-    prices["fig12"] = score_seconds(
-        lik["fig12"], models[lik["fig12"]["model"]]["hidden"][0]["units"]
-    )
-    prices["table"] = score_seconds(lik["table"], 500)
-    return prices, source
-
-
-#: Training images of binary MNIST (600 minibatches of 100).
-N_TRAIN = 60000
-
-
-def _project(cfg: dict, prices: dict, counts: dict, sweep_cost: dict) -> dict:
-    """Hours of each job from the ``prices``, the counted iterations ``counts`` and the cost
-    of one of the solver's sweeps in damped sweeps (``sweep_cost`` per hidden-layer size):
-    training epochs (minibatches, plus the per-epoch evaluation), the harvest, the scoring.
-    ``serial_hours`` is the sum of all jobs; ``wall_hours_2_cores`` spreads the single-threaded
-    jobs over 2 cores (the longest chain, bmnist_h500 training then its per-epoch scoring, is a
-    lower bound and is reported too). Fig. 12's scoring takes TAP's ln Z from training's
-    per-epoch evaluation when that is the same solve (``likelihood.evaluation_differs``), so its
-    TAP part is not counted again."""
-    from tapmachine.tap_paper import likelihood
-
-    models, harvest_cfg, lik = cfg["models"], cfg["harvest"], cfg["likelihood"]
-    eval_iterations = counts["eval"]
-    jobs: dict[str, float] = {}
-    detail: dict[str, dict] = {}
-    fixed3: dict[str, float] = {}  # training seconds of the TAP models at 3 iterations per step
-    for name, price in prices["models"].items():
-        spec = models[name]
-        settings = TrainSettings.from_spec(spec)
-        nh = spec["hidden"][0]["units"]
-        n_batches = N_TRAIN // settings.batch_size
-        iters = None
-        if "one" in price:
-            iters = settings.train_iterations
-            per_iter = price["per_iter"]
-            if iters == "converge":
-                iters = counts["train_converge"][name]
-                per_iter *= sweep_cost[nh]
-            per_batch = price["one"] + per_iter * (iters - 1)
-            three = price["one"] + 2 * price["per_iter"]
-            fixed3[name] = settings.epochs * three * n_batches
-        else:
-            per_batch = price["batch"]
-        eval_epoch = price["eval_iter"] * sweep_cost[nh] * eval_iterations[name]
-        train_epoch = per_batch * n_batches
-        jobs[f"train {name}"] = settings.epochs * (train_epoch + eval_epoch)
-        detail[name] = {
-            "epochs": settings.epochs,
-            "train_iterations": iters,
-            "seconds_per_batch": per_batch,
-            "train_seconds_per_epoch": train_epoch,
-            "eval_seconds_per_epoch": eval_epoch,
-            "eval_samples": settings.eval_samples,
-        }
-    h = harvest_cfg["bmnist_h100"]
-    jobs["harvest bmnist_h100"] = len(h["epochs"]) * prices["harvest_iter"] * counts["harvest"]
-    detail["harvest"] = {
-        "epochs": len(h["epochs"]),
-        "n_init": h["n_init"],
-        "seconds_per_iteration": prices["harvest_iter"],
-    }
-
-    fig12_model = lik["fig12"]["model"]
-    fig12_settings = likelihood.ScoreSettings.from_config(lik["fig12"], models[fig12_model])
-    trained = dataclasses.asdict(TrainSettings.from_spec(models[fig12_model]))
-    reused = not likelihood.evaluation_differs(trained, fig12_settings)
-    parts = prices["fig12"]
-    nh12 = models[fig12_model]["hidden"][0]["units"]
-    tap_solved = parts["tap_per_iteration"] * sweep_cost[nh12] * eval_iterations[fig12_model]
-    per_epoch = parts["ais"] + parts["pl"] + (0.0 if reused else tap_solved)
-    n_scored = (
-        models[fig12_model]["epochs"]
-        if lik["fig12"]["epochs"] == "all"
-        else len(lik["fig12"]["epochs"])
-    )
-    jobs[f"score_epochs {fig12_model}"] = n_scored * per_epoch
-    detail["fig12_scoring"] = {
-        "epochs": n_scored,
-        "seconds_per_epoch": per_epoch,
-        **parts,
-        "tap_reused": reused,
-        "tap_if_solved": tap_solved,
-    }
-    parts = prices["table"]
-    table_reused = []
-    for name in lik["table"]["models"]:
-        spec = models[name]
-        table_settings = likelihood.ScoreSettings.from_config(lik["table"], spec)
-        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
-        same = not likelihood.evaluation_differs(trained, table_settings)
-        tap_s = parts["tap_per_iteration"] * sweep_cost[500] * eval_iterations[name]
-        jobs[f"score_final {name}"] = parts["ais"] + parts["pl"] + (0.0 if same else tap_s)
-        table_reused += [name] if same else []
-    detail["table_scoring"] = {**parts, "tap_reused_for": table_reused}
-
-    serial = sum(jobs.values())
-    chain = jobs[f"train {fig12_model}"] + jobs[f"score_epochs {fig12_model}"]
-    # The same targets with the default's 3 TAP iterations per training step.
-    saved = sum(
-        models[n]["epochs"] * detail[n]["train_seconds_per_epoch"] - fixed3[n] for n in fixed3
-    )
-    serial3 = serial - saved
-    chain3 = chain - (
-        models[fig12_model]["epochs"] * detail[fig12_model]["train_seconds_per_epoch"]
-        - fixed3.get(fig12_model, 0.0)
-    )
-    return {
-        "measured_iterations": counts,
-        "jobs_hours": {k: v / 3600 for k, v in sorted(jobs.items(), key=lambda kv: -kv[1])},
-        "detail": detail,
-        "serial_hours": serial / 3600,
-        "fig12_tap_reuse_saved_hours": (n_scored * tap_solved / 3600 if reused else 0.0),
-        "longest_chain_hours": chain / 3600,
-        "wall_hours_2_cores": max(serial / 2.0, chain) / 3600,
-        "with_3_iterations": {
-            "serial_hours": serial3 / 3600,
-            "wall_hours_2_cores": max(serial3 / 2.0, chain3) / 3600,
-        },
     }

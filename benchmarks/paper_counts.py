@@ -1,0 +1,192 @@
+"""TAP iterations per row that the first paper's jobs pay, counted on trained checkpoints; and
+the denoising jobs' seconds, measured on them.
+
+A model's counts are taken on the checkpoints of the model itself where ``benchmarks.checkpoints``
+trains some (binary MNIST's four sizes; real MNIST's and the faces' RBMs), else borrowed from the
+checkpoints of the binary-MNIST RBM of the nearest hidden-layer size (``count_source``): the
+CD/PCD baselines and ``bmnist_h500_noiseaug`` (same 784 x 500 RBM), the stochastically binarised
+models (same sizes, data of the same density), Fig. 10's RBMs (784 x 500) and Fig. 11's deep
+machines (the free solve of their first 784 x 500 coupling stands in for the deep solve: no deep
+checkpoints are trained here). Each count runs the model's own settings (solver, tolerances,
+caps, second pass) on those checkpoints, at each of their epochs (early, middle, late), and is
+the mean over them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.checkpoints import SOLVE_MODELS, other_checkpoints, solve_checkpoints
+from benchmarks.common import dataset_rows
+from tapmachine.core import tap
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, load_model
+
+__all__ = ["PROFILE_ROWS", "count_source", "checkpoint_sets", "measured_iterations"]
+
+#: Rows from which iterations are counted on each checkpoint.
+PROFILE_ROWS = 100
+
+#: The settings a count depends on (two models alike in these share their solves).
+COUNT_KEYS = (
+    "damping", "solver", "train_iterations", "train_tol", "train_max_iter", "n_solutions",
+    "batch_size", "tol", "max_iter", "retry_damping",
+)  # fmt: skip
+
+
+def checkpoint_sets(cfg: dict, directory: Path, quick: bool) -> dict[str, list[Path]]:
+    """Checkpoints by model: the binary-MNIST ones (``solve_checkpoints``) and those of the
+    other datasets' models (``other_checkpoints``), trained where missing."""
+    sets: dict[str, list[Path]] = {}
+    for name, _, path in solve_checkpoints(directory, quick):
+        sets.setdefault(name, []).append(path)
+    sets.update(other_checkpoints(directory, cfg["models"], quick))
+    return sets
+
+
+def count_source(name: str, spec: dict, sets: dict) -> str:
+    """The checkpointed model whose checkpoints count ``name``'s iterations: itself if it has
+    checkpoints, else the binary-MNIST RBM nearest in (first) hidden-layer size."""
+    if name in sets:
+        return name
+    units = spec["hidden"][0]["units"]
+    return min(SOLVE_MODELS, key=lambda m: abs(SOLVE_MODELS[m] - units))
+
+
+def _rows(spec: dict, source_spec: dict | None, n: int) -> torch.Tensor:
+    """Count rows: the model's own data if the checkpoint is of its visible width, else the
+    checkpoint model's (binary MNIST)."""
+    x, _ = dataset_rows(spec["dataset"], n)
+    if source_spec is not None and source_spec["dataset"] != spec["dataset"]:
+        x_src, _ = dataset_rows(source_spec["dataset"], n)
+        if x_src.shape[1] != x.shape[1]:
+            return x_src
+    return x
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool) -> dict:
+    """Mean iterations per row of one checkpoint: a converged training step (``train``, K rows
+    from a batch) and the per-epoch evaluation (``eval``, second pass included); with
+    ``curve_solver`` also the deep curve's solve (``curve``: Alg. 1, ``tap_likelihood_curve``)."""
+    out = {}
+    if settings.train_iterations == "converge":
+        K = settings.n_solutions or settings.batch_size
+        st = tap.solve(
+            machine,
+            x[:K],
+            damping=settings.damping,
+            tol=settings.train_tol,
+            max_iter=settings.train_max_iter,
+            solver=settings.solver,
+        )
+        out["train"] = float(st.iterations.double().mean())
+    solvers = {"eval": settings.solver, **({"curve": "damped"} if curve_solver else {})}
+    for key, solver in solvers.items():
+        t0 = time.process_time()
+        st = tap.solve_with_retry(
+            machine,
+            x,
+            damping=settings.damping,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            retry_damping=settings.retry_damping,
+            solver=solver,
+        )
+        out[key] = float(st.iterations.double().mean())
+        out[f"{key}_cpu_per_row_iteration"] = (time.process_time() - t0) / float(
+            st.iterations.double().sum()
+        )
+    return out
+
+
+def measured_iterations(cfg: dict, models, sets: dict, deep_curve_models=()) -> dict:
+    """Per model in ``models`` (names of ``cfg["models"]``): ``train`` (converged step; None for
+    fixed-iteration and CD/PCD training), ``eval`` and, for ``deep_curve_models``, ``curve``
+    (mean TAP iterations per row), each the mean over its count source's checkpoints
+    (``count_source``), with ``source``. Identical solves are counted once."""
+    specs = cfg["models"]
+    done: dict = {}
+    out = {}
+    for name in models:
+        spec = specs[name]
+        settings = TrainSettings.from_spec(spec)
+        if settings.method in ("cd", "pcd"):
+            settings = dataclasses.replace(settings, train_iterations=3)  # no converged step
+        source = count_source(name, spec, sets)
+        x = _rows(spec, specs.get(source), PROFILE_ROWS)
+        per_ckpt = []
+        for path in sets[source]:
+            alike = tuple(getattr(settings, k) for k in COUNT_KEYS)
+            key = (path, spec["dataset"], alike, name in deep_curve_models)
+            if key not in done:
+                machine = load_model(path, dtype=torch.float32)
+                done[key] = _solve_counts(machine, x, settings, name in deep_curve_models)
+            per_ckpt.append(done[key])
+        out[name] = {
+            "source": source,
+            **{k: _mean([c[k] for c in per_ckpt]) for k in per_ckpt[0]},
+        }
+        out[name].setdefault("train", None)
+    return out
+
+
+def harvest_iterations(cfg: dict, sets: dict) -> dict:
+    """Per ``harvest`` entry: mean iterations per initialisation (both passes and the polishing
+    of converged rows), counted with its settings and dtype on its model's count source."""
+    from tapmachine.tap_paper import harvest as harvest_module
+
+    out = {}
+    for name, entry in cfg["harvest"].items():
+        spec = cfg["models"][name]
+        source = count_source(name, spec, sets)
+        settings = harvest_module.HarvestSettings(
+            **{k: v for k, v in entry.items() if k not in ("epochs", "dtype")}
+        )
+        dtype = getattr(torch, entry.get("dtype", "float64"))
+        x = _rows(spec, cfg["models"].get(source), PROFILE_ROWS).to(dtype)
+        counts = []
+        for path in sets[source]:
+            machine = load_model(path, dtype=dtype)
+            arrays = harvest_module.harvest(machine, x, settings)
+            counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
+        out[name] = {"source": source, "iterations": _mean(counts)}
+    return out
+
+
+def denoise_seconds(cfg: dict, sets: dict, quick: bool) -> dict:
+    """Per model of ``denoise.fig8``: CPU seconds of its ``denoise_bsc`` job, measured on its
+    count source's last checkpoint: ``tap_denoise`` from the OPE of 10 (quick: 2) test-like
+    images at every p (Alg. 1 at the section's damping, tol and cap), scaled to ``n_images``."""
+    from tapmachine.tap_paper import denoise
+
+    fig8 = cfg["denoise"]["fig8"]
+    n = 2 if quick else 10
+    ref, _ = dataset_rows("binary_mnist", fig8["n_reference"])
+    x = ref[-n:]
+    m = denoise.magnetisations(ref)
+    y, p_rows, _ = denoise.stack_noise(x, fig8["ps"], seeded_generator(0, "paper_counts"))
+    out = {}
+    for model in dict.fromkeys(fig8["models"].values()):
+        source = count_source(model, cfg["models"][model], sets)
+        machine = load_model(sets[source][-1], dtype=torch.float32)
+        t0 = time.process_time()
+        denoise.tap_denoise(
+            machine,
+            y,
+            p_rows,
+            m,
+            damping=fig8["damping"],
+            tol=fig8["tol"],
+            max_iter=fig8["max_iter"],
+        )
+        seconds = (time.process_time() - t0) * fig8["n_images"] / n
+        out[model] = {"source": source, "seconds": seconds}
+    return out

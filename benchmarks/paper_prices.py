@@ -1,0 +1,240 @@
+"""Unit costs of the first paper's jobs, measured: CPU seconds of one torch thread
+(``cpu_seconds``) per training step, per TAP sweep of a row, per AIS temperature, per enumerated
+hidden state. Every price is taken on the model's own layer sizes, unit priors, data and solver;
+the iteration counts that multiply them come from ``paper_counts``.
+
+A TAP price is linear in the sweeps: the step (or solve) is timed at two sweep counts with the
+tolerance 0 (so every row runs all of them) and the cost of n sweeps is ``one + per_iter (n -
+1)``. Values of the couplings do not change a sweep's cost, so the machines are freshly built
+(W ~ N(0, 0.05^2)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from benchmarks.common import cpu_seconds, dataset_rows
+from tapmachine.core import tap
+from tapmachine.core.machine import RBM
+from tapmachine.core.priors import Bernoulli
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train import TrainSettings, build_machine
+from tapmachine.train.methods import gradients
+
+__all__ = [
+    "training_price",
+    "solve_price",
+    "harvest_price",
+    "score_price",
+    "exact_price",
+    "denoise_baselines_price",
+    "timing_price",
+    "pl_price",
+]
+
+#: Rows on which a per-row TAP price is timed (then scaled by the job's rows).
+PRICE_ROWS = {"quick": 200, "full": 1000}
+
+
+def _linear(run, low: int, high: int, reps: int) -> dict:
+    """``{"one", "per_iter"}``: seconds of ``run(k)`` at k = ``low`` and ``high`` sweeps, as
+    the line one + per_iter (k - 1)."""
+    t_low = cpu_seconds(lambda: run(low), reps)
+    t_high = cpu_seconds(lambda: run(high), reps)
+    per_iter = max(0.0, (t_high - t_low) / (high - low))
+    return {"one": max(0.0, t_low - per_iter * (low - 1)), "per_iter": per_iter}
+
+
+def _machine(spec: dict, x: torch.Tensor, g: torch.Generator):
+    return build_machine(spec, x[:1000], 0.05, g)
+
+
+def _step_price(spec: dict, settings: TrainSettings, x, g, reps: int) -> dict:
+    """One training minibatch of ``spec`` (``gradients`` on its batch): ``{"batch"}`` for CD /
+    PCD, else the TAP line ``{"one", "per_iter"}`` in the sweeps of its solver (adaTAP: its
+    iterations, timed at 1 and 2)."""
+    machine = _machine(spec, x, g)
+    batch = x[: settings.batch_size]
+    if settings.method in ("cd", "pcd"):
+        chains = None
+        if settings.method == "pcd":
+            from tapmachine.core import contrastive
+
+            chains = contrastive.PersistentChains.from_data(
+                x[:1000], n_chains=settings.batch_size, generator=g
+            )
+        t = cpu_seconds(lambda: gradients(machine, batch, settings, chains, g), reps)
+        return {"batch": t}
+
+    def run(k: int) -> None:
+        if settings.train_iterations == "converge":
+            s = dataclasses.replace(settings, train_tol=0.0, train_max_iter=k)
+        else:
+            s = dataclasses.replace(settings, train_iterations=k)
+        gradients(machine, batch, s, None, g)
+
+    adatap = settings.inference == "adatap"
+    return _linear(run, 1, 2 if adatap else 11, 1 if adatap else reps)
+
+
+def solve_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) -> dict:
+    """A free TAP solve from the rows of ``x`` with ``settings``' solver: ``{"one",
+    "per_iter"}`` per row, and ``fixed`` per row: the log-likelihood of the rows given the
+    solutions (closed form for an RBM, clamped solves for deeper machines)."""
+
+    def run(k: int) -> None:
+        tap.solve(machine, x, damping=settings.damping, tol=0.0, max_iter=k, solver=settings.solver)
+
+    line = _linear(run, 1, 11, reps)
+    state = tap.solve(machine, x, damping=settings.damping, tol=0.0, max_iter=1)
+    fixed = cpu_seconds(lambda: tap.log_likelihood(machine, x, state, per_unit=True), reps)
+    n = x.shape[0]
+    return {"one": line["one"] / n, "per_iter": line["per_iter"] / n, "fixed": fixed / n}
+
+
+def training_price(spec: dict, quick: bool, seed: int = 0) -> dict:
+    """The unit costs of one model's training job: ``step`` (a minibatch, ``_step_price``),
+    ``eval`` (the per-epoch TAP evaluation per row, ``solve_price``; None without one) and,
+    for a deep machine with ``pretrain``, ``pretrain``: each greedy RBM's step (its layer sizes
+    and priors; the upper RBMs on binary inputs of the lower layer's width). Also the data
+    source and the training rows (``n_rows``, at most ``n_train``)."""
+    settings = TrainSettings.from_spec(spec)
+    g = seeded_generator(seed, "paper_prices", spec["dataset"])
+    x_all, source = dataset_rows(spec["dataset"])
+    n_rows = min(spec.get("n_train") or x_all.shape[0], x_all.shape[0])
+    reps = 2 if quick else 4
+    price = {"data": source, "n_rows": n_rows, "step": _step_price(spec, settings, x_all, g, reps)}
+    price["eval"] = None
+    if settings.evaluate:
+        rows = min(settings.eval_samples, n_rows, PRICE_ROWS["quick" if quick else "full"])
+        machine = _machine(spec, x_all, g)
+        price["eval"] = solve_price(machine, x_all[:rows], settings, reps)
+        price["eval_rows"] = min(settings.eval_samples, n_rows)
+    if spec.get("pretrain") and len(spec["hidden"]) > 1:
+        price["pretrain"] = []
+        width = x_all.shape[1]
+        for l, layer in enumerate(spec["hidden"]):
+            visible = spec["visible"] if l == 0 else {"prior": "bernoulli"}
+            rbm_spec = {**spec, "visible": visible, "hidden": [layer]}
+            rbm_spec.pop("pretrain")
+            inputs = x_all if l == 0 else torch.bernoulli(torch.full((1000, width), 0.5))
+            rbm_settings = TrainSettings.from_spec(rbm_spec)
+            price["pretrain"].append(_step_price(rbm_spec, rbm_settings, inputs, g, reps))
+            width = layer["units"]
+    return price
+
+
+def harvest_price(spec: dict, entry: dict, quick: bool) -> dict:
+    """A harvest's solve per row (``{"one", "per_iter"}``), in its dtype and solver, on a
+    machine of ``spec``'s sizes and priors; ``rows``: the initialisations it solves."""
+    x_all, _ = dataset_rows(spec["dataset"])
+    dtype = getattr(torch, entry.get("dtype", "float64"))
+    g = seeded_generator(0, "paper_prices", "harvest")
+    machine = _machine(spec, x_all, g).to(dtype=dtype)
+    n = min(entry.get("n_init") or x_all.shape[0], x_all.shape[0])
+    rows = min(n, PRICE_ROWS["quick" if quick else "full"])
+    xs = x_all[:rows].to(dtype)
+    solver = entry.get("solver", "damped")
+
+    def run(k: int) -> None:
+        tap.solve(
+            machine, xs, damping=entry.get("damping", 0.5), tol=0.0, max_iter=k, solver=solver
+        )
+
+    line = _linear(run, 1, 11, 2 if quick else 4)
+    return {"one": line["one"] / rows, "per_iter": line["per_iter"] / rows, "rows": n}
+
+
+def _binary_rbm(nv: int, nh: int, g: torch.Generator, std: float = 0.01) -> RBM:
+    W = std * torch.randn(nv, nh, generator=g)
+    return RBM(W, Bernoulli(torch.zeros(nv) - 1.0), Bernoulli(torch.zeros(nh)))
+
+
+def score_price(section: dict, nh: int, quick: bool) -> dict:
+    """One checkpoint's scoring (``tapmachine score``) but its TAP ln Z (priced as the model's
+    evaluation solve): AIS (``ais``, seconds on the section's schedule, timed on 50 or 200
+    linear temperatures and scaled) and the pseudo-likelihood of its train and test images
+    (``pl``)."""
+    from tapmachine.core import estimators
+    from tapmachine.tap_paper import likelihood
+
+    g = seeded_generator(0, "paper_prices", "score")
+    x, _ = dataset_rows("binary_mnist", 1000)
+    rbm = _binary_rbm(784, nh, g)
+    ais = section["ais"]
+    n_betas = ais["n_betas"] or len(estimators.salakhutdinov_schedule())
+    probe = likelihood.ais_schedule("linear", 50 if quick else 200)
+    t = cpu_seconds(
+        lambda: estimators.ais_log_partition(rbm, n_runs=ais["n_runs"], betas=probe, generator=g),
+        1,
+    )
+    n_images = (section["n_train"] if section["n_train"] is not None else 60000) + (
+        section["n_test"] if section["n_test"] is not None else 10000
+    )
+    return {
+        "ais": t * n_betas / len(probe),
+        "pl": pl_price(rbm, x, section["pl_sites"], g, quick) * n_images,
+        "betas": n_betas,
+    }
+
+
+def pl_price(machine, x: torch.Tensor, sites: int | None, g, quick: bool) -> float:
+    """Seconds of the stochastic pseudo-likelihood (``sites`` sites) of one image."""
+    from tapmachine.tap_paper import likelihood
+
+    rows = x[:100].to(machine.dtype)
+    t = cpu_seconds(
+        lambda: likelihood.pseudo_log_likelihood_blocks(machine, rows, sites, g), 1 if quick else 3
+    )
+    return t / rows.shape[0]
+
+
+def exact_price(nh: int, quick: bool) -> float:
+    """Seconds of one exact ln Z of a 784 x ``nh`` RBM (``exact_log_partition`` in float32
+    chunks, as the exact curve runs it): timed at 2^16 or 2^20 hidden states, scaled by the
+    states (the cost is linear in them)."""
+    from tapmachine.core.estimators import exact_log_partition
+
+    k = 16 if quick else 20
+    rbm = _binary_rbm(784, k, seeded_generator(0, "paper_prices", "exact"))
+    t = cpu_seconds(lambda: exact_log_partition(rbm, max_units=k, chunk_dtype=torch.float32), 1)
+    return t * 2.0 ** (nh - k)
+
+
+def denoise_baselines_price(fig8: dict, quick: bool) -> float:
+    """Seconds of the denoising baselines of Figs. 8-9: the OPE and the 1-NN of every noisy
+    image (``n_images`` x the ps) against the reference rows (``n_reference``, None: all),
+    timed on 100 noisy images and scaled."""
+    from tapmachine.tap_paper import denoise
+
+    ref, _ = dataset_rows("binary_mnist", fig8["n_reference"])
+    y = ref[:100]
+    m = denoise.magnetisations(ref)
+    t = cpu_seconds(
+        lambda: (
+            denoise.ope(y, 0.1, m),
+            denoise.nearest_neighbours(y, ref, k=fig8.get("k", 1)),
+        ),
+        1 if quick else 2,
+    )
+    return t / 100 * fig8["n_images"] * len(fig8["ps"])
+
+
+def timing_price(timing: dict, quick: bool) -> float:
+    """Seconds of Fig. 10's timing job (``curves.inference_timing``): per batch size, its
+    ``repeats`` of ``tap_iterations`` TAP and ``adatap_iterations`` adaTAP iterations
+    (``adatap_method``); both are priced per row-iteration at a batch of 2 (quick) or 10 and
+    scaled by the rows (an adaTAP iteration is one inverse per row)."""
+    from tapmachine.core import adatap
+
+    k = 2 if quick else 10
+    g = seeded_generator(0, "paper_prices", "timing")
+    rbm = _binary_rbm(timing["visible_units"], timing["hidden_units"], g)
+    x = (torch.rand(k, timing["visible_units"], generator=g) < 0.2).float()
+    method = timing.get("adatap_method", "bipartite")
+    ada = cpu_seconds(lambda: adatap.solve(rbm, x, tol=0.0, max_iter=1, method=method), 1) / k
+    t = cpu_seconds(lambda: tap.solve(rbm, x, tol=0.0, max_iter=20), 2) / 20 / k
+    per_row = ada * timing["adatap_iterations"] + t * timing["tap_iterations"]
+    return timing["repeats"] * sum(timing["batch_sizes"]) * per_row

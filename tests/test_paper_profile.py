@@ -1,0 +1,172 @@
+"""``benchmarks/paper_profile.py``: its jobs are Snakemake's, every one gets a projection, the
+schedule on 2 cores respects its bounds, and a projection joins a run's benchmark files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the benchmarks package sits beside src/
+
+from benchmarks import paper_profile  # noqa: E402
+from benchmarks.paper_jobs import (  # noqa: E402
+    PAPER_TARGETS,
+    Job,
+    compare,
+    longest_chain_hours,
+    measured_hours,
+    paper_jobs,
+    schedule_hours,
+)
+
+
+@pytest.fixture(scope="module")
+def paper_cfg():
+    return paper_profile._paper_config()
+
+
+def _tsv(path, seconds):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{s}\t0:00:00\t100\n" for s in seconds)
+    path.write_text("s\th:m:s\tmax_rss\n" + rows)
+
+
+def test_compare_joins_projection_with_benchmark_files(tmp_path):
+    _tsv(tmp_path / "train" / "bmnist_h25.tsv", [7200.0])
+    _tsv(tmp_path / "harvest" / "bmnist_h100" / "epoch_1.tsv", [900.0, 1800.0])  # mean 0.375 h
+    _tsv(tmp_path / "figures" / "fig3.tsv", [36.0])
+    profile = {"jobs_hours": {"train/bmnist_h25": 1.6, "harvest/bmnist_h100/epoch_1": 0.5,
+                              "deep/timing": 0.1}}  # fmt: skip
+    assert measured_hours(tmp_path) == pytest.approx(
+        {"train/bmnist_h25": 2.0, "harvest/bmnist_h100/epoch_1": 0.375, "figures/fig3": 0.01}
+    )
+    rows = {r["job"]: r for r in compare(profile, tmp_path)}
+    assert rows["train/bmnist_h25"]["ratio"] == pytest.approx(2.0 / 1.6)
+    assert rows["harvest/bmnist_h100/epoch_1"]["ratio"] == pytest.approx(0.75)
+    assert rows["deep/timing"]["measured_hours"] is None and rows["deep/timing"]["ratio"] is None
+    assert rows["figures/fig3"]["projected_hours"] is None
+    assert [r["job"] for r in compare(profile, tmp_path)][0] == "train/bmnist_h25"
+
+
+def test_schedule_on_two_cores_respects_its_bounds():
+    jobs = [Job("train/a", "train", "a"), Job("score/a", "score_final", "a")]
+    jobs += [Job("train/b", "train", "b"), Job("train/c", "train", "c")]
+    hours = {"train/a": 10.0, "score/a": 1.0, "train/b": 3.0, "train/c": 3.0}
+    assert longest_chain_hours(jobs, hours) == 11.0
+    assert schedule_hours(jobs, hours, 2) == 11.0  # b and c beside a's chain
+    hours["train/b"] = hours["train/c"] = 9.0
+    wall = schedule_hours(jobs, hours, 2)
+    assert wall >= max(sum(hours.values()) / 2, 11.0)
+    assert wall == 18.0  # a then its score on one core, b then c on the other
+    assert schedule_hours(jobs, hours, 1) == sum(hours.values())
+
+
+def _job_name(output: str) -> str | None:
+    """The benchmark name of the job that writes ``output`` (workflow/rules/*.smk)."""
+    if not output.startswith("results/paper/"):
+        return None
+    parts = output.split("/")[2:]
+    if parts[0] == "models" and parts[-1] == "model.pt":
+        return f"train/{parts[1]}"
+    if parts[0] == "solutions" and parts[-1].endswith(".npz"):
+        return f"harvest/{parts[1]}/{parts[2].removesuffix('.npz')}"
+    if parts[0] == "likelihood":
+        kind = {
+            "scores.csv": "score_epochs",
+            "final.csv": "score_final",
+            "exact.csv": "exact_curve",
+        }
+        return f"likelihood/{kind[parts[2]]}_{parts[1]}"
+    if parts[0] == "denoise" and parts[-1] == "bsc.csv":
+        return "denoise/baselines"
+    if parts[0] == "denoise" and parts[-1] == "denoise_bsc.csv":
+        return f"denoise/bsc_{parts[1]}"
+    if parts[0] == "deep":
+        return "deep/timing" if parts[1] == "fig10_timing.csv" else f"deep/curve_{parts[1]}"
+    return None
+
+
+@pytest.mark.slow
+def test_profile_jobs_are_the_paper_dag(paper_cfg):
+    """Every job Snakemake plans for the paper targets (and the ``harvest`` target) but data
+    and drawing is one of ``paper_jobs``, under the name of its benchmark file, and no more."""
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", *PAPER_TARGETS, "harvest", "-n", "--summary",
+         "--configfile", str(ROOT / "workflow" / "config" / "paper.yaml")],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    planned = {_job_name(line.split("\t")[0]) for line in out.splitlines()} - {None}
+    assert "train/rmnist_h500" in planned and "deep/curve_bmnist_dbm3" in planned
+    assert {j.name for j in paper_jobs(paper_cfg)} == planned
+
+
+class _Stub:
+    """Measurements with every unit cost ``unit`` seconds and every count 10 (for ``project``)."""
+
+    def __init__(self, cfg, unit=1.0):
+        flat = {"one": unit, "per_iter": unit, "fixed": 0.0}
+        self.counts = {m: {"train": 10.0, "eval": 10.0, "curve": 10.0, "source": m}
+                       for m in cfg["models"]}  # fmt: skip
+        self.harvest = {m: {"iterations": 10.0, "source": m} for m in cfg["harvest"]}
+        self.harvest_prices = {m: {**flat, "rows": 10} for m in cfg["harvest"]}
+        self.denoise = {m: {"seconds": unit} for m in cfg["models"]}
+        self.exact_epoch = self.baselines = self.timing = unit
+        self._flat = flat
+
+    def training(self, spec):
+        pretrain = [dict(self._flat)] * len(spec["hidden"]) if spec.get("pretrain") else []
+        return {"n_rows": 1000, "step": dict(self._flat), "eval": dict(self._flat),
+                "eval_rows": 10, "data": "stub", "pretrain": pretrain}  # fmt: skip
+
+    def curve_solve(self, spec):
+        return dict(self._flat)
+
+    def score(self, part, nh):
+        return {"ais": self._flat["one"], "pl": self._flat["one"]}
+
+    def pl_image(self, nh, sites):
+        return self._flat["one"]
+
+
+def test_every_paper_job_gets_a_projection(paper_cfg):
+    result = paper_profile.project(_Stub(paper_cfg), paper_cfg)
+    names = {j.name for j in paper_jobs(paper_cfg)}
+    assert set(result["jobs_hours"]) == names
+    assert all(h > 0 for h in result["jobs_hours"].values())
+    trained = {n.removeprefix("train/") for n in names if n.startswith("train/")}
+    for target in ("rmnist_h500", "faces_h256", "sbmnist_h500_cd25", "bmnist_dbm3"):
+        assert target in trained
+    left_out = paper_profile.LEFT_OUT
+    without = result["without_adatap100"]
+    dropped = sum(h for n, h in result["jobs_hours"].items() if left_out in n)
+    assert without["serial_hours"] == pytest.approx(result["serial_hours"] - dropped)
+    assert without["wall_hours_2_cores"] <= result["wall_hours_2_cores"]
+
+
+def test_choices_fit_the_budget_and_shrink_with_it(paper_cfg, monkeypatch):
+    stub = _Stub(paper_cfg, unit=1e-3)  # Fig. 11 then fits below its largest size
+    fig10 = paper_profile.choose_fig10_epochs(stub, paper_cfg)
+    low, high = paper_profile.FIG10_EPOCHS
+    assert low <= fig10["epochs"] <= high
+    assert fig10["fig10_hours"] <= fig10["share_hours"]
+    cfg = paper_profile._with_fig10_epochs(paper_cfg, fig10["epochs"])
+    fig11 = paper_profile.choose_fig11_size(stub, cfg)
+    units, joint, pre = fig11["size"]
+    assert pre == min(50, joint)
+    wall = paper_profile._wall(stub, paper_profile._with_fig11_size(cfg, (units, joint, pre)))
+    assert wall == pytest.approx(fig11["wall_hours_2_cores"])
+    assert wall <= paper_profile.BUDGET_HOURS
+    if joint < paper_profile.FIG11_JOINT[1]:  # one more joint epoch would not fit
+        more = paper_profile._with_fig11_size(cfg, (units, joint + 1, min(50, joint + 1)))
+        assert paper_profile._wall(stub, more) > paper_profile.BUDGET_HOURS
+    assert all(
+        t["wall_hours_at_20_epochs"] > paper_profile.BUDGET_HOURS for t in fig11["tried"][:-1]
+    )
+    monkeypatch.setattr(paper_profile, "BUDGET_HOURS", wall / 2)
+    smaller = paper_profile.choose_fig11_size(stub, cfg)
+    assert smaller["size"] is None or smaller["size"] < fig11["size"]

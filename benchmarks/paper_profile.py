@@ -142,6 +142,17 @@ def _step_seconds(step: dict, iterations) -> float:
     return step["one"] + step["per_iter"] * max(0.0, iterations - 1)
 
 
+def _solver_label(settings: TrainSettings) -> str:
+    """How a training step reaches its model term: CD-k / PCD-k, the converged solver, or k
+    fixed iterations (of adaTAP where ``inference`` says so)."""
+    if settings.method in ("cd", "pcd"):
+        return f"{settings.method.upper()}-{settings.sampling_steps}"
+    if settings.train_iterations == "converge":
+        return f"{settings.solver} to convergence"
+    prefix = "adaTAP" if settings.inference == "adatap" else "Alg. 1"
+    return f"{prefix}, {settings.train_iterations} iterations"
+
+
 def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
     """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
     pretraining (its RBMs' steps at the deep machine's counts, each epoch's evaluation priced
@@ -166,7 +177,7 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         "epochs": settings.epochs,
         "n_rows": price["n_rows"],
         "batch_size": settings.batch_size,
-        "solver": settings.solver if it == "converge" else f"{it} iterations",
+        "solver": _solver_label(settings),
         "inference": settings.inference,
         "train_iterations": iterations,
         "eval_rows": price.get("eval_rows"),

@@ -27,6 +27,7 @@ __all__ = [
     "training_price",
     "solve_price",
     "harvest_price",
+    "ais_price",
     "score_price",
     "exact_price",
     "denoise_baselines_price",
@@ -152,31 +153,37 @@ def _binary_rbm(nv: int, nh: int, g: torch.Generator, std: float = 0.01) -> RBM:
     return RBM(W, Bernoulli(torch.zeros(nv) - 1.0), Bernoulli(torch.zeros(nh)))
 
 
-def score_price(section: dict, nh: int, quick: bool) -> dict:
-    """One checkpoint's scoring (``tapmachine score``) but its TAP ln Z (priced as the model's
-    evaluation solve): AIS (``ais``, seconds on the section's schedule, timed on 50 or 200
-    linear temperatures and scaled) and the pseudo-likelihood of its train and test images
-    (``pl``)."""
+def ais_price(ais: dict, nh: int, quick: bool) -> float:
+    """Seconds of one AIS ln Z of a 784 x ``nh`` RBM with the settings ``ais`` (``n_runs``,
+    ``n_betas``; None: Salakhutdinov's full schedule), timed on 50 or 200 linear temperatures
+    and scaled to the schedule's."""
     from tapmachine.core import estimators
     from tapmachine.tap_paper import likelihood
 
-    g = seeded_generator(0, "paper_prices", "score")
-    x, _ = dataset_rows("binary_mnist", 1000)
+    g = seeded_generator(0, "paper_prices", "ais")
     rbm = _binary_rbm(784, nh, g)
-    ais = section["ais"]
-    n_betas = ais["n_betas"] or len(estimators.salakhutdinov_schedule())
+    n_betas = ais.get("n_betas") or len(estimators.salakhutdinov_schedule())
     probe = likelihood.ais_schedule("linear", 50 if quick else 200)
     t = cpu_seconds(
         lambda: estimators.ais_log_partition(rbm, n_runs=ais["n_runs"], betas=probe, generator=g),
         1,
     )
+    return t * n_betas / len(probe)
+
+
+def score_price(section: dict, nh: int, quick: bool) -> dict:
+    """One checkpoint's scoring (``tapmachine score``) but its TAP ln Z (priced as the model's
+    evaluation solve): AIS (``ais``, ``ais_price``) and the pseudo-likelihood of its train and
+    test images (``pl``)."""
+    g = seeded_generator(0, "paper_prices", "score")
+    x, _ = dataset_rows("binary_mnist", 1000)
+    rbm = _binary_rbm(784, nh, g)
     n_images = (section["n_train"] if section["n_train"] is not None else 60000) + (
         section["n_test"] if section["n_test"] is not None else 10000
     )
     return {
-        "ais": t * n_betas / len(probe),
+        "ais": ais_price(section["ais"], nh, quick),
         "pl": pl_price(rbm, x, section["pl_sites"], g, quick) * n_images,
-        "betas": n_betas,
     }
 
 

@@ -126,6 +126,9 @@ class _Stub:
     def curve_solve(self, spec):
         return dict(self._flat)
 
+    def ais(self, ais, nh):
+        return 100 * self._flat["one"]
+
     def score(self, part, nh):
         return {"ais": self._flat["one"], "pl": self._flat["one"]}
 
@@ -170,3 +173,16 @@ def test_choices_fit_the_budget_and_shrink_with_it(paper_cfg, monkeypatch):
     monkeypatch.setattr(paper_profile, "BUDGET_HOURS", wall / 2)
     smaller = paper_profile.choose_fig11_size(stub, cfg)
     assert smaller["size"] is None or smaller["size"] < fig11["size"]
+
+
+def test_the_exact_curve_pays_for_ais_at_its_epochs_where_asked(paper_cfg):
+    import copy
+
+    cfg = copy.deepcopy(paper_cfg)
+    exact = cfg["figures"]["fig3"]["exact"]
+    exact.pop("ais", None)
+    name = f"likelihood/exact_curve_{exact['models'][0]}"
+    without = paper_profile.project(_Stub(cfg), cfg)["jobs_hours"][name]
+    exact["ais"] = {"n_runs": 100, "schedule": "salakhutdinov", "n_betas": None}
+    with_ais = paper_profile.project(_Stub(cfg), cfg)["jobs_hours"][name]
+    assert with_ais == pytest.approx(without + len(exact["epochs"]) * 100 / 3600)

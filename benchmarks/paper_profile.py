@@ -38,14 +38,15 @@ __all__ = [
 BUDGET_HOURS = 12.0
 #: The model whose jobs the goal leaves out (adaTAP-100, about 8 h an epoch on a CPU).
 LEFT_OUT = "bmnist_fig10_adatap100"
-#: Fig. 10's epochs: the largest count in this range that fits.
-FIG10_EPOCHS = (1, 100)
+#: Fig. 10's epochs: the largest count in this range that fits; at least 5 (250 updates of 5,000
+#: images: a curve over training), the low end when none fits.
+FIG10_EPOCHS = (5, 100)
 #: Fig. 11's hidden units per layer, tried largest first (the paper's 500 is its largest RBM),
 #: each with the most joint epochs in ``FIG11_JOINT`` that fit; pretraining gets min(50, joint).
 FIG11_UNITS = (500, 400, 300, 250, 200, 150, 100, 50)
 #: Fig. 11's joint epochs: at least 20 (a curve over training), at most the paper's 3,000.
 FIG11_JOINT = (20, 3000)
-#: The smallest Fig. 11 (units, joint epochs, pretraining epochs) tried.
+#: The smallest Fig. 11 (units, joint epochs, pretraining epochs) tried, and taken when none fits.
 FIG11_SMALLEST = (FIG11_UNITS[-1], FIG11_JOINT[0], FIG11_JOINT[0])
 
 
@@ -322,7 +323,8 @@ def choose_fig10_epochs(meas: Measurements, cfg: dict, smallest_fig11=FIG11_SMAL
     """The most epochs in ``FIG10_EPOCHS`` for Fig. 10 whose jobs (without ``LEFT_OUT``) take at
     most half of the core-hours the other jobs leave in the budget (2 x ``BUDGET_HOURS`` minus
     their sum; the other half is Fig. 11's) and keep the projection, with Fig. 11 at
-    ``smallest_fig11``, within ``BUDGET_HOURS`` on 2 cores."""
+    ``smallest_fig11``, within ``BUDGET_HOURS`` on 2 cores; the range's low end, with ``fits``
+    False, when none does."""
     base = _with_fig11_size(cfg, smallest_fig11)
     deep = {*cfg["deep"]["fig10"]["models"], *cfg["deep"]["fig11"]["models"]}
     hours = project(meas, base)["jobs_hours"]
@@ -335,17 +337,18 @@ def choose_fig10_epochs(meas: Measurements, cfg: dict, smallest_fig11=FIG11_SMAL
         return _fig10_hours(meas, trial) <= share and _wall(meas, trial) <= BUDGET_HOURS
 
     epochs = _largest(*FIG10_EPOCHS, fits)
-    out = {"epochs": epochs, "share_hours": share, "others_hours": others}
-    if epochs is not None:
-        trial = _with_fig10_epochs(base, epochs)
-        out.update(fig10_hours=_fig10_hours(meas, trial), wall_hours_2_cores=_wall(meas, trial))
+    out = {"epochs": epochs or FIG10_EPOCHS[0], "fits": epochs is not None}
+    trial = _with_fig10_epochs(base, out["epochs"])
+    out.update(share_hours=share, others_hours=others, fig10_hours=_fig10_hours(meas, trial))
+    out["wall_hours_2_cores"] = _wall(meas, trial)
     return out
 
 
 def choose_fig11_size(meas: Measurements, cfg: dict) -> dict:
     """Fig. 11's size: the first of ``FIG11_UNITS`` at which some joint epochs in
     ``FIG11_JOINT`` (pretraining min(50, joint)) keep the projection (Fig. 10 as in ``cfg``)
-    within ``BUDGET_HOURS`` on 2 cores without ``LEFT_OUT``, with the most joint epochs that do."""
+    within ``BUDGET_HOURS`` on 2 cores without ``LEFT_OUT``, with the most joint epochs that do;
+    ``FIG11_SMALLEST``, with ``fits`` False, when none does."""
     tried = []
     for units in FIG11_UNITS:
 
@@ -361,8 +364,9 @@ def choose_fig11_size(meas: Measurements, cfg: dict) -> dict:
         if joint is not None:
             size = [units, joint, min(50, joint)]
             wall = _wall(meas, _with_fig11_size(cfg, tuple(size)))
-            return {"size": size, "wall_hours_2_cores": wall, "tried": tried}
-    return {"size": None, "tried": tried}
+            return {"size": size, "fits": True, "wall_hours_2_cores": wall, "tried": tried}
+    wall = _wall(meas, _with_fig11_size(cfg, FIG11_SMALLEST))
+    return {"size": list(FIG11_SMALLEST), "fits": False, "wall_hours_2_cores": wall, "tried": tried}
 
 
 def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) -> dict:
@@ -390,9 +394,9 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
     meas = Measurements(cfg, checkpoints, quick)
     as_configured = project(meas, cfg)
     fig10 = choose_fig10_epochs(meas, cfg)
-    chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"] or FIG10_EPOCHS[0])
+    chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"])
     fig11 = choose_fig11_size(meas, chosen_cfg)
-    chosen_cfg = _with_fig11_size(chosen_cfg, tuple(fig11["size"] or FIG11_SMALLEST))
+    chosen_cfg = _with_fig11_size(chosen_cfg, tuple(fig11["size"]))
     faces = cfg["data"]["faces"]["cbcl_archive"]
     return {
         "name": "paper_profile",

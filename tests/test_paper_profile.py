@@ -170,9 +170,14 @@ def test_choices_fit_the_budget_and_shrink_with_it(paper_cfg, monkeypatch):
     assert all(
         t["wall_hours_at_20_epochs"] > paper_profile.BUDGET_HOURS for t in fig11["tried"][:-1]
     )
+    assert fig10["fits"] and fig11["fits"]
     monkeypatch.setattr(paper_profile, "BUDGET_HOURS", wall / 2)
     smaller = paper_profile.choose_fig11_size(stub, cfg)
-    assert smaller["size"] is None or smaller["size"] < fig11["size"]
+    assert smaller["size"] < fig11["size"]
+    monkeypatch.setattr(paper_profile, "BUDGET_HOURS", 0.01)  # nothing fits: the smallest
+    assert paper_profile.choose_fig11_size(stub, cfg)["size"] == list(paper_profile.FIG11_SMALLEST)
+    none = paper_profile.choose_fig10_epochs(stub, paper_cfg)
+    assert none["epochs"] == paper_profile.FIG10_EPOCHS[0] and not none["fits"]
 
 
 def test_the_exact_curve_pays_for_ais_at_its_epochs_where_asked(paper_cfg):

@@ -122,10 +122,10 @@ PAPER_TARGETS = ("fig3 (binary panel)", "fig4", "fig5", "fig6", "fig7", "fig12",
 
 
 def _paper_config() -> dict:
-    from tapmachine.pipeline.configuration import load_config, validate
+    from tapmachine.pipeline.configuration import SCHEMA, load_config, validate
 
     cfg = load_config([ROOT / "workflow" / "config" / "paper.yaml"], default=ROOT / "config.yaml")
-    return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    return validate(cfg, SCHEMA)
 
 
 def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) -> dict:

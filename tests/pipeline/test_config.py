@@ -7,6 +7,7 @@ import pytest
 import yaml
 from full_configs import whole_config
 
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import (
     ConfigError,
     load_config,
@@ -18,7 +19,6 @@ from tapmachine.pipeline.configuration import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 OVERLAYS = ["workflow/config/paper.yaml", "workflow/config/ucd_cpu.yaml"]
 
 

@@ -13,11 +13,11 @@ import yaml
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import fig10, fig11
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import curves
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -426,6 +426,7 @@ def test_config_rejects_bad_denoise_values(path, value, key):
 
     import yaml
 
+    from tapmachine.io.schema import SCHEMA_FILE
     from tapmachine.pipeline.configuration import ConfigError, validate
 
     root = Path(__file__).resolve().parents[2]
@@ -435,7 +436,7 @@ def test_config_rejects_bad_denoise_values(path, value, key):
         node = node[part]
     node[path[-1]] = value
     with pytest.raises(ConfigError, match=key):
-        validate(config, root / "workflow" / "schemas" / "config.schema.yaml")
+        validate(config, SCHEMA_FILE)
 
 
 # --- the stage and its figures, on tiny files ------------------------------------------------

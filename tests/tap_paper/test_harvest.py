@@ -13,12 +13,12 @@ import torch
 import yaml
 
 from tapmachine.core import tap
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import harvest
 from tapmachine.tap_paper.harvest import HarvestError, HarvestSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture(scope="module")

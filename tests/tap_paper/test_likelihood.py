@@ -17,6 +17,7 @@ from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.io.data import Dataset, load_dataset, save_dataset
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline import tracking
 from tapmachine.pipeline.configuration import ConfigError, validate
 from tapmachine.pipeline.stages import likelihood as likelihood_stage
@@ -24,7 +25,6 @@ from tapmachine.pipeline.stages import train as train_stage
 from tapmachine.tap_paper import likelihood
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 #: Tiny-model scoring: short thinned schedule, enough runs for a meaningful stderr.
 TINY = likelihood.ScoreSettings(

@@ -1,15 +1,17 @@
-"""The defaults of the workflow's config schema (``workflow/schemas/config.schema.yaml``), the one
-place they are defined; settings classes below the pipeline read theirs from here."""
+"""The config schema (``config.schema.yaml``, package data beside this module) and its defaults,
+the one place they are defined; settings classes below the pipeline read theirs from here, and the
+workflow validates its config against the same file."""
 
 from __future__ import annotations
 
 import functools
+from importlib import resources
 from pathlib import Path
 
 __all__ = ["SCHEMA_FILE", "child", "defaults", "load_schema", "resolve", "schema_default"]
 
-#: The schema beside the package's source tree (the repository's ``workflow/`` folder).
-SCHEMA_FILE = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+#: The config schema (JSON Schema, draft 2020-12), shipped inside the package.
+SCHEMA_FILE = Path(str(resources.files("tapmachine.io").joinpath("config.schema.yaml")))
 
 
 def load_schema(schema_file: str | Path = SCHEMA_FILE) -> dict:

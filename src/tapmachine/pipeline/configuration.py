@@ -2,7 +2,7 @@
 
 ``config.yaml`` is the default; a ``--configfile`` overlays it (``merge``: mappings key by key,
 any other value, a list included, replaced), and a section or named entry the overlay sets to
-null is removed (``remove_nulled``). The JSON Schema (``workflow/schemas/config.schema.yaml``,
+null is removed (``remove_nulled``). The JSON Schema (``tapmachine/io/config.schema.yaml``,
 draft 2020-12) states types, ranges, defaults and what each key means; ``validate`` reports the
 first violation as one line naming the key and the bad value, fills the defaults, then checks what
 a schema cannot: that paths exist and that each model's dataset is produced by the data stage.
@@ -33,7 +33,7 @@ __all__ = [
 
 RAW_DATASETS = ("mnist", "fashion_mnist", "faces")
 #: The default configuration, relative to the workflow's working directory (the Snakefile's
-#: ``configfile:``), and the schema, relative to the repository.
+#: ``configfile:``), and the schema, inside the package.
 DEFAULT_CONFIG = "config.yaml"
 SCHEMA = SCHEMA_FILE
 

@@ -26,10 +26,8 @@ import statistics
 import time
 from pathlib import Path
 
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.stages.common import UsageError
-
-#: The config schema, relative to the workflow's directory (where snakemake runs).
-SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
 
 #: Epochs whose median time sets the pace of what remains (the latest ones: TAP iterations, and
 #: so an epoch's cost, grow as the machine trains; the median, since an epoch during which the

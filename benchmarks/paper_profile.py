@@ -85,15 +85,7 @@ def measured_iterations(
             key += (settings.retry_damping, settings.solver)
             if key not in solved:  # the CD/PCD models share bmnist_h500's checkpoints
                 t0 = time.process_time()
-                st = tap.solve_with_retry(
-                    machine,
-                    xs,
-                    damping=settings.damping,
-                    tol=settings.tol,
-                    max_iter=settings.max_iter,
-                    retry_damping=settings.retry_damping,
-                    solver=settings.solver,
-                )
+                st = tap.solve_with_retry(machine, xs, settings.solver_settings)
                 sweep_time[nh][0] += time.process_time() - t0
                 sweep_time[nh][1] += int(st.iterations.sum())
                 solved[key] = float(st.iterations.double().mean())

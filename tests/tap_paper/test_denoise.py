@@ -354,6 +354,7 @@ def test_train_noise_changes_only_the_model_term():
 def test_train_noise_feeds_the_converged_mode_too():
     """With train_iterations: converge the noisy initialisations (same draws) are what Alg. 1
     iterates to convergence; the data term keeps the clean batch."""
+    from tapmachine.core import tap
     from tapmachine.train import TrainSettings
     from tapmachine.train.methods import gradients
     from tapmachine.train.tap_gradient import (
@@ -372,8 +373,7 @@ def test_train_noise_feeds_the_converged_mode_too():
         machine,
         x,
         init,
-        tol=settings.train_tol,
-        max_iter=settings.train_max_iter,
+        tap.SolverSettings(tol=settings.train_tol, max_iter=settings.train_max_iter),
         unique_tol=settings.dedup_tol,
     )
     torch.testing.assert_close(got["weights"][0], want["weights"][0])
@@ -381,8 +381,7 @@ def test_train_noise_feeds_the_converged_mode_too():
         machine,
         x,
         x,
-        tol=settings.train_tol,
-        max_iter=settings.train_max_iter,
+        tap.SolverSettings(tol=settings.train_tol, max_iter=settings.train_max_iter),
         unique_tol=settings.dedup_tol,
     )
     assert not torch.allclose(init, x)

@@ -432,9 +432,9 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     assert math.isfinite(row["exact_ll_test"]) and math.isfinite(row["pl_test"])
     on = dataclasses.replace(off, retry_damping=0.95)
     _, info = likelihood.tap_log_partition(m, x, on)
-    trained = evaluate_tap_log_likelihood(
-        m, x, TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
-    )
+    training = TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
+    assert on.solver_settings == training.solver_settings
+    trained = evaluate_tap_log_likelihood(m, x, training.solver_settings, training.dedup_tol)
     assert info["n_unique"] == trained["n_unique"] > 0
     assert info["log_z_tap"] == pytest.approx(trained["log_z_tap"], abs=1e-12)
 

@@ -312,7 +312,9 @@ def test_eq40_gradient_at_converged_solutions_matches_finite_differences(unique_
     (solutions re-converged from the same initialisations) measure independently."""
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
-    grads = converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000, unique_tol=unique_tol)
+    grads = converged_tap_gradients(
+        machine, x, x, tap.SolverSettings(tol=1e-28, max_iter=5000), unique_tol=unique_tol
+    )
     h = 1e-5
 
     def with_weight(i, j, delta):
@@ -351,7 +353,7 @@ def test_fixed_iterations_are_not_the_converged_gradient():
 
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
-    conv = converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000)
+    conv = converged_tap_gradients(machine, x, x, tap.SolverSettings(tol=1e-28, max_iter=5000))
     few = tap.tap_gradients(machine, x, tap.solve(machine, x, damping=0.5, max_iter=3))
     assert not torch.allclose(conv["weights"][0], few["weights"][0], atol=1e-4)
 
@@ -361,10 +363,12 @@ def test_converged_gradient_skips_rows_stopped_by_the_cap():
     machine, g = _random_rbm(7)
     x = (torch.rand(12, 8, generator=g, dtype=torch.float64) < 0.5).to(torch.float64)
     stats = {}
-    converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=1, stats=stats)
+    converged_tap_gradients(machine, x, x, tap.SolverSettings(tol=1e-28, max_iter=1), stats=stats)
     assert stats["unconverged_steps"] == 1 and stats["solutions"] == 12
     stats = {}
-    converged_tap_gradients(machine, x, x, tol=1e-28, max_iter=5000, unique_tol=1e-3, stats=stats)
+    converged_tap_gradients(
+        machine, x, x, tap.SolverSettings(tol=1e-28, max_iter=5000), unique_tol=1e-3, stats=stats
+    )
     assert stats["converged"] == 1.0 and 1 <= stats["solutions"] <= 12
 
 
@@ -403,11 +407,12 @@ def test_evaluation_retries_rows_that_cycle_at_damping_one_half(cycling_rbm):
     log-likelihood of those solutions."""
     m, x = cycling_rbm
     without = settings(max_iter=2000, tol=1e-12, retry_damping=None)
-    none = evaluate_tap_log_likelihood(m, x, without)
+    none = evaluate_tap_log_likelihood(m, x, without.solver_settings, without.dedup_tol)
     assert none["n_unique"] == none["n_converged"] == none["n_converged_retry"] == 0
     assert math.isnan(none["tap_ll"]) and math.isnan(none["log_z_tap"])
     assert none["mean_iterations"] == 2000
-    result = evaluate_tap_log_likelihood(m, x, dataclasses.replace(without, retry_damping=0.95))
+    second = without.solver_settings.replace(retry_damping=0.95)
+    result = evaluate_tap_log_likelihood(m, x, second, without.dedup_tol)
     assert result["n_converged"] == result["n_converged_retry"] == len(x)
     assert result["mean_iterations"] > 2000
     states = tap.solve(m, x, damping=0.95, tol=1e-12, max_iter=4000)
@@ -429,7 +434,7 @@ def test_evaluation_first_pass_curve_and_validity():
     x = bars_and_stripes()
     m = build_machine(SPEC, x, 0.3, seeded_generator(3, "eval"))
     s = settings(max_iter=2000, tol=1e-12, retry_damping=0.95)
-    result = evaluate_tap_log_likelihood(m, x, s)
+    result = evaluate_tap_log_likelihood(m, x, s.solver_settings, s.dedup_tol)
     assert result["n_converged_retry"] == 0 and result["n_unique_retry_only"] == 0
     assert result["tap_ll_first_pass"] == pytest.approx(result["tap_ll"], abs=1e-12)
     states = tap.solve(m, x, damping=0.5, tol=1e-12, max_iter=2000)
@@ -557,18 +562,23 @@ def test_settings_defaults_are_the_schemas():
     for RBMs and deep TAP machines, ``dbm_model`` for an entry of a DBM method)."""
     import yaml
 
-    from tapmachine.io.schema import SCHEMA_FILE
+    from tapmachine.io.schema import SCHEMA_FILE, resolve
     from tapmachine.train import PretrainSettings
 
-    defs = yaml.safe_load(SCHEMA_FILE.read_text())["$defs"]
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
+    defs = schema["$defs"]
     model, dbm_model = defs["model"]["properties"], defs["dbm_model"]["properties"]
     tap_keys = model["tap"]["properties"]
     fields = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
     for key, prop in model.items():
         if key in fields:
-            assert fields[key] == prop["default"], key
+            assert fields[key] == resolve(prop, schema)["default"], key
     for key, prop in tap_keys.items():
-        assert fields[key] == prop["default"], key
+        assert fields[key] == resolve(prop, schema)["default"], key
+    # the solver's keys come from $defs/tap_solver, its damping and solver as they are there
+    solver = defs["tap_solver"]["properties"]
+    assert fields["damping"] == solver["damping"]["default"] == tap.SolverSettings.damping
+    assert fields["solver"] == solver["solver"]["default"]
     assert fields["eval_samples"] == model["eval"]["properties"]["n_samples"]["default"]
     pretrain = {f.name: f.default for f in dataclasses.fields(PretrainSettings)}
     assert pretrain == {k: p["default"] for k, p in model["pretrain"]["properties"].items()}

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.core.tap import TAPState
+from tapmachine.core.tap import SolverSettings, TAPState
 
 __all__ = ["AdaTAPError", "SUPPORTED_PRIORS", "check_machine", "joint_couplings", "solve"]
 
@@ -121,9 +121,9 @@ def _split(t: Tensor, sizes) -> list[Tensor]:
 def solve(
     machine: BoltzmannMachine,
     a_visible: Tensor,
-    damping: float = 0.5,
-    tol: float = 1e-8,
-    max_iter: int = 100,
+    damping: float = SolverSettings.damping,
+    tol: float = SolverSettings.tol,
+    max_iter: int = SolverSettings.max_iter,
     A1: Tensor | None = None,
     B1: Tensor | None = None,
     method: str = "auto",

@@ -68,11 +68,12 @@ def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
     return copy.deepcopy(node["default"])
 
 
-def _defaults_of(node: dict) -> dict:
+def _defaults_of(node: dict, schema: dict) -> dict:
     out = {}
     for key, prop in (node.get("properties") or {}).items():
+        prop = resolve(prop, schema)
         if "properties" in prop and prop.get("default", {}) == {}:
-            out[key] = _defaults_of(prop)
+            out[key] = _defaults_of(prop, schema)
         elif "default" in prop:
             out[key] = prop["default"]
     return out
@@ -80,7 +81,7 @@ def _defaults_of(node: dict) -> dict:
 
 @functools.cache
 def _cached(definition: str) -> dict:
-    return _defaults_of(_schema()["$defs"][definition])
+    return _defaults_of(_schema()["$defs"][definition], _schema())
 
 
 def defaults(definition: str) -> dict:

@@ -119,7 +119,11 @@ def train(
                 on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
         metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
         if settings.evaluate:
-            metrics.update(evaluate_tap_log_likelihood(machine, x_eval, settings))
+            metrics.update(
+                evaluate_tap_log_likelihood(
+                    machine, x_eval, settings.solver_settings, settings.dedup_tol
+                )
+            )
         metrics.update(weight_stats(machine))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         # CPU time as well: on a shared machine the wall time says more about the load than the job

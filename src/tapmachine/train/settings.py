@@ -63,6 +63,11 @@ class TrainSettings:
     train_noise: dict | None = _RBM["train_noise"]
     inference: str = _RBM["inference"]
 
+    @property
+    def solver_settings(self) -> tap.SolverSettings:
+        """How the per-epoch evaluation and the converged training steps solve TAP."""
+        return tap.SolverSettings.of(self)
+
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
         """The settings of a config entry: an RBM or deep TAP machine (schema ``model``: keys
@@ -85,12 +90,12 @@ class TrainSettings:
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
             )
-        if self.solver not in tap.SOLVERS:
-            raise TrainingError(f"tap.solver must be one of {tap.SOLVERS}, not {self.solver!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
-        if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
-            raise TrainingError(f"tap.retry_damping must be in [0, 1), not {self.retry_damping}")
+        try:
+            tap.SolverSettings.of(self)  # checks solver, damping and retry_damping
+        except ValueError as exc:
+            raise TrainingError(f"tap.{exc}") from None
         if self.method in DBM_METHODS:
             try:
                 DBMOptions.from_dict(self.ucd)

@@ -48,6 +48,7 @@ def curve_args(deep: dict, model: str) -> str:
 def _cmd_curve(args) -> None:
     import torch
 
+    from tapmachine.core import tap
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
@@ -86,11 +87,8 @@ def _cmd_curve(args) -> None:
             x_train[: args.n_train],
             x_test,
             args.tap_inits,
-            damping=tap_spec["damping"],
-            tol=tap_spec["tol"],
-            max_iter=tap_spec["max_iter"],
+            tap.SolverSettings.of(tap_spec),
             dedup_tol=tap_spec["dedup_tol"],
-            retry_damping=tap_spec["retry_damping"],
         )
     info = {
         "model": name,

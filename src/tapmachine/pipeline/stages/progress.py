@@ -87,7 +87,7 @@ def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dic
     except ConfigError as err:
         raise UsageError(str(err)) from None
     return {
-        name: expected_signature(TrainSettings.from_spec(spec))
+        name: expected_signature(TrainSettings.from_spec(spec).solver_settings)
         for name, spec in config["models"].items()
     }
 

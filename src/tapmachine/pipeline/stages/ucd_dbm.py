@@ -280,7 +280,9 @@ def score(
     floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
     settings = TrainSettings(max_iter=200, tol=1e-8)
     # NaN when TAP converges from none of the images (the table then says "nan")
-    ll = evaluate_tap_log_likelihood(machine, dbm.data_for(machine, x_test[:n_ll]), settings)
+    ll = evaluate_tap_log_likelihood(
+        machine, dbm.data_for(machine, x_test[:n_ll]), settings.solver_settings, settings.dedup_tol
+    )
     t_ais = time.perf_counter()
     ais_gen = seeded_generator(seed, "ucd_score", label, "ais", device=device)
     log_z = ais.dbm_ais_log_partition(

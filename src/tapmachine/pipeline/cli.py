@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.core import eta
 
     eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
-
+    import tapmachine.ucd  # noqa: F401  (registers the DBM methods in training's registry)
     from tapmachine.figures.common import FigureError
     from tapmachine.io.data import DataError
     from tapmachine.io.files import is_disk_full

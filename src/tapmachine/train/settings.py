@@ -7,7 +7,6 @@ import dataclasses
 
 from tapmachine.core import tap
 from tapmachine.io.schema import defaults
-from tapmachine.ucd.dbm import DBM_METHODS, DBMOptions
 
 __all__ = ["TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
 
@@ -56,7 +55,7 @@ class TrainSettings:
     retry_damping: float | None = _TAP["retry_damping"]
     dedup_tol: float = _TAP["dedup_tol"]
     eval_samples: int = _RBM["eval"]["n_samples"]
-    #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
+    #: The DBM methods' switches and settings (``ucd.dbm.DBMOptions``; config ``ucd:``).
     ucd: dict | None = None
     #: Run the per-epoch TAP evaluation (off for the DBMs, which ``ucd score`` scores).
     evaluate: bool = True
@@ -70,14 +69,16 @@ class TrainSettings:
 
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
-        """The settings of a config entry: an RBM or deep TAP machine (schema ``model``: keys
-        at the top, under ``tap:`` and ``eval:``) or a DBM (schema ``dbm_model``, whose defaults
-        fill what the entry leaves out; no per-epoch TAP evaluation)."""
+        """The settings of a config entry: keys at the top, under ``tap:`` and ``eval:`` (schema
+        ``model``); what the entry leaves out, its gradient method's defaults where it has any
+        (``GradientMethod.defaults``: the DBMs' schema ``dbm_model``, no per-epoch TAP
+        evaluation), else ``TrainSettings``' own."""
+        from tapmachine.train.methods import METHODS  # the registry builds on these settings
+
         keys = {f.name for f in dataclasses.fields(cls)}
-        plain = {}
-        if spec.get("method") in DBM_METHODS:
-            plain = {k: v for k, v in defaults("dbm_model").items() if k in keys}
-            plain["evaluate"] = False
+        registered = METHODS.get(spec.get("method", cls.method))
+        own = registered.defaults() if registered is not None else {}
+        plain = {k: v for k, v in own.items() if k in keys}
         plain.update({k: v for k, v in spec.items() if k in keys})
         plain.update({k: v for k, v in spec.get("tap", {}).items() if k in keys})
         if "n_samples" in spec.get("eval", {}):
@@ -96,11 +97,10 @@ class TrainSettings:
             tap.SolverSettings.of(self)  # checks solver, damping and retry_damping
         except ValueError as exc:
             raise TrainingError(f"tap.{exc}") from None
-        if self.method in DBM_METHODS:
-            try:
-                DBMOptions.from_dict(self.ucd)
-            except ValueError as exc:
-                raise TrainingError(str(exc)) from None
+        from tapmachine.train.methods import METHODS
+
+        if self.method in METHODS:
+            METHODS[self.method].check(self)
 
 
 @dataclasses.dataclass(frozen=True)

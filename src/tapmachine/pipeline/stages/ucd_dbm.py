@@ -90,41 +90,48 @@ def train_dbm(
     progress: bool = False,
     device: str = "cpu",
 ):
-    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``.
-
-    The machine is drawn on the CPU (the same initial machine on every device), then moved to
-    ``device``; training draws from a generator on ``device`` (on the CPU: the same generator).
-    """
-
+    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path`` by
+    the one training job (``train.train_from_spec``; the DBM methods' start: ``ucd.training``),
+    recorded as run ``train_{dataset}_{name}`` of experiment "ucd": per step (``on_step``) tau,
+    T, corrected fraction, start energy gap and estimator norm, also to ``steps.csv``; per epoch
+    an image of samples and reconstructions; model.pt keeps the method, image shape, seconds,
+    steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
-    from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
-    from tapmachine.io.modelfile import ModelFile
     from tapmachine.pipeline.recorder import recording
     from tapmachine.pipeline.records import RunRecord, Series
-    from tapmachine.train import prepare, train
+    from tapmachine.train import train_from_spec
     from tapmachine.ucd.dbm import DBM_METHODS
 
     if spec.get("method") not in DBM_METHODS:
         raise UCDDBMError(f"method {spec.get('method')!r} is not one of {list(DBM_METHODS)}")
-    job = prepare(name, spec, data_path, seed, device, n_train=n_train)
-    settings, machine, x, ds, x_all = job.settings, job.machine, job.x, job.dataset, job.rows
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    label = f"{ds.name}/{name}"
-    # Rows of steps.csv written before an interruption: kept below the first step run now.
-    earlier = _read_steps(outdir / "steps.csv")
-    steps: list[dict] = []
-    run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
-    params = {"model": name, "dataset": ds.name, **run_info, **spec, "sizes": list(machine.sizes)}
-    tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
-    img_gen = seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
     steps_csv = outdir / "steps.csv"
-    record = RunRecord(
-        "ucd", f"train_{ds.name}_{name}", params, tags, series=[Series(str(steps_csv), "step")]
-    )
+    # Rows of steps.csv written before an interruption: kept below the first step run now.
+    earlier = _read_steps(steps_csv)
+    steps: list[dict] = []
+    job = {}
+    record = RunRecord("ucd", f"train_{name}", series=[Series(str(steps_csv), "step")])
     with recording(manifest, record, outdir / "model.pt", system_metrics=True) as run:
-        run.start()
+
+        def on_start(params, tags, prepared):
+            ds, x, machine = prepared.dataset, prepared.x, prepared.machine
+            job.update(prepared=prepared, t0=time.perf_counter(), label=f"{ds.name}/{name}")
+            job["images"] = seeded_generator(
+                seed, "ucd_dbm", job["label"], "epoch_images", device=device
+            )
+            run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
+            record.name = f"train_{ds.name}_{name}"
+            return run.start(
+                {
+                    "model": name,
+                    "dataset": ds.name,
+                    **run_info,
+                    **spec,
+                    "sizes": list(machine.sizes),
+                },
+                {"model": name, "dataset": ds.name, "method": tags["method"], "stage": "ucd_train"},
+            )
 
         def on_step(step, metrics):
             metrics = {k: float(v) for k, v in metrics.items()}
@@ -132,48 +139,46 @@ def train_dbm(
             run.log(metrics, step=step, keep=False)
 
         def on_epoch(epoch, metrics, m):
+            ds = job["prepared"].dataset
             run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
-            _epoch_image(m, x_all, ds.image_shape, img_gen, png)
+            _epoch_image(m, job["prepared"].rows, ds.image_shape, job["images"], png)
             write_csv(_merged(earlier, steps), steps_csv)
             run.log_artifact(png, "epochs")
 
-        t0 = time.perf_counter()
-        machine, history = train(
-            machine,
-            x,
-            settings,
-            job.generator,
-            checkpoint_dir=modelfile.checkpoint_dir(outdir),
+        def extras(history):
+            prepared = job["prepared"]
+            job["seconds"] = time.perf_counter() - job["t0"]
+            job["steps"] = _merged(earlier, steps)
+            write_csv(job["steps"], steps_csv)
+            batches = max(1, prepared.x.shape[0] // prepared.settings.batch_size)
+            return {
+                "image_shape": list(prepared.dataset.image_shape),
+                "method": prepared.settings.method,
+                "seconds": job["seconds"],
+                "steps": len(history) * batches,
+                "tau_hist": _tau_histogram(job["steps"]),
+            }
+
+        machine = train_from_spec(
+            name,
+            spec,
+            data_path,
+            outdir,
+            seed=seed,
+            device=device,
+            on_start=on_start,
             on_epoch=on_epoch,
             on_step=on_step,
+            extras=extras,
+            n_train=n_train,
             progress=progress,
         )
-        seconds = time.perf_counter() - t0
-        steps = _merged(earlier, steps)
-        tau_hist = _tau_histogram(steps)
-        write_csv(steps, outdir / "steps.csv")
-        extras = {
-            "image_shape": list(ds.image_shape),
-            "method": settings.method,
-            "seconds": seconds,
-            "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
-            "tau_hist": tau_hist,
-        }
-        ModelFile.from_machine(
-            machine,
-            name,
-            spec=spec,
-            history=history,
-            dataset=ds.name,
-            substitute=ds.provenance.get("substitute"),
-            mlflow_run_id=run.run_id,
-            extras=extras,
-        ).save(modelfile.model_path(outdir))
-        run.log({"train_seconds_total": seconds})
+        run.log({"train_seconds_total": job["seconds"]})
         record.artifacts.append(steps_csv)
-    print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
+    last = job["steps"][-1] if job["steps"] else {}
+    print(f"{job['label']}: {len(job['steps'])} steps in {job['seconds']:.1f} s; last {last}")
     return machine
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.core.tap import SolverSettings, TAPState
@@ -51,7 +52,7 @@ __all__ = ["AdaTAPError", "SUPPORTED_PRIORS", "check_machine", "joint_couplings"
 SUPPORTED_PRIORS = (Bernoulli, Spin)
 
 
-class AdaTAPError(ValueError):
+class AdaTAPError(TapmachineError, ValueError):
     """adaTAP cannot run on this machine (a prior it does not implement)."""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.files import atomic_write
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class FigureError(Exception):
+class FigureError(TapmachineError):
     """A figure cannot be drawn from its inputs (missing, inconsistent or empty files)."""
 
 

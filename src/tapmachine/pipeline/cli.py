@@ -2,8 +2,9 @@
 
 The parser is built from the stage modules (``pipeline.stages.*``, each adding its commands
 with ``register`` and importing torch only when a command runs); the science is in the library
-modules. Also ``python -m tapmachine``. Errors the user can act on are printed
-as one line prefixed with ``tapmachine:`` and exit with status 2.
+modules. Also ``python -m tapmachine``. Errors the user can act on (``TapmachineError``, which
+every package's error subclasses, and a missing file) are printed as one line prefixed with
+``tapmachine: error:`` and exit with status 2.
 """
 
 from __future__ import annotations
@@ -54,36 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 
     eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
     import tapmachine.ucd  # noqa: F401  (registers the DBM methods in training's registry)
-    from tapmachine.figures.common import FigureError
-    from tapmachine.io.data import DataError
+    from tapmachine.core.errors import TapmachineError, one_line
     from tapmachine.io.files import is_disk_full
-    from tapmachine.io.modelfile import ModelFileError
-    from tapmachine.pipeline.stages.common import UsageError
-    from tapmachine.pipeline.stages.deep import DeepStageError
-    from tapmachine.pipeline.stages.track import TrackError
-    from tapmachine.pipeline.stages.ucd import UCDError
-    from tapmachine.pipeline.stages.ucd_dbm import UCDDBMError
-    from tapmachine.tap_paper.denoise import DenoiseError
-    from tapmachine.tap_paper.harvest import HarvestError
-    from tapmachine.train import TrainingError
 
     try:
         args.func(args)
-    except (
-        UsageError,
-        DataError,
-        TrainingError,
-        HarvestError,
-        FigureError,
-        ModelFileError,
-        UCDError,
-        UCDDBMError,
-        DenoiseError,
-        DeepStageError,
-        TrackError,
-        FileNotFoundError,
-    ) as err:
-        print(f"tapmachine: error: {err}", file=sys.stderr)
+    except (TapmachineError, FileNotFoundError) as err:
+        print(f"tapmachine: error: {one_line(err)}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as err:
         if not is_disk_full(err):

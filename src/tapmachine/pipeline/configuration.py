@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import SCHEMA_FILE, child, load_schema, resolve, schema_default
 
 __all__ = [
@@ -39,7 +40,7 @@ DEFAULT_CONFIG = "config.yaml"
 SCHEMA = SCHEMA_FILE
 
 
-class ConfigError(ValueError):
+class ConfigError(TapmachineError, ValueError):
     """The configuration is invalid; the message names the key and the value."""
 
 

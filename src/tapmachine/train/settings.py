@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from tapmachine.core import tap
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import defaults
 
 __all__ = ["TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
@@ -17,7 +18,7 @@ _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
 
 
-class TrainingError(Exception):
+class TrainingError(TapmachineError):
     """Training cannot go on (divergence, inconsistent resume state, bad settings)."""
 
 

@@ -20,13 +20,14 @@ import json
 import sys
 from pathlib import Path
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.pipeline.stages import figures as figures_stage
 from tapmachine.pipeline.stages.common import set_threads
 
 __all__ = ["register", "curve_args", "DeepStageError"]
 
 
-class DeepStageError(Exception):
+class DeepStageError(TapmachineError):
     """Inputs of the deep / adaTAP stage are missing or inconsistent."""
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.pipeline import tracking
 from tapmachine.pipeline.recorder import find_run, is_run_of, log_machine, resolve_links
 from tapmachine.pipeline.records import RunRecord, find_records, read_record
@@ -33,7 +34,7 @@ __all__ = ["TrackError", "replay", "register", "MODEL_TAG"]
 MODEL_TAG = "model_run_id"
 
 
-class TrackError(Exception):
+class TrackError(TapmachineError):
     """The store cannot be reached or the results directory is not one."""
 
 

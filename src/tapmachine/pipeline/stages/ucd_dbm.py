@@ -24,10 +24,12 @@ import math
 import time
 from pathlib import Path
 
+from tapmachine.core.errors import TapmachineError
+
 __all__ = ["UCDDBMError", "register", "train_dbm", "score"]
 
 
-class UCDDBMError(Exception):
+class UCDDBMError(TapmachineError):
     """Bad input to a DBM stage (spec, file, size)."""
 
 

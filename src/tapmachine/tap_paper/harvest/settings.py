@@ -6,12 +6,13 @@ import dataclasses
 from collections.abc import Mapping
 
 from tapmachine.core import tap
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import schema_default
 
 __all__ = ["HarvestError", "HarvestSettings", "MERGE_RULES"]
 
 
-class HarvestError(Exception):
+class HarvestError(TapmachineError):
     """The harvest cannot run (missing or inconsistent checkpoint, bad settings)."""
 
 

@@ -631,3 +631,13 @@ def test_fused_tap_updates_train_the_same_model(iterations):
     assert fused_module._compiled is not None and not fused_module._failed
     torch.testing.assert_close(fused.W, eager.W, rtol=0.0, atol=1e-10)
     torch.testing.assert_close(fused.hidden.U, eager.hidden.U, rtol=0.0, atol=1e-10)
+
+
+def test_a_truncated_gaussian_prior_from_one_row_is_finite():
+    """One row has no sample variance (torch gives NaN): the precision takes its floor, as for
+    a constant column, instead of a NaN prior that diverges at the first step."""
+    from tapmachine.train.build import visible_prior
+
+    prior = visible_prior({"prior": "truncated_gaussian"}, torch.tensor([[0.2, 0.7, 0.0]]))
+    assert all(bool(torch.isfinite(v).all()) for v in prior.params().values())
+    assert torch.equal(prior.V, torch.full((3,), 100.0))

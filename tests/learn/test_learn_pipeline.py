@@ -1,5 +1,7 @@
 """A ``TAPMachine`` as a scikit-learn pipeline's feature extractor on binary MNIST."""
 
+from pathlib import Path
+
 import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
@@ -37,3 +39,16 @@ def test_tap_machine_features_in_a_pipeline_beat_raw_pixels(binary_mnist):
     raw = LogisticRegression(max_iter=1000).fit(x, y).score(x_test, y_test)
     assert accuracy >= 0.86 and accuracy > raw, (accuracy, raw)
     assert pipe["rbm"].score_method_ == "tap" and pipe["rbm"].n_iter_ == 3
+
+
+@pytest.mark.slow
+def test_the_notebook_example_of_the_layout_page_runs():
+    """docs/layout.md's first library example, as written (load_digits ships with
+    scikit-learn): it fits, transforms, scores exactly, samples, continues and pipes."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "layout.md").read_text()
+    code = page.split("The library needs no workflow")[1].split("```python\n")[1].split("```")[0]
+    scope: dict = {}
+    exec(compile(code, "docs/layout.md", "exec"), scope)
+    assert scope["rbm"].score_method_ == "exact" and scope["rbm"].n_iter_ == 21
+    assert scope["H"].shape == (1797, 16) and scope["samples"].shape == (10, 64)
+    assert scope["ll"].shape == (1797,) and (scope["ll"] < 0).all()

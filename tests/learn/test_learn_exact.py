@@ -235,3 +235,22 @@ def test_defaults_are_the_schema_s():
     assert spec["visible"] == {"prior": "bernoulli", **defaults("prior")}
     dbm, dbm_spec = defaults("dbm_model"), UCDDBM()._spec()
     assert {k: v for k, v in dbm_spec.items() if k not in ("method", "hidden")} == dbm
+
+
+@pytest.mark.parametrize(
+    "estimator, message",
+    [
+        (TAPMachine(4, batch_size=0), "config key batch_size: 0 is less than the minimum of 1"),
+        (TAPMachine(4, damping=1.5), "config key tap.damping: 1.5 is greater than or equal"),
+        (TAPMachine((4, 0)), "config key hidden.1.units: 0 is less than the minimum of 1"),
+        (TAPMachine(4, method="ucd_lmi"), r"config key method: 'ucd_lmi' is not one of"),
+        (UCDDBM(4, method="tap"), r"config key method: 'tap' is not one of"),
+        (UCDDBM(4, cap=0), "config key ucd.cap: 0 is less than the minimum of 1"),
+        (TAPMachine(4, visible="gauss"), "unknown prior 'gauss'"),
+    ],
+)
+def test_parameters_are_checked_by_the_config_schema(estimator, message):
+    """fit checks the config entry of the parameters against the schema the workflow's config
+    is checked by, and says which key is wrong."""
+    with pytest.raises(ValueError, match=message):
+        estimator.fit(two_prototypes(20))

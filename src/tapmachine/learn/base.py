@@ -24,6 +24,7 @@ from tapmachine.core.estimators import exact_log_partition
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
 from tapmachine.io.data import Dataset
+from tapmachine.io.schema import check_entry
 from tapmachine.train.build import hidden_prior
 from tapmachine.train.loop import Carried, train
 from tapmachine.train.methods import method
@@ -126,11 +127,15 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     """The scikit-learn interface of a Boltzmann machine trained by the project's training loop.
 
     Subclasses set their hyper-parameters in ``__init__`` and give ``_spec`` (the config entry,
-    schema ``model`` or ``dbm_model``), ``_visible_template``, ``_units`` and ``sample``, and
-    have the parameters ``log_z``, ``binarize``, ``dtype``, ``random_state`` and ``verbose``.
+    schema ``_definition``: ``model`` or ``dbm_model``), ``_visible_template``, ``_units`` and
+    ``sample``, and have the parameters ``log_z``, ``binarize``, ``dtype``, ``random_state`` and
+    ``verbose``.
     """
 
     # -- what the subclasses give -------------------------------------------------------------
+
+    #: The schema definition of the config entry ``_spec`` gives.
+    _definition = "model"
 
     def _spec(self) -> dict:
         raise NotImplementedError
@@ -162,8 +167,15 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     # -- training -----------------------------------------------------------------------------
 
     def _settings(self) -> TrainSettings:
+        """The training settings of ``_spec``, checked first by the schema its config entry is
+        checked by (``_definition``)."""
+        spec = self._spec()
         try:
-            return TrainSettings.from_spec(self._spec())
+            check_entry(spec, self._definition)
+        except ValueError as exc:
+            raise ValueError(f"{type(self).__name__}: config key {exc}") from None
+        try:
+            return TrainSettings.from_spec(spec)
         except (TrainingError, TypeError) as exc:
             raise ValueError(f"{type(self).__name__}: {exc}") from None
 

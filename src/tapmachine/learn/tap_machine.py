@@ -8,12 +8,15 @@ entry the workflow would train from the same keys, by the same job start and loo
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from sklearn.utils.validation import check_is_fitted
 
 from tapmachine.core.priors import Prior
 from tapmachine.io.schema import defaults, schema_default
 from tapmachine.learn.base import BoltzmannEstimator, support_template
+from tapmachine.train.settings import TrainSettings
 
 __all__ = ["TAPMachine"]
 
@@ -195,9 +198,8 @@ n_solutions, rho_step, inference
             return {"prior": kind, "lower": float(bounds[0]), "upper": float(bounds[1])}
 
         sizes = self._hidden_sizes()
-        if not sizes or min(sizes) < 1:
-            raise ValueError(f"n_components must be positive unit counts, got {self.n_components}")
         spec = {
+            "dataset": "estimator",
             "visible": layer(self.visible, self.visible_bounds),
             "hidden": [{**layer(self.hidden, self.hidden_bounds), "units": n} for n in sizes],
             "method": self.method,
@@ -211,7 +213,6 @@ n_solutions, rho_step, inference
             "n_solutions": self.n_solutions,
             "rho_step": self.rho_step,
             "inference": self.inference,
-            "evaluate": self.evaluate,
             "tap": {
                 "train_iterations": self.train_iterations,
                 "train_tol": self.train_tol,
@@ -233,6 +234,9 @@ n_solutions, rho_step, inference
                 "inputs": self.pretrain_inputs,
             }
         return spec
+
+    def _settings(self) -> TrainSettings:
+        return dataclasses.replace(super()._settings(), evaluate=bool(self.evaluate))
 
     def _visible_template(self) -> Prior:
         lower, upper = (float(b) for b in self.visible_bounds)

@@ -77,6 +77,8 @@ class UCDDBM(BoltzmannEstimator):
     n_features_in_ : int
     """
 
+    _definition = "dbm_model"
+
     def __init__(
         self,
         n_components=(256, 256),

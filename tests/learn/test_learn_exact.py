@@ -254,3 +254,18 @@ def test_parameters_are_checked_by_the_config_schema(estimator, message):
     is checked by, and says which key is wrong."""
     with pytest.raises(ValueError, match=message):
         estimator.fit(two_prototypes(20))
+
+
+def test_the_top_level_exports_the_estimators_lazily():
+    """``import tapmachine`` (what the command imports first) loads neither torch nor
+    scikit-learn; the estimators' names load them on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tapmachine; before = {'torch', 'sklearn'} & set(sys.modules); "
+        "from tapmachine import TAPMachine, UCDDBM; import tapmachine.learn as l; "
+        "assert TAPMachine is l.TAPMachine and UCDDBM is l.UCDDBM; print(sorted(before))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -189,6 +189,7 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         labels = np.zeros(n, dtype=np.int64)
         dataset = Dataset(x, labels, x[:0], labels[:0], (1, d), {}, "estimator")
         self.seed_ = seed_of(self.random_state)
+        self.__dict__.pop("pretrain_history_", None)  # of an earlier fit
         try:
             machine, xs, generator = method(settings.method).start(
                 type(self).__name__, spec, dataset, self._tensor(x), settings, self.seed_, "cpu"

@@ -15,7 +15,7 @@ from full_configs import whole_config
 from mlflow_runs import dump
 from tiny_workflow import TINY, snakemake
 
-from tapmachine.pipeline.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking.store import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]

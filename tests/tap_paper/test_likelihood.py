@@ -18,10 +18,10 @@ from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.io.data import Dataset, load_dataset, save_dataset
 from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
-from tapmachine.pipeline import tracking
 from tapmachine.pipeline.configuration import ConfigError, validate
 from tapmachine.pipeline.stages import likelihood as likelihood_stage
 from tapmachine.pipeline.stages import train as train_stage
+from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.tap_paper import likelihood
 
 ROOT = Path(__file__).resolve().parents[2]

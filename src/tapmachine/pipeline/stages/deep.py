@@ -11,7 +11,7 @@ Commands (``register`` adds them):
   ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
 
 ``deep-curve`` and ``deep-timing`` keep their run's record beside their CSV (``<stem>.run.json``,
-``pipeline.records``).
+``pipeline.tracking.records``).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def _cmd_curve(args) -> None:
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.schema import defaults
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)
@@ -122,8 +122,8 @@ def _cmd_timing(args) -> None:
 
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)

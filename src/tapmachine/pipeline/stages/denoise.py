@@ -188,7 +188,7 @@ def _summary_rows(method: str, levels, values: np.ndarray, key: str, extra=None)
 def _record(run_name, params, tags, series: dict, files, model_file=None):
     """The record of a run in experiment ``denoise``: metric series (step = level index), the
     files, linked to the training run of ``model_file`` (if any)."""
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
 
     train_run = source_run(model_file) if model_file is not None else None
     links = {"model_run_id": train_run} if train_run else {}
@@ -277,9 +277,9 @@ def run_bsc(
 
 def _publish(rows, arrays, out_csv, out_npz, manifest, record) -> None:
     """Write the CSV summary and the npz (the CSV is removed if the npz fails), then log the
-    run's record and keep it beside them (``pipeline.recorder.publish``)."""
+    run's record and keep it beside them (``pipeline.tracking.recorder.publish``)."""
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.tracking.recorder import publish
 
     write_csv(rows, out_csv)
     try:

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from tapmachine.figures.common import FigureResult
-from tapmachine.pipeline.records import RunRecord, read_record, record_path
 from tapmachine.pipeline.stages.common import set_threads
+from tapmachine.pipeline.tracking.records import RunRecord, read_record, record_path
 
 
 def _fig3(m, a):
@@ -103,7 +103,7 @@ MODULES = {f: "ucd_dbm" for f in ("ucd_samples", "ucd_completion", "ucd_table1",
 def draw(args) -> None:
     """Draw ``args.figure``, save PNG/PDF/CSV, record them as its own run (``figure_record``)."""
     from tapmachine.figures import common
-    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.tracking.recorder import publish
 
     set_threads(getattr(args, "threads", 1))
     if getattr(args, "embedding", None) == "umap" and not os.environ.get("NUMBA_CACHE_DIR"):

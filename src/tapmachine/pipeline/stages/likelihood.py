@@ -24,7 +24,7 @@ from tapmachine.pipeline.stages.common import (
 def _record(model_file, kind: str, out_csv):
     """The record of a scoring run ``{model}-{kind}`` (its name set on start), linked to the
     model's training run, the CSV as artifact."""
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
 
     train_run = source_run(model_file)
     links = {"model_run_id": train_run} if train_run else {}
@@ -43,7 +43,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
     """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch) to a run
     ``{model}-epochs`` of experiment "likelihood"."""
     from tapmachine.io.modelfile import model_path
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     record = _record(model_path(model_dir), "epochs", out_csv)
@@ -67,7 +67,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
 
 def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
     """``likelihood.score_model`` logged to a run ``{model}-final`` of experiment "likelihood"."""
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     with recording(manifest, _record(model_file, "final", out_csv), out_csv) as run:
@@ -82,7 +82,7 @@ def exact_curve(args) -> None:
     """The exact log-likelihood of chosen epochs, logged (step = epoch) to a run
     ``{model}-exact`` of experiment "likelihood"."""
     from tapmachine.io.modelfile import model_path
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     set_threads(args.threads)

@@ -20,8 +20,8 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
     from tapmachine.io.files import atomic_write
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.ucd import fid
 
     ds = data.load_dataset(data_path)

@@ -100,8 +100,8 @@ def train_dbm(
     steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord, Series
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord, Series
     from tapmachine.train import train_from_spec
     from tapmachine.ucd.dbm import DBM_METHODS
 
@@ -255,9 +255,9 @@ def score(
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import atomic_write
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord, source_run
     from tapmachine.pipeline.stages.ucd_classifier import load_classifier
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
     from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
     from tapmachine.ucd import ais, dbm, fid, generate
 
@@ -339,8 +339,8 @@ def score(
 def cifar10(archive, out, manifest=None) -> None:
     """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
     from tapmachine.io import data
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.ucd import cifar
 
     try:

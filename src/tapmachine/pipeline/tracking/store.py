@@ -1,8 +1,8 @@
 """The one place that talks to MLflow.
 
-The files under ``results/`` and each job's run record beside them (``pipeline.records``) are the
-record; MLflow mirrors them so runs can be browsed and compared. Hence tracking is best effort
-and cheap:
+The files under ``results/`` and each job's run record beside them (``pipeline.tracking.records``)
+are the record; MLflow mirrors them so runs can be browsed and compared. Hence tracking is best
+effort and cheap:
 
 - every HTTP call is bounded (``MLFLOW_HTTP_REQUEST_TIMEOUT`` 10 s, no retries, unless the user
   set those variables), and a server is probed once (``/health``, 5 s) before a run is created;
@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tapmachine.io.files import atomic_write
-from tapmachine.pipeline.records import flat_params
+from tapmachine.pipeline.tracking.records import flat_params
 
 __all__ = [
     "EXPERIMENTS",

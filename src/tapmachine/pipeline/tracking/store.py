@@ -319,7 +319,7 @@ class Run:
         name: str = "model",
     ) -> str | None:
         """Log a trained machine (``model.pt``) as an MLflow pyfunc model
-        (``pipeline.mlflow_model``: signature with its ``params`` schema, two input rows as
+        (``pipeline.tracking.mlflow_model``: signature with its ``params`` schema, two input rows as
         example, the package source as ``code_paths`` and pinned requirements, so that a fresh
         environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
         and schema of all of them; ``log_input``). Returns the model URI, or None (best
@@ -331,7 +331,7 @@ class Run:
             import numpy as np
             from mlflow.models import infer_signature
 
-            from tapmachine.pipeline import mlflow_model
+            from tapmachine.pipeline.tracking import mlflow_model
 
             rows = np.asarray(rows, dtype=np.float32)
             example = rows[:2]
@@ -344,7 +344,7 @@ class Run:
                     artifacts={"model": str(model_file)},
                     signature=signature,
                     input_example=example,
-                    code_paths=[str(Path(mlflow_model.__file__).parents[1])],  # the package
+                    code_paths=[str(Path(mlflow_model.__file__).parents[2])],  # the package
                     pip_requirements=mlflow_model.requirements(),
                 )
                 if dataset_file is not None:

@@ -180,8 +180,8 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     # its halves are taken in the run's one random order of the test rows, not in file order
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
     from tapmachine.ucd import fid
+    from tapmachine.ucd.fid import load_classifier
 
     x_test = torch.as_tensor(
         data.load_dataset(finished_run / "results" / "data" / "binary_mnist.npz").x_test,

@@ -166,6 +166,19 @@ def test_fig3_exact_curve_judges_the_rise_on_the_exact_values(run, tmp_path):
     )
     pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
 
+    assert claims(table, "ais_vs_exact").empty  # an exact curve computed without AIS
+    for z, verdict in (([0.5, -4.0, 1.0], "not held"), ([0.5, -1.0, 2.9], "held")):
+        exact.assign(ais_z=z).to_csv(exact_csv, index=False)
+        table = _save(fig3.make([run["metrics"]], [run["model"]], [exact_csv]), tmp_path, "fig3")
+        row = claims(table, "ais_vs_exact")
+        assert row["value"].iloc[0] == pytest.approx(max(map(abs, z)))
+        assert (
+            row["held"].iloc[0] == verdict
+            and row["epoch"].iloc[0] == chosen[int(np.argmax(np.abs(z)))]
+        )
+        again = fig3.rejudge(table)
+        assert claims(again, "ais_vs_exact")["held"].iloc[0] == verdict
+
     exact.assign(model="other").to_csv(exact_csv, index=False)
     with pytest.raises(common.FigureError, match="exact curve of 'other', which fig3 does not"):
         fig3.make([run["metrics"]], [run["model"]], [exact_csv])

@@ -186,6 +186,34 @@ def test_bad_configs_name_key_and_value(default, path, value, expected):
     assert "\n" not in str(info.value)
 
 
+def test_alg1_overlay_restores_the_papers_iteration_and_nothing_else():
+    """paper.yaml trains converged TAP with newton_sor (a departure); paper_alg1.yaml after it
+    gives every such model Alg. 1 (``damped``) back and changes no other setting."""
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    alg1 = validate(
+        load_config(
+            [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/paper_alg1.yaml"],
+            default=ROOT / "config.yaml",
+            schema=SCHEMA,
+        ),
+        SCHEMA,
+    )
+    converged = {
+        label
+        for label, model in paper["models"].items()
+        if model["tap"]["train_iterations"] == "converge"
+    }
+    assert {
+        label for label in converged if paper["models"][label]["tap"]["solver"] == "damped"
+    } == set()
+    assert {
+        label for label in converged if alg1["models"][label]["tap"]["solver"] == "damped"
+    } == converged
+    for label in converged:
+        alg1["models"][label]["tap"]["solver"] = "newton_sor"
+    assert alg1 == paper
+
+
 def test_paper_config_has_its_own_results_directory():
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     default = validate(load("config.yaml"), SCHEMA)

@@ -404,7 +404,36 @@ def claims_report(args) -> None:
     print(f"wrote {out} (claim rows of {folder})")
 
 
+def claims_spread(args) -> None:
+    """``tapmachine claims-spread``: the claim rows of runs that differ only in their seed, side
+    by side, with each verdict over the seeds (``figures.seed_spread``)."""
+    from tapmachine.figures import seed_spread
+    from tapmachine.io.files import atomic_write
+
+    runs = {}
+    for folder in map(Path, args.results):
+        runs[folder.name] = folder / "figures" if (folder / "figures").is_dir() else folder
+    table = seed_spread.spread(runs)
+    text = seed_spread.spread_markdown(table, args.title, args.level)
+    atomic_write(args.out, lambda fh: fh.write(text), text=True)
+    if args.csv:
+        atomic_write(args.csv, lambda fh: table.to_csv(fh, index=False), text=True)
+    print(f"wrote {args.out} (claim rows of {len(runs)} runs)")
+
+
 def register(subparsers) -> None:
+    spread = subparsers.add_parser(
+        "claims-spread",
+        help="the claim rows of runs that differ in their seed, side by side (verdict per seed)",
+    )
+    spread.add_argument(
+        "--results", nargs="+", required=True, help="results folders of the runs (results/<run>)"
+    )
+    spread.add_argument("--out", required=True, help="markdown file to write")
+    spread.add_argument("--csv", default=None, help="also write the table as CSV")
+    spread.add_argument("--title", default=None, help="heading of the report")
+    spread.add_argument("--level", type=int, default=2, help="heading level of the title")
+    spread.set_defaults(func=claims_spread)
     c = subparsers.add_parser(
         "claims", help="every figure's claim rows of a run (held / not held) as markdown"
     )

@@ -94,11 +94,20 @@ def exact_curve(args) -> None:
             run.start({"epochs": args.epochs}, {"model": Path(args.model_dir).name})
 
             def on_row(epoch, row):
-                keys = ("exact_ll", "log_z_exact", "tap_ll")
-                run.log({k: row[k] for k in keys if math.isfinite(row[k])}, step=epoch)
+                keys = ("exact_ll", "log_z_exact", "tap_ll", "log_z_ais", "ais_z")
+                run.log(
+                    {k: row[k] for k in keys if math.isfinite(row.get(k, math.nan))}, step=epoch
+                )
 
             likelihood.exact_curve(
-                args.model_dir, args.data, args.out, epochs, args.device, on_row=on_row
+                args.model_dir,
+                args.data,
+                args.out,
+                epochs,
+                args.device,
+                on_row=on_row,
+                ais=parse_json(args.ais, "--ais") if args.ais else None,
+                seed=args.seed,
             )
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(f"exact curve of {args.model_dir}: {err}") from err
@@ -163,6 +172,13 @@ def register(subparsers) -> None:
     e.add_argument("--data", required=True, help="the model's dataset (.npz)")
     e.add_argument("--epochs", default="all", help="all | last | comma-separated epochs")
     e.add_argument("--out", required=True, help="CSV to write")
+    e.add_argument(
+        "--ais",
+        default=None,
+        help='JSON {"n_runs", "schedule", "n_betas"}: also score each epoch by AIS against the '
+        "enumeration (figures.fig3.exact.ais)",
+    )
+    e.add_argument("--seed", type=int, default=0, help="the config's seed (AIS's generator)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--tracking", default=None)

@@ -68,17 +68,17 @@ def test_defaults_are_filled(default):
     assert config["data"]["faces"]["cbcl_archive"] is None
 
 
+#: The smallest model entry the schema accepts.
+MINIMAL_MODEL = {
+    "dataset": "mnist",
+    "visible": {"prior": "bernoulli"},
+    "hidden": [{"prior": "bernoulli", "units": 3}],
+}
+
+
 def test_minimal_config_gets_every_default():
     config = validate(
-        {
-            "models": {
-                "m": {
-                    "dataset": "mnist",
-                    "visible": {"prior": "bernoulli"},
-                    "hidden": [{"prior": "bernoulli", "units": 3}],
-                }
-            }
-        },
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}},
         SCHEMA,
     )
     assert config["seed"] == 2026 and config["dtype"] == "float32"
@@ -364,17 +364,7 @@ def test_solver_settings_have_one_schema_definition(default):
     text = SCHEMA.read_text()
     assert text.count("damping: {type: number") == 1
     config = validate(
-        {
-            "models": {
-                "m": {
-                    "dataset": "mnist",
-                    "visible": {"prior": "bernoulli"},
-                    "hidden": [{"prior": "bernoulli", "units": 3}],
-                }
-            },
-            "harvest": {"m": {"epochs": [1]}},
-        },
-        SCHEMA,
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}, "harvest": {"m": {"epochs": [1]}}}, SCHEMA
     )
     damping = solver["damping"]["default"]
     assert config["models"]["m"]["tap"]["damping"] == damping

@@ -92,3 +92,27 @@ def test_train_knows_the_dbm_methods_only_through_its_registry():
     ).stdout.split("] [")
     assert out[0] == "['cd', 'pcd', 'tap'"
     assert out[1].rstrip().rstrip("]") == "'cd', 'centered_pcd', 'dbm_pcd', 'pcd', 'tap', 'ucd_lmi'"
+
+
+def test_no_import_cycles():
+    """No module imports, directly or through others, a module that imports it (a package's
+    ``__init__`` re-exporting its own modules aside)."""
+    modules = dict(_modules())
+    graph = {}
+    for module, path in modules.items():
+        deps = set()
+        for name in _imports(path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                deps.add(name)
+        graph[module] = deps
+
+    def reaches(start, goal, seen):
+        for dep in graph[start]:
+            if dep == goal or (dep not in seen and (seen.add(dep) or reaches(dep, goal, seen))):
+                return True
+        return False
+
+    cycles = sorted(m for m in graph if reaches(m, m, set()))
+    assert not cycles, cycles

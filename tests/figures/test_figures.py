@@ -84,6 +84,7 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     df["tap_validity_rho"] = df["tap_validity"] * 0.9
     df["tap_validity_rho_median"] = df["tap_validity_rho"] / 2
     df["train_unconverged_steps"] = [0] * (n - 1) + [7]
+    df["train_converged_step_share"] = [1.0] * (n - 1) + [0.5]
     df["tap_ll_first_pass"] = df["tap_ll"] - np.where(df["epoch"] == n, 0.05, 0.0)
     df["n_unique_retry_only"] = [0] * (n - 1) + [2]
     metrics = tmp_path / "metrics.csv"
@@ -106,6 +107,11 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     assert claims(table, "max_tap_validity_rho")["value"].iloc[0] == pytest.approx(1.4 * 0.9)
     assert claims(table, "epochs_with_unconverged_training_steps")["value"].iloc[0] == 1
     assert claims(table, "epochs_with_second_pass_fixed_points")["value"].iloc[0] == 1
+    converged = claims(table, "training_steps_converged")
+    assert converged["value"].iloc[0] == pytest.approx(1 - 0.5 / n)
+    assert (
+        converged["held"].iloc[0] == "not held" and f"at epoch {n}" in converged["detail"].iloc[0]
+    )
     title = result.figure.get_suptitle()
     assert f"c_i W_ij^2 c_j >= 1 from epoch {first_over}" in title
     assert f"without a converged row from epoch {n}" in title
@@ -115,6 +121,10 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
         for t in (table, again)
     )
     pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+    df["train_converged_step_share"] = 1.0
+    df.to_csv(metrics, index=False)
+    table = _save(fig3.make([metrics], [run["model"]]), tmp_path, "fig3")
+    assert claims(table, "training_steps_converged")["held"].iloc[0] == "held"
 
 
 def test_fig3_exact_curve_judges_the_rise_on_the_exact_values(run, tmp_path):
@@ -155,6 +165,19 @@ def test_fig3_exact_curve_judges_the_rise_on_the_exact_values(run, tmp_path):
         for t in (table, again)
     )
     pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+
+    assert claims(table, "ais_vs_exact").empty  # an exact curve computed without AIS
+    for z, verdict in (([0.5, -4.0, 1.0], "not held"), ([0.5, -1.0, 2.9], "held")):
+        exact.assign(ais_z=z).to_csv(exact_csv, index=False)
+        table = _save(fig3.make([run["metrics"]], [run["model"]], [exact_csv]), tmp_path, "fig3")
+        row = claims(table, "ais_vs_exact")
+        assert row["value"].iloc[0] == pytest.approx(max(map(abs, z)))
+        assert (
+            row["held"].iloc[0] == verdict
+            and row["epoch"].iloc[0] == chosen[int(np.argmax(np.abs(z)))]
+        )
+        again = fig3.rejudge(table)
+        assert claims(again, "ais_vs_exact")["held"].iloc[0] == verdict
 
     exact.assign(model="other").to_csv(exact_csv, index=False)
     with pytest.raises(common.FigureError, match="exact curve of 'other', which fig3 does not"):

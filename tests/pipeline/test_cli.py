@@ -91,3 +91,35 @@ def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, mon
     err = capsys.readouterr().err
     assert code == 2 and err == "tapmachine: error: first line second line\n", err
     assert issubclass(common.UsageError, TapmachineError)
+
+
+def test_figure_commands_come_from_one_table_in_any_order():
+    """``tapmachine figure`` offers exactly the figures of ``stages.figures.FIGURES``, whatever
+    order the stages register in, and no module reaches into argparse's private attributes."""
+    import argparse
+    import ast
+
+    from tapmachine.pipeline import cli
+    from tapmachine.pipeline.stages.figures import FIGURES
+
+    def figure_names(parser):
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        (figs,) = [
+            a for a in sub.choices["figure"]._actions if isinstance(a, argparse._SubParsersAction)
+        ]
+        return set(figs.choices)
+
+    forward = figure_names(cli._parser())
+    try:
+        cli.STAGES = tuple(reversed(cli.STAGES))
+        backward = figure_names(cli._parser())
+    finally:
+        cli.STAGES = tuple(reversed(cli.STAGES))
+    assert forward == backward == set(FIGURES)
+    private = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "src" / "tapmachine").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("_actions", "_SubParsersAction")
+    ]
+    assert not private, private

@@ -68,17 +68,17 @@ def test_defaults_are_filled(default):
     assert config["data"]["faces"]["cbcl_archive"] is None
 
 
+#: The smallest model entry the schema accepts.
+MINIMAL_MODEL = {
+    "dataset": "mnist",
+    "visible": {"prior": "bernoulli"},
+    "hidden": [{"prior": "bernoulli", "units": 3}],
+}
+
+
 def test_minimal_config_gets_every_default():
     config = validate(
-        {
-            "models": {
-                "m": {
-                    "dataset": "mnist",
-                    "visible": {"prior": "bernoulli"},
-                    "hidden": [{"prior": "bernoulli", "units": 3}],
-                }
-            }
-        },
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}},
         SCHEMA,
     )
     assert config["seed"] == 2026 and config["dtype"] == "float32"
@@ -184,6 +184,34 @@ def test_bad_configs_name_key_and_value(default, path, value, expected):
         validate(config, SCHEMA)
     assert expected in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_alg1_overlay_restores_the_papers_iteration_and_nothing_else():
+    """paper.yaml trains converged TAP with newton_sor (a departure); paper_alg1.yaml after it
+    gives every such model Alg. 1 (``damped``) back and changes no other setting."""
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    alg1 = validate(
+        load_config(
+            [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/paper_alg1.yaml"],
+            default=ROOT / "config.yaml",
+            schema=SCHEMA,
+        ),
+        SCHEMA,
+    )
+    converged = {
+        label
+        for label, model in paper["models"].items()
+        if model["tap"]["train_iterations"] == "converge"
+    }
+    assert {
+        label for label in converged if paper["models"][label]["tap"]["solver"] == "damped"
+    } == set()
+    assert {
+        label for label in converged if alg1["models"][label]["tap"]["solver"] == "damped"
+    } == converged
+    for label in converged:
+        alg1["models"][label]["tap"]["solver"] = "newton_sor"
+    assert alg1 == paper
 
 
 def test_paper_config_has_its_own_results_directory():
@@ -336,17 +364,7 @@ def test_solver_settings_have_one_schema_definition(default):
     text = SCHEMA.read_text()
     assert text.count("damping: {type: number") == 1
     config = validate(
-        {
-            "models": {
-                "m": {
-                    "dataset": "mnist",
-                    "visible": {"prior": "bernoulli"},
-                    "hidden": [{"prior": "bernoulli", "units": 3}],
-                }
-            },
-            "harvest": {"m": {"epochs": [1]}},
-        },
-        SCHEMA,
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}, "harvest": {"m": {"epochs": [1]}}}, SCHEMA
     )
     damping = solver["damping"]["default"]
     assert config["models"]["m"]["tap"]["damping"] == damping

@@ -285,8 +285,9 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     import numpy as np
 
     from tapmachine.io.data import Dataset, save_dataset
-    from tapmachine.pipeline import cli, tracking
+    from tapmachine.pipeline import cli
     from tapmachine.pipeline.stages import train as train_stage
+    from tapmachine.pipeline.tracking import store as tracking
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)

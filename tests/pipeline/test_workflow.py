@@ -15,7 +15,7 @@ from full_configs import whole_config
 from mlflow_runs import dump
 from tiny_workflow import TINY, snakemake
 
-from tapmachine.pipeline.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking.store import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -180,8 +180,8 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     # its halves are taken in the run's one random order of the test rows, not in file order
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
     from tapmachine.ucd import fid
+    from tapmachine.ucd.fid import load_classifier
 
     x_test = torch.as_tensor(
         data.load_dataset(finished_run / "results" / "data" / "binary_mnist.npz").x_test,

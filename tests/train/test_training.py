@@ -309,6 +309,22 @@ def test_converged_iteration_training_raises_the_exact_log_likelihood():
     assert last["train_mean_solutions"] >= 1.0
 
 
+def test_converged_steps_count_steps_where_nearly_every_row_converged(cycling_rbm):
+    """``converged_steps`` counts a step only when >= 99% of its rows converged: on the RBM
+    where Alg. 1 at damping 0.5 cycles from every start none does, with the per-unit Newton
+    solver every one does; ``unconverged_steps`` counts the steps with no converged row."""
+    m, x = cycling_rbm
+    counts = {}
+    for solver in ("damped", "newton_sor"):
+        stats = {}
+        for _ in range(2):
+            converged_tap_gradients(
+                m, x, x, tap.SolverSettings(solver, tol=1e-20, max_iter=500), stats=stats
+            )
+        counts[solver] = (stats["steps"], stats["converged_steps"], stats["unconverged_steps"])
+    assert counts == {"damped": (2, 0, 2), "newton_sor": (2, 2, 0)}
+
+
 def _random_rbm(seed, nv=8, nh=5, std=0.6):
     from tapmachine.core.machine import BoltzmannMachine
     from tapmachine.core.priors import Bernoulli

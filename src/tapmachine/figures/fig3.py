@@ -47,6 +47,7 @@ from tapmachine.figures.common import (
     size_note,
     table,
 )
+from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
 
 __all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "DIAGNOSTICS"]
 
@@ -57,6 +58,7 @@ DIAGNOSTICS = (
     "tap_validity_rho",
     "tap_validity_rho_median",
     "train_unconverged_steps",
+    "train_converged_step_share",
     "tap_ll_first_pass",
     "n_unique_retry_only",
 )
@@ -137,6 +139,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
                 low.plot(e, extra["tap_validity"], color=line.get_color(), ls=":", lw=0.8)
             ex = exact.get(info.name)
             ex_ll, ex_se = _exact_at(ex, e)
+            ais_z = _exact_column(ex, e, "ais_z")
             if ex is not None:
                 ax.errorbar(
                     ex["epoch"],
@@ -160,6 +163,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
                         **{c: extra[c][i] for c in DIAGNOSTICS},
                         "exact_ll": ex_ll[i],
                         "exact_ll_stderr": ex_se[i],
+                        "ais_z": ais_z[i],
                     }
                 )
             claims += _claims(info.name, e, m)
@@ -224,6 +228,37 @@ def _exact_at(curve: pd.DataFrame | None, epochs: np.ndarray) -> tuple[np.ndarra
     return ll, se
 
 
+def _exact_column(curve: pd.DataFrame | None, epochs: np.ndarray, column: str) -> np.ndarray:
+    """An exact curve's ``column`` at ``epochs`` (NaN where the curve has no such epoch or no
+    such column: an exact curve computed without AIS)."""
+    out = np.full(len(epochs), np.nan)
+    if curve is not None and column in curve:
+        at = dict(zip(curve["epoch"].astype(int), curve[column].astype(float), strict=True))
+        out[:] = [at.get(int(e), np.nan) for e in epochs]
+    return out
+
+
+def _ais_claim(model: str, curve: pd.DataFrame) -> list[dict]:
+    """AIS checked against the enumeration at the exact curve's epochs: the largest
+    |ln Z_AIS - ln Z| in AIS standard errors, held at 3 or less (no row without AIS)."""
+    if "ais_z" not in curve or not curve["ais_z"].notna().any():
+        return []
+    known = curve[curve["ais_z"].notna()]
+    z = known["ais_z"].to_numpy(float)
+    worst = int(np.argmax(np.abs(z)))
+    return [
+        claim(
+            "ais_vs_exact",
+            float(np.abs(z).max()),
+            model,
+            "largest |ln Z by AIS - ln Z by enumeration| in AIS standard errors over "
+            f"{len(z)} epochs (signed: {', '.join(f'{v:+.2f}' for v in z)}); held at <= 3",
+            int(known["epoch"].iloc[worst]),
+            held=bool(np.abs(z).max() <= 3.0),
+        )
+    ]
+
+
 def _exact_gap(epochs: np.ndarray, tap_ll: np.ndarray, curve: pd.DataFrame):
     """(largest TAP - exact over the exact epochs that have a TAP value, its epoch)."""
     tap_at = dict(zip(epochs.astype(int), tap_ll, strict=True))
@@ -268,7 +303,7 @@ def _exact_claims(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> 
                 held=bool(x[-1] > x[0]),
             ),
         )
-    return rows
+    return rows + _ais_claim(model, curve)
 
 
 def _exact_note(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> str:
@@ -292,6 +327,27 @@ def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
     if fallback.size:
         parts.append(f"training steps without a converged row from epoch {int(fallback.min())}")
     return f"{model}: {'; '.join(parts)}" if parts else ""
+
+
+def _converged_steps_claim(model: str, epochs: np.ndarray, share: np.ndarray) -> list[dict]:
+    """Alg. 2 trains on TAP solutions: the share of converged training steps (at least
+    ``CONVERGED_STEP_SHARE`` of their rows converged), over all epochs (each epoch has the same
+    number of steps), held at 0.99 or more. No row for fixed-iteration training or metrics
+    written before the column existed."""
+    if not np.isfinite(share).any():
+        return []
+    worst = int(epochs[np.nanargmin(share)])
+    return [
+        claim(
+            "training_steps_converged",
+            float(np.nanmean(share)),
+            model,
+            f"share of training steps with >= {CONVERGED_STEP_SHARE:.0%} of rows converged, "
+            f"over {int(np.isfinite(share).sum())} epochs; lowest {float(np.nanmin(share)):.4f} "
+            f"at epoch {worst}; goal >= 0.99",
+            held=bool(np.nanmean(share) >= 0.99),
+        )
+    ]
 
 
 def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict) -> list[dict]:
@@ -340,6 +396,7 @@ def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: di
                 "stood at train_max_iter" + (f", from epoch {int(hit.min())}" if hit.size else ""),
             )
         )
+    rows += _converged_steps_claim(model, epochs, extra["train_converged_step_share"])
     first = extra["tap_ll_first_pass"]
     retry = extra["n_unique_retry_only"]
     if np.isfinite(retry).any():

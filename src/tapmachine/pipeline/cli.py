@@ -10,41 +10,35 @@ every package's error subclasses, and a missing file) are printed as one line pr
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from tapmachine.pipeline.stages import (
-        data,
-        deep,
-        denoise,
-        figures,
-        harvest,
-        likelihood,
-        progress,
-        stability,
-        track,
-        tracking,
-        train,
-        ucd,
-    )
+#: The stage modules under ``pipeline.stages``, each adding its commands with ``register``; the
+#: order is that of ``--help`` only (no stage reaches into another's parsers).
+STAGES = (
+    "tracking",
+    "data",
+    "train",
+    "progress",
+    "harvest",
+    "stability",
+    "likelihood",
+    "figures",
+    "ucd",
+    "denoise",
+    "deep",
+    "track",
+)
 
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    tracking.register(sub)
-    data.register(sub)
-    train.register(sub)
-    progress.register(sub)
-    harvest.register(sub)
-    stability.register(sub)
-    likelihood.register(sub)
-    figures.register(sub)
-    ucd.register(sub)
-    denoise.register(sub)
-    deep.register(sub)
-    track.register(sub)
+    for stage in STAGES:
+        importlib.import_module(f"tapmachine.pipeline.stages.{stage}").register(sub)
     return p
 
 

@@ -226,6 +226,7 @@ def _epoch_metrics(epoch: int, lr: float, train_seconds: float, step_stats: dict
         metrics["train_converged_fraction"] = step_stats["converged"] / n_steps
         metrics["train_mean_solutions"] = step_stats["solutions"] / n_steps
         metrics["train_unconverged_steps"] = step_stats["unconverged_steps"]
+        metrics["train_converged_step_share"] = step_stats["converged_steps"] / n_steps
     return metrics
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from tapmachine.core import contrastive
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train.build import build_from_spec
-from tapmachine.train.settings import TrainingError, TrainSettings
+from tapmachine.train.settings import METHODS, TrainingError, TrainSettings
 from tapmachine.train.tap_gradient import check_train_noise, tap_step_gradients
 
 __all__ = ["GradientMethod", "METHODS", "register", "method", "gradients", "rbm_start"]
@@ -85,10 +85,6 @@ class GradientMethod:
     check: Callable = _no_check
     build: Callable = build_from_spec
     start: Callable = rbm_start
-
-
-#: Every registered method by name (``TrainSettings.method``).
-METHODS: dict[str, GradientMethod] = {}
 
 
 def register(entry: GradientMethod) -> GradientMethod:

@@ -9,13 +9,18 @@ from tapmachine.core import tap
 from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import defaults
 
-__all__ = ["TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
+__all__ = ["METHODS", "TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
 
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
 RHO_STEPS = ("plain", "logit")
 
 _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
+
+
+#: The gradient methods by name (``train.methods.GradientMethod``), filled by
+#: ``train.methods.register``: tap, cd and pcd, and those other packages register.
+METHODS: dict = {}
 
 
 class TrainingError(TapmachineError):
@@ -74,8 +79,6 @@ class TrainSettings:
         ``model``); what the entry leaves out, its gradient method's defaults where it has any
         (``GradientMethod.defaults``: the DBMs' schema ``dbm_model``, no per-epoch TAP
         evaluation), else ``TrainSettings``' own."""
-        from tapmachine.train.methods import METHODS  # the registry builds on these settings
-
         keys = {f.name for f in dataclasses.fields(cls)}
         registered = METHODS.get(spec.get("method", cls.method))
         own = registered.defaults() if registered is not None else {}
@@ -98,8 +101,6 @@ class TrainSettings:
             tap.SolverSettings.of(self)  # checks solver, damping and retry_damping
         except ValueError as exc:
             raise TrainingError(f"tap.{exc}") from None
-        from tapmachine.train.methods import METHODS
-
         if self.method in METHODS:
             METHODS[self.method].check(self)
 

@@ -17,7 +17,13 @@ __all__ = [
     "converged_tap_gradients",
     "noisy_initialisations",
     "check_train_noise",
+    "CONVERGED_STEP_SHARE",
 ]
+
+#: A converged training step is one in which at least this share of the K rows converged: the
+#: bar at which Alg. 2's model term is an average over TAP solutions, not over rows the cap
+#: stopped (``stats["converged_steps"]``, reported per epoch as ``train_converged_step_share``).
+CONVERGED_STEP_SHARE = 0.99
 
 
 def tap_step_gradients(
@@ -86,7 +92,8 @@ def converged_tap_gradients(
     how many data points fall into them). If no row converged, all rows are used and the step
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
-    ``solutions`` (sum of solutions used) and ``unconverged_steps``. The solutions come from
+    ``solutions`` (sum of solutions used), ``unconverged_steps`` and ``converged_steps`` (steps
+    in which at least ``CONVERGED_STEP_SHARE`` of the rows converged). The solutions come from
     ``solve_for_gradient`` (Alg. 1 by ``solver``, default ``tap.SolverSettings()``, or Alg. 3
     with ``inference="adatap"``).
     """
@@ -107,6 +114,9 @@ def converged_tap_gradients(
         stats["solutions"] = stats.get("solutions", 0) + used.n_rows
         stats["unconverged_steps"] = stats.get("unconverged_steps", 0) + int(
             not bool(converged.any())
+        )
+        stats["converged_steps"] = stats.get("converged_steps", 0) + int(
+            float(converged.float().mean()) >= CONVERGED_STEP_SHARE
         )
     return tap.tap_gradients(machine, x, used)
 

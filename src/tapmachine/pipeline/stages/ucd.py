@@ -51,8 +51,8 @@ def run_steps(
     from tapmachine import ucd
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
 
     if method not in ucd.METHODS:
         raise UCDError(f"method {method!r} is not one of {list(ucd.METHODS)}")

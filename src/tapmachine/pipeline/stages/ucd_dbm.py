@@ -8,11 +8,11 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
   ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
 - ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
-- ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
-  states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
-  and by the AIS test log-likelihood of Salakhutdinov & Hinton (2009) (``tapmachine.ucd.ais``:
-  ln Z by AIS on the odd layers, the data term by the mean-field lower bound, so the number is an
-  estimated lower bound on ln P(v), nats per image).
+- ``ucd score``: one DBM scored (``tapmachine.ucd.score``) by the classifier FID of its samples
+  (local modes from uniform states) against the test set, by the TAP log-likelihood (first
+  paper, App. E) of test images, and by the AIS test log-likelihood of Salakhutdinov & Hinton
+  (2009) (``tapmachine.ucd.ais``: ln Z by AIS on the odd layers, the data term by the mean-field
+  lower bound, so the number is an estimated lower bound on ln P(v), nats per image).
 - ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2`` are registered by
   ``stages.figures`` (table ``FIGURES``).
 """
@@ -100,8 +100,8 @@ def train_dbm(
     steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord, Series
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord, Series
     from tapmachine.train import train_from_spec
     from tapmachine.ucd.dbm import DBM_METHODS
 
@@ -235,31 +235,15 @@ def score(
     mean_field_steps: int = 30,
     device: str = "cpu",
 ):
-    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood and AIS
-    log-likelihood (mean-field lower bound minus AIS ln Z, ``ucd.ais``) of ``n_ll`` test images.
-
-    The test images are taken in one random order, the same for every model of a run
-    (``seed``): the MNIST test file holds two writer populations one after the other (its first
-    5,000 digits from NIST's SD-3, written by Census Bureau employees, its last 5,000 from SD-1,
-    written by high-school students, the harder half; LeCun, Cortes and Burges' MNIST page;
-    Yadav and Bottou 2019), so the first rows are not a sample of the set, and the FID floor's
-    two halves in file order would compare the two populations (5,000 images a half, the
-    features of ``ucd_cpu.yaml``'s MNIST classifier: 54.3 in file order, 3.2 in a random order;
-    Fashion-MNIST 1.2 in both).
-
-    AIS: ``ais_runs`` runs along ``ucd.ais.segmented_schedule(ais_betas)``, base rates fitted to
-    the training rows; the data term by ``mean_field_steps`` mean-field sweeps.
-    """
-    import torch
-
-    from tapmachine.core.seeding import seeded_generator
+    """``ucd.score.score_dbm`` of one DBM on its binary dataset, the test images in
+    ``ucd.score.test_order``, written as one JSON row with the model's description and training
+    summary and recorded as run ``score_{dataset}_{model}`` of experiment "ucd"."""
     from tapmachine.io.files import atomic_write
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord, source_run
-    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
-    from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
-    from tapmachine.ucd import ais, dbm, fid, generate
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
+    from tapmachine.ucd import dbm, fid
+    from tapmachine.ucd.score import score_dbm, test_order
 
     for key, value, low in (
         ("ais_runs", ais_runs, 2),
@@ -272,54 +256,36 @@ def score(
     blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
     machine = model.machine(device=device)
     ds, x_train, x_test = _load_binary(data_path)
-    order = torch.randperm(x_test.shape[0], generator=seeded_generator(seed, "ucd_score", "order"))
-    x_train, x_test = x_train.to(device), x_test[order].to(device)
-    net, acc = load_classifier(classifier_path)
+    x_train, x_test = x_train.to(device), x_test[test_order(x_test.shape[0], seed)].to(device)
+    net, acc = fid.load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
-    g = seeded_generator(seed, "ucd_score", label, device=device)
     t0 = time.perf_counter()
-    samples, T = generate.sample(machine, n_samples, g)
-    images = dbm.to_unit_interval(machine, samples).cpu()
-    n_real = min(n_samples, x_test.shape[0])
-    distance = fid.frechet_distance(net, x_test[:n_real].cpu(), images)
-    # the floor: two disjoint halves of the test set at the same size (at most half of it)
-    n_floor = min(n_real, x_test.shape[0] // 2)
-    floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
-    settings = TrainSettings(max_iter=200, tol=1e-8)
-    # NaN when TAP converges from none of the images (the table then says "nan")
-    ll = evaluate_tap_log_likelihood(
-        machine, dbm.data_for(machine, x_test[:n_ll]), settings.solver_settings, settings.dedup_tol
-    )
-    t_ais = time.perf_counter()
-    ais_gen = seeded_generator(seed, "ucd_score", label, "ais", device=device)
-    log_z = ais.dbm_ais_log_partition(
+    scores = score_dbm(
         machine,
-        dbm.data_for(machine, x_train),
-        n_runs=ais_runs,
-        betas=ais.segmented_schedule(ais_betas),
-        generator=ais_gen,
+        x_train,
+        x_test,
+        net,
+        n_samples,
+        n_ll,
+        label,
+        seed,
+        ais_runs,
+        ais_betas,
+        mean_field_steps,
     )
-    ais_row = ais.dbm_test_log_likelihood(
-        machine, dbm.data_for(machine, x_test[:n_ll]), log_z, mean_field_steps
-    )
-    ais_row["ais_seconds"] = time.perf_counter() - t_ais
     row = {
         "dataset": blob["dataset"],
         "model": blob["name"],
         "method": blob["method"],
         "spec": json.dumps(blob["spec"].get("ucd") or {}, sort_keys=True),
         "sizes": dbm.size_label(model.sizes),
-        "classifier_fid": distance,
+        "classifier_fid": scores.pop("classifier_fid"),
         "classifier_accuracy": acc,
         "fid_samples": int(n_samples),
-        "fid_real": int(n_real),
-        "fid_floor": floor,
-        "fid_floor_images": int(n_floor),
-        "tap_ll": ll["tap_ll"],
-        "tap_ll_stderr": ll["tap_ll_stderr"],
+        **{k: scores.pop(k) for k in ("fid_real", "fid_floor", "fid_floor_images")},
+        **{k: scores.pop(k) for k in ("tap_ll", "tap_ll_stderr")},
         "tap_ll_images": int(n_ll),
-        **ais_row,
-        "sample_T_mean": float(T.double().mean()),
+        **scores,  # the AIS numbers, then the samples' mean coupling time
         "train_seconds": blob.get("seconds", math.nan),
         **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
         "seconds": time.perf_counter() - t0,
@@ -339,8 +305,8 @@ def score(
 def cifar10(archive, out, manifest=None) -> None:
     """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
     from tapmachine.io import data
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.ucd import cifar
 
     try:

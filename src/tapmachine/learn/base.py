@@ -253,7 +253,10 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         builds the machine from ``X`` (and pretrains a deep TAP machine).
 
         Two ``partial_fit`` calls on the same ``X`` give the machine ``fit`` gives with
-        ``epochs=2`` (the step-size schedule's horizon stays ``epochs``).
+        ``epochs=2`` (the step-size schedule's horizon stays ``epochs``). The settings are
+        those of the first call; ``set_params`` takes effect at the next ``fit``. ``ln Z`` of
+        ``score_samples`` is found again after every call (by TAP: from the call's first
+        ``eval_samples`` rows).
 
         Parameters
         ----------

@@ -86,7 +86,10 @@ def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, mon
     def fail(args):
         raise common.UsageError("first line\n  second line")
 
-    monkeypatch.setattr(common, "parse_json", lambda *a: fail(None))
+    from tapmachine.pipeline.stages import train as train_stage
+
+    # the stage holds its own name for the function (bound when it was first imported)
+    monkeypatch.setattr(train_stage, "parse_json", lambda *a: fail(None))
     code = cli.main(["train", "--model", "m", "--spec", "{}", "--data", "d", "--outdir", "o"])
     err = capsys.readouterr().err
     assert code == 2 and err == "tapmachine: error: first line second line\n", err

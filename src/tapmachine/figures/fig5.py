@@ -42,7 +42,6 @@ from tapmachine.figures.common import (
     claim,
     describe,
     new_figure,
-    table,
 )
 from tapmachine.figures.free_energy_course import PARTS as _PARTS
 from tapmachine.figures.free_energy_course import (
@@ -61,7 +60,7 @@ from tapmachine.figures.free_energy_shape import (
     gaussian_kde,
     shape_claims,
 )
-from tapmachine.figures.solutions import load_epochs, title_note
+from tapmachine.figures.solutions import load_epochs, result
 
 __all__ = ["make", "verdict_claims", "trend_claims", "rejudge", "default_slices"]
 
@@ -305,25 +304,20 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         ax.set_title(f"epoch {e}: {Fu.size} unique{share}", fontsize=8)
         ax.set_xlabel("F", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(
+    return result(
+        fig,
         f"Fig. 5: TAP free energies of unique solutions over training, {describe(info)} "
         f"({int(sols[0]['converged'].shape[0])} data initialisations)"
-        + title_note(epochs[-1], int(sols[0]["converged"].shape[0]))
         + _inflation_note(near_copies, sols[0].get("tol"), NEAR_COPY_DISTANCE),
-        fontsize=9,
-    )
-    return FigureResult(
-        fig,
-        table(drawn, claims),
-        [info],
-        params={
-            "epochs": epochs,
-            "slices": slices,
-            "band_gap": BAND_GAP,
-            "band_min_share": BAND_MIN_SHARE,
-            "mode_min_height": MODE_MIN_HEIGHT,
-            "mode_max_dip": MODE_MAX_DIP,
-        },
+        drawn,
+        claims,
+        info,
+        sols,
+        slices=slices,
+        band_gap=BAND_GAP,
+        band_min_share=BAND_MIN_SHARE,
+        mode_min_height=MODE_MIN_HEIGHT,
+        mode_max_dip=MODE_MAX_DIP,
     )
 
 

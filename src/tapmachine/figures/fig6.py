@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.solutions import load_epochs, title_note
+from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure
+from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
@@ -232,19 +232,15 @@ def make(
         ax.tick_params(labelsize=6)
     for ax in axes[n:]:
         ax.set_axis_off()
-    fig.suptitle(
-        f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
-        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
-        fontsize=9,
-    )
-    return FigureResult(
+    return result(
         fig,
-        table(drawn, claims),
-        [info],
-        params={
-            "epochs": [p[0] for p in points],
-            "embedding": method,
-            "embedding_used": einfo["method"],
-            "n_neighbors": n_neighbors,
-        },
+        f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
+        f"{describe(info)}",
+        drawn,
+        claims,
+        info,
+        sols,
+        embedding=method,
+        embedding_used=einfo["method"],
+        n_neighbors=n_neighbors,
     )

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
+from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure
 from tapmachine.figures.montage import tile
-from tapmachine.figures.solutions import load_epochs, title_note
+from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
@@ -278,23 +278,19 @@ def make(
                 tile(Xs[order], ds.image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
             )
     what = f"labels {list(digits)}" if digits else "all images"
-    fig.suptitle(
+    return result(
+        fig,
         f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
         f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
-        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
-        fontsize=9,
-    )
-    return FigureResult(
-        fig,
-        table(drawn, claims),
-        [info],
-        params={
-            "epochs": [p[0] for p in per_epoch],
-            "digits": list(digits) if digits else None,
-            "n_images": n_images,
-            "embedding": method,
-            "embedding_used": einfo["method"],
-            "n_neighbors": n_neighbors,
-            "data_file": str(Path(data_file)),
-        },
+        f"{describe(info)}",
+        drawn,
+        claims,
+        info,
+        sols,
+        digits=list(digits) if digits else None,
+        n_images=n_images,
+        embedding=method,
+        embedding_used=einfo["method"],
+        n_neighbors=n_neighbors,
+        data_file=str(Path(data_file)),
     )

@@ -19,7 +19,15 @@ import math
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure
+from tapmachine.figures.common import (
+    PAGE,
+    FigureError,
+    FigureResult,
+    claim,
+    describe,
+    new_figure,
+    styled,
+)
 from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
@@ -105,6 +113,7 @@ def _linear_r2(Y: np.ndarray, F: np.ndarray) -> float:
     return float(1.0 - (resid**2).sum() / ((F - F.mean()) ** 2).sum())
 
 
+@styled
 def make(
     solution_files: list,
     method: str = "isomap",
@@ -203,9 +212,9 @@ def make(
     )
 
     n = len(points)
-    ncols = min(4, n)
+    ncols = min(2, n)
     nrows = math.ceil(n / ncols)
-    fig = new_figure(3.3 * ncols, 3.0 * nrows + 0.5)
+    fig = new_figure(PAGE, 2.6 * nrows + 0.4)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     every = np.concatenate([c for c in coords if c.size] or [np.zeros((1, 2))])
     lo, hi = every.min(0), every.max(0)
@@ -224,18 +233,16 @@ def make(
             cb = fig.colorbar(sc, ax=ax, shrink=0.8)
             cb.formatter.set_useOffset(False)
             cb.update_ticks()
-            cb.ax.tick_params(labelsize=6)
-            cb.set_label("F", fontsize=7)
+            cb.set_label("F")
         ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
         ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
-        ax.set_title(f"epoch {e}: {X.shape[0]} unique", fontsize=8)
-        ax.tick_params(labelsize=6)
+        fitted = " (fitted)" if e == points[-1][0] else ""
+        ax.set_title(f"epoch {e}{fitted}: {X.shape[0]} unique")
     for ax in axes[n:]:
         ax.set_axis_off()
     return result(
         fig,
-        f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
-        f"{describe(info)}",
+        f"Fig. 6: {einfo['method']} of the TAP solutions (a_v, a_h), {describe(info)}",
         drawn,
         claims,
         info,

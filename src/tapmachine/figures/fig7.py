@@ -23,7 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure
+from tapmachine.figures.common import (
+    COLUMN,
+    PAGE,
+    FigureError,
+    FigureResult,
+    claim,
+    describe,
+    new_figure,
+    styled,
+)
 from tapmachine.figures.montage import tile
 from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
@@ -80,6 +89,7 @@ def _purity(labels: np.ndarray, basins: np.ndarray) -> float:
     return agree / labels.size
 
 
+@styled
 def make(
     solution_files: list,
     data_file,
@@ -230,7 +240,7 @@ def make(
     import matplotlib
 
     n = len(per_epoch)
-    fig = new_figure(3.4 * n, 4.6)
+    fig = new_figure(min(PAGE, COLUMN * n), 3.4)
     gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
     cmap = matplotlib.colormaps["tab10"]
     classes = sorted(set(labels.tolist()))
@@ -257,8 +267,7 @@ def make(
                 marker="o",
                 label="TAP solutions",
             )
-        ax.set_title(f"epoch {e}: {len(groups)} solutions", fontsize=8)
-        ax.tick_params(labelsize=6)
+        ax.set_title(f"epoch {e}: {len(groups)} solutions")
         if j == 0:
             from matplotlib.lines import Line2D
 
@@ -269,7 +278,7 @@ def make(
             if len(classes) == 1:
                 handles[0].set_label("initialisations")
             handles.append(Line2D([], [], ls="", marker="o", ms=6, color="black", label="TAP"))
-            ax.legend(handles=handles, fontsize=6, loc="best")
+            ax.legend(handles=handles, loc="best")
         strip = fig.add_subplot(gs[1, j])
         strip.set_axis_off()
         if len(Xs):
@@ -277,12 +286,9 @@ def make(
             strip.imshow(
                 tile(Xs[order], ds.image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
             )
-    what = f"labels {list(digits)}" if digits else "all images"
     return result(
         fig,
-        f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
-        f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
-        f"{describe(info)}",
+        f"Fig. 7: TAP solutions (black) among their initialisations, {describe(info)}",
         drawn,
         claims,
         info,

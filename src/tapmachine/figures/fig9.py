@@ -15,11 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from tapmachine.figures.common import (
+    COLUMN,
+    PAGE,
     FigureError,
     FigureResult,
     claim,
     model_info,
     new_figure,
+    styled,
     table,
 )
 
@@ -36,6 +39,7 @@ def _mcc(est: np.ndarray, truth: np.ndarray) -> float:
     return float(mcc(*row)[0])
 
 
+@styled
 def make(tap_files: list, baselines_file, model_files: list, ps_shown=None, labels=None):
     """Fig. 9 from the denoising results (``ps_shown``: a subset of the p grid, default all)."""
     if labels is None:
@@ -66,7 +70,7 @@ def make(tap_files: list, baselines_file, model_files: list, ps_shown=None, labe
     else:
         cols = list(range(len(ps)))
     panels = {"noisy": noisy, **rows}
-    fig = new_figure(1.1 * (len(cols) + 1), 1.15 * len(panels))
+    fig = new_figure(max(COLUMN, min(PAGE, 0.6 * (len(cols) + 1))), 0.65 * len(panels) + 0.5)
     axes = fig.subplots(len(panels), len(cols) + 1, squeeze=False)
     drawn = []
     for r, (method, images) in enumerate(panels.items()):
@@ -74,14 +78,14 @@ def make(tap_files: list, baselines_file, model_files: list, ps_shown=None, labe
         first.imshow(
             clean.reshape(shape) if r == 0 else np.zeros(shape), cmap="gray_r", vmin=0, vmax=1
         )
-        first.set_ylabel(method, fontsize=7)
+        first.set_ylabel(method)
         if r == 0:
-            first.set_title("clean", fontsize=7)
+            first.set_title("clean")
         for c, j in enumerate(cols):
             ax = axes[r][c + 1]
             ax.imshow(images[j].reshape(shape), cmap="gray_r", vmin=0, vmax=1)
             if r == 0:
-                ax.set_title(f"p = {ps[j]:g}", fontsize=7)
+                ax.set_title(f"p = {ps[j]:g}")
             drawn.append(
                 {
                     "method": method,
@@ -94,7 +98,7 @@ def make(tap_files: list, baselines_file, model_files: list, ps_shown=None, labe
         ax.set_xticks([])
         ax.set_yticks([])
         ax.spines[:].set_visible(False)
-    fig.suptitle("Fig. 9: one test digit, posterior means (white 0, black 1)", fontsize=8)
+    fig.suptitle("Fig. 9: one test digit denoised\nposterior means, white 0, black 1")
     claims = [claim("same_noise_every_method", float(same), "", "1 = one realisation per p")]
     models = [model_info(f) for f in model_files]
     params = {"ps": [float(ps[j]) for j in cols], "methods": list(panels)}

@@ -8,7 +8,15 @@ import json
 import numpy as np
 import pandas as pd
 
-from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, new_figure
+from tapmachine.figures.common import (
+    PAGE,
+    FigureError,
+    FigureResult,
+    ModelInfo,
+    claim,
+    new_figure,
+    styled,
+)
 from tapmachine.figures.common import table as make_table
 from tapmachine.figures.ucd_dbm.images import PAPER_SIZES
 
@@ -59,19 +67,50 @@ def _kendall(a, b) -> float:
     return s / pairs if pairs else float("nan")
 
 
+#: Each drawn column's header (words and units) and its one number format.
+HEADERS = {
+    "dataset": ("Dataset", "{}"),
+    "model": ("Model", "{}"),
+    "method": ("Method", "{}"),
+    "sizes": ("Layer sizes", "{}"),
+    "classifier_fid": ("Classifier\nFID", "{:.1f}"),
+    "classifier_accuracy": ("Classifier\naccuracy", "{:.3f}"),
+    "tap_ll": ("TAP log-lik.\n(nats/unit)", "{:.4f}"),
+    "ais_ll_lower_bound": ("AIS log-lik. bound\n(nats/image)", "{:.1f}"),
+}
+
+
+def _cell(value, fmt: str) -> str:
+    """A table cell: NaN (no value: the floor row's likelihoods) as '-', numbers in ``fmt``."""
+    if isinstance(value, float) and value != value:
+        return "-"
+    return fmt.format(value) if isinstance(value, int | float) else str(value)
+
+
 def _table_figure(df: pd.DataFrame, columns, title):
-    """The table as a figure; NaN cells (no value: the floor row's likelihoods) drawn as '-'."""
-    fig = new_figure(min(12, 1.6 * len(columns) + 1), 0.25 * (len(df) + 1) + 0.7)
+    """The table as a figure, with ``HEADERS``' words and one precision per column (text
+    columns left-aligned, numbers right-aligned)."""
+    from matplotlib.table import Table
+
+    fig = new_figure(PAGE, 0.3 * (len(df) + 1) + 0.5)
     ax = fig.subplots()
     ax.axis("off")
     cells = [
-        [("-" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
+        [_cell(v, HEADERS[c][1]) for c, v in zip(columns, row, strict=True)]
         for row in df[columns].itertuples(index=False)
     ]
-    t = ax.table(cellText=cells, colLabels=columns, loc="center", bbox=(0, 0, 1, 1))
+    t = Table(ax, bbox=(0, 0, 1, 1))
+    for c, column in enumerate(columns):
+        header, fmt = HEADERS[column]
+        t.add_cell(0, c, width=1.0, height=1.0, text=header, loc="center")
+        for r, row in enumerate(cells, start=1):
+            t.add_cell(
+                r, c, width=1.0, height=1.0, text=row[c], loc="left" if fmt == "{}" else "right"
+            )
+    ax.add_table(t)
     t.auto_set_font_size(False)
-    t.set_fontsize(7)
-    ax.set_title(title, fontsize=9)
+    t.auto_set_column_width(list(range(len(columns))))
+    ax.set_title(title)
     return fig
 
 
@@ -91,6 +130,7 @@ def _rank_agreement(sub: pd.DataFrame, a: str, b: str, a_lower_better: bool) -> 
     return _kendall(x, -sub.loc[ok, b])
 
 
+@styled
 def table1(score_paths) -> FigureResult:
     """Table 1 + beyond the paper: classifier FID, TAP log-likelihood and AIS log-likelihood
     (mean-field lower bound on the data term minus AIS ln Z, nats per image) per DBM, with the
@@ -155,9 +195,8 @@ def table1(score_paths) -> FigureResult:
     fig = _table_figure(
         _with_floor(df),
         cols,
-        f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E);\n"
-        "AIS log-likelihood, nats/image: mean-field lower bound on ln sum_h e^-E minus AIS ln Z "
-        "(S&H 2009), an estimated lower bound" + _table_size_note(df),
+        "Table 1 (second paper): classifier FID (not Inception FID) and log-likelihoods of "
+        "every DBM" + _table_size_note(df),
     )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(_with_floor(df), claims), infos, {"fid": FID_LABEL})
@@ -307,6 +346,7 @@ def _matters_most_claims(df: pd.DataFrame, reference: str, full) -> list:
     ]
 
 
+@styled
 def table2(score_paths) -> FigureResult:
     """Table 2: the ablation (MNIST), each component removed in turn; classifier FID. Verdicts:
     the unbiased gradient's removal raises the FID most (the paper's claim,
@@ -347,6 +387,8 @@ def table2(score_paths) -> FigureResult:
     # The model's name says which component is removed; its full spec stays in the CSV (a JSON
     # cell would overflow the drawn table).
     cols = ["dataset", "model", "method", "sizes", "classifier_fid", "tap_ll", AIS_LABEL]
-    fig = _table_figure(df, cols, f"Ablation (Table 2): {FID_LABEL}" + _table_size_note(df))
+    fig = _table_figure(
+        df, cols, "Table 2 (second paper): ablation, classifier FID" + _table_size_note(df)
+    )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})

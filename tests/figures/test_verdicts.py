@@ -62,3 +62,23 @@ def test_fig8_tracking_keeps_the_sign_of_the_difference():
     far = fig8.tracking_claim(PS, "tap_nh25", knn - 0.2, "1nn", knn)
     assert far["value"] == pytest.approx(-0.2) and far["held"] == "not held"
     assert fig8.tracking_claim(np.array([0.5]), "tap_nh25", knn[:1], "1nn", knn[:1]) is None
+
+
+def test_fig5_growth_is_judged_as_written():
+    """'The number of unique solutions grows': a count that ends far below its peak does not
+    grow, though its rank correlation with the epoch is high (the paper-size run: 1,295 at
+    epoch 90, 790 at epoch 100, Spearman 0.95)."""
+    from tapmachine.figures import fig5
+
+    epochs = [1, 10, 40, 90, 100]
+    grows = fig5.growth_claim("m", epochs, [1, 121, 820, 1295, 1250])
+    assert grows["held"] == "held" and grows["value"] == pytest.approx(1250 / 1295)
+    falls = fig5.growth_claim("m", epochs, [1, 121, 820, 1295, 790])
+    assert falls["held"] == "not held" and falls["value"] == pytest.approx(790 / 1295)
+    assert "790 at epoch 100 against 1295" in falls["detail"]
+    flat = fig5.growth_claim("m", epochs, [1, 1, 1, 1, 1])
+    assert flat["held"] == "not held" and flat["value"] == 1.0
+    rows = fig5.verdict_claims("m", epochs, [1, 121, 820, 1295, 790], [0.01] * 5, [], [0.0] * 5)
+    by_name = {r["claim"]: r for r in rows}
+    assert by_name["n_unique_grows"]["held"] == "not held"
+    assert by_name["spearman_epoch_vs_n_unique"]["held"] == ""  # context, not the verdict

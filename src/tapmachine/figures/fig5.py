@@ -5,19 +5,19 @@ uniform average -- the Helmholtz free energy estimate (red line) -- and the numb
 solutions (green, right axis). Bottom: histograms of the unique solutions' free energies at
 selected epochs with a Gaussian kernel density estimate (Scott's bandwidth) on top.
 
-Claims (docs/claims.md): the count starts at 1 and grows; unique solutions stay under 10% of
-the initialisations (Nh = 100); two free-energy bands on binary-MNIST. Bands are counted by a
-gap criterion on the sorted unique free energies: a new band starts at every gap wider than
-``BAND_GAP`` (10%) of the range of free energies at that epoch, and bands holding fewer than
-``BAND_MIN_SHARE`` (5%) of the unique solutions are not counted. The paper's own words are
-"at all training epochs, there exist two significant modes in the free energy distribution"
-(Sec. VII.3), which a distribution can show without a gap: modes are counted on the histogram's
-kernel density estimate (``count_modes``) twice, once with each unique solution counted once (the
-paper's histogram) and once with each weighted by its basin size, the number of data
-initialisations that reached it (``multiplicity``): near copies of one fixed point, split by the
-stopping tolerance, can make a mode of the unweighted count that few initialisations reach. Each
-claim holds only when every epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two
-or more (``verdict_claims``): "at all training epochs" means all of them, for bands as for modes.
+Claims (docs/claims.md): the count starts at 1 and grows (``growth_claim``: monotone within
+``GROWTH_TOL``); unique solutions stay under 10% of the initialisations (Nh = 100); two free-energy
+bands on binary-MNIST. Bands are counted by a gap criterion on the sorted unique free energies: a
+new band starts at every gap wider than ``BAND_GAP`` (10%) of the range of free energies at that
+epoch, and bands holding fewer than ``BAND_MIN_SHARE`` (5%) of the unique solutions are not counted.
+The paper's own words are "at all training epochs, there exist two significant modes in the free
+energy distribution" (Sec. VII.3), which a distribution can show without a gap: modes are counted on
+the histogram's kernel density estimate (``count_modes``) twice, once with each unique solution
+counted once (the paper's histogram) and once with each weighted by its basin size, the number of
+data initialisations that reached it (``multiplicity``): near copies of one fixed point, split by
+the stopping tolerance, can make a mode of the unweighted count that few initialisations reach. Each
+claim holds only when every epoch with at least ``MODES_MIN_SOLUTIONS`` unique solutions has two or
+more (``verdict_claims``): "at all training epochs" means all of them, for bands as for modes.
 
 The paper also describes the Helmholtz estimate's course ("a marked increase" early, "then
 gradually declines"); its rows, and the split of the estimate into the parts of eq. (36), are
@@ -68,7 +68,12 @@ from tapmachine.figures.free_energy_shape import (
 )
 from tapmachine.figures.solutions import load_epochs, result
 
-__all__ = ["make", "verdict_claims", "trend_claims", "rejudge", "default_slices"]
+__all__ = ["make", "verdict_claims", "growth_claim", "trend_claims", "rejudge", "default_slices"]
+
+#: "Grows": no epoch's count falls more than this share below the largest count of the epochs
+#: up to it. Counts move with the stopping tolerance and the harvest's sampling by a few per
+#: cent; the paper-size harvest's fall from 1,295 to 790 (39%) is a fall, not noise.
+GROWTH_TOL = 0.1
 
 #: Share of near copies (``harvest.separation_stats``) above which a row says the counts are
 #: inflated (``counts_inflated_by_tolerance``).
@@ -151,15 +156,9 @@ def verdict_claims(
 
     return [
         claim("n_unique_first_epoch", counts[0], model, "paper: 1", epochs[0], counts[0] == 1),
-        claim(
-            "n_unique_last_epoch",
-            counts[-1],
-            model,
-            "paper: grows",
-            epochs[-1],
-            counts[-1] > counts[0],
-        ),
-        claim("spearman_epoch_vs_n_unique", growth, model, "grows: > 0", held=bool(growth > 0)),
+        claim("n_unique_last_epoch", counts[-1], model, "", epochs[-1]),
+        growth_claim(model, epochs, counts),
+        claim("spearman_epoch_vs_n_unique", growth, model, "rank correlation of count and epoch"),
         claim(
             "max_unique_fraction",
             max(fractions),
@@ -186,6 +185,27 @@ def verdict_claims(
             "",
         ),
     ]
+
+
+def growth_claim(model: str, epochs: list[int], counts: list[int]) -> dict:
+    """The verdict on "the number of unique solutions grows", as written: the count ends above
+    where it started and never falls more than ``GROWTH_TOL`` below the largest count of the
+    epochs before (monotone within the tolerance). The value is the smallest ratio of a count to
+    that running maximum; a rank correlation would hold a count that falls at the end."""
+    peak = np.maximum.accumulate(np.asarray(counts, dtype=np.float64))
+    ratios = np.asarray(counts, dtype=np.float64) / np.where(peak > 0, peak, 1.0)
+    worst = int(np.argmin(ratios))
+    held = counts[-1] > counts[0] and ratios[worst] >= 1 - GROWTH_TOL
+    return claim(
+        "n_unique_grows",
+        float(ratios[worst]),
+        model,
+        f"smallest count over the largest before it: {counts[worst]} at epoch {epochs[worst]} "
+        f"against {int(peak[worst])}; paper: grows: held when the last count ({counts[-1]}) is "
+        f"above the first ({counts[0]}) and no count falls more than {GROWTH_TOL:.0%} below an "
+        "earlier one",
+        held=held,
+    )
 
 
 @styled

@@ -82,3 +82,46 @@ def test_fig5_growth_is_judged_as_written():
     by_name = {r["claim"]: r for r in rows}
     assert by_name["n_unique_grows"]["held"] == "not held"
     assert by_name["spearman_epoch_vs_n_unique"]["held"] == ""  # context, not the verdict
+
+
+def _clustered_data(seed=0, n_tight=50, n_loose=100):
+    """Binary 'images' of 40 pixels: a tight cluster near a sparse prototype (20% on, 5% of the
+    pixels flipped) and images scattered with 80% on, where the mean image lies."""
+    rng = np.random.default_rng(seed)
+    proto = (rng.random(40) < 0.2).astype(int)
+    tight = np.where(rng.random((n_tight, 40)) < 0.05, 1 - proto, proto)
+    loose = (rng.random((n_loose, 40)) < 0.8).astype(int)
+    return np.vstack([tight, loose]).astype(np.float64), proto
+
+
+def test_fig7_density_is_judged_against_the_mean_image_and_held_out_images():
+    from tapmachine.figures import fig7
+
+    data, proto = _clustered_data()
+    rng = np.random.default_rng(1)
+    held_out, _ = _clustered_data(seed=2, n_tight=20, n_loose=40)  # drawn like the data
+    baselines = {"mean image": data.mean(0, keepdims=True), "held-out images": held_out}
+    near_proto = np.clip(proto + rng.normal(0, 0.1, (5, 40)), 0, 1)  # grey, at the cluster
+    inside = fig7.density_claim(near_proto, data, baselines, "m", 5)
+    assert inside["held"] == "held" and inside["value"] < 1
+    scattered = rng.random((5, 40))  # grey points anywhere
+    outside = fig7.density_claim(scattered, data, baselines, "m", 5)
+    assert outside["held"] == "not held"
+    # The mean image itself cannot pass: it is not below its own baseline.
+    mean = fig7.density_claim(baselines["mean image"], data, baselines, "m", 5)
+    assert mean["held"] == "not held"
+
+
+def test_fig7_purity_is_judged_against_shuffled_labels():
+    from tapmachine.figures import fig7
+
+    labels = np.repeat([3, 6, 7], 40)
+    aligned = fig7.purity_claim(labels, np.repeat([0, 1, 2], 40), "m", 5)
+    assert aligned["held"] == "held" and aligned["value"] == 1.0
+    rng = np.random.default_rng(0)
+    random_basins = fig7.purity_claim(labels, rng.integers(0, 3, 120), "m", 5)
+    assert random_basins["held"] == "not held"
+    singletons = fig7.purity_claim(labels, np.arange(120), "m", 5)  # pure whatever the labels
+    assert singletons["value"] == 1.0 and singletons["held"] == "not held"
+    one_basin = fig7.purity_claim(labels, np.zeros(120, int), "m", 5)
+    assert one_basin["held"] == ""

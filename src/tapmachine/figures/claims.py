@@ -37,7 +37,8 @@ PAPER_CLAIMS = {
     "Nh = 100; two significant modes of the free-energy distribution at all training epochs on "
     "binary MNIST; the mean free energy rises early, then gradually declines",
     "fig6": "solutions start correlated, then spread; free energy follows position",
-    "fig7": "solutions act as attractors inside dense regions of the data",
+    "fig7": "solutions act as attractors inside dense regions of the data (judged against the mean "
+    "image, held-out images and shuffled labels)",
     "fig8": "OPE and TAP recover the signal at p = 0, 1-NN not unless the digit is a training "
     "image; TAP beats OPE for Nh in {25, 50, 100}; TAP tracks 1-NN as p -> 0.5; Nh = 500 "
     "degrades at larger p",

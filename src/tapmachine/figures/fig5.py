@@ -40,15 +40,7 @@ import math
 
 import numpy as np
 
-from tapmachine.figures.common import (
-    PAGE,
-    FigureError,
-    FigureResult,
-    claim,
-    describe,
-    new_figure,
-    styled,
-)
+from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
 from tapmachine.figures.free_energy_course import PARTS as _PARTS
 from tapmachine.figures.free_energy_course import (
     energy_claims,
@@ -295,7 +287,7 @@ def make(solution_files: list, slices: list[int] | None = None) -> FigureResult:
         ax.set_title(f"epoch {e}: {len(by_epoch[e]['unique_free_energy'])} unique{share}")
     return result(
         fig,
-        f"Fig. 5: TAP free energies of the unique solutions over training, {describe(info)}",
+        "Fig. 5: TAP free energies of the unique solutions over training",
         drawn,
         claims,
         info,

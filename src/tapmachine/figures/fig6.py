@@ -19,15 +19,7 @@ import math
 
 import numpy as np
 
-from tapmachine.figures.common import (
-    PAGE,
-    FigureError,
-    FigureResult,
-    claim,
-    describe,
-    new_figure,
-    styled,
-)
+from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
 from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
@@ -242,7 +234,7 @@ def make(
         ax.set_axis_off()
     return result(
         fig,
-        f"Fig. 6: {einfo['method']} of the TAP solutions (a_v, a_h), {describe(info)}",
+        f"Fig. 6: {einfo['method']} of the TAP solutions (a_v, a_h)",
         drawn,
         claims,
         info,

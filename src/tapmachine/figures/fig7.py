@@ -35,16 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.figures.common import (
-    COLUMN,
-    PAGE,
-    FigureError,
-    FigureResult,
-    claim,
-    describe,
-    new_figure,
-    styled,
-)
+from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
 from tapmachine.figures.montage import tile
 from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
@@ -316,7 +307,7 @@ def make(
     import matplotlib
 
     n = len(per_epoch)
-    fig = new_figure(min(PAGE, COLUMN * n), 3.4)
+    fig = new_figure(PAGE, 3.4)
     gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
     cmap = matplotlib.colormaps["tab10"]
     classes = sorted(set(labels.tolist()))
@@ -364,7 +355,7 @@ def make(
             )
     return result(
         fig,
-        f"Fig. 7: TAP solutions (black) among their initialisations, {describe(info)}",
+        "Fig. 7: TAP solutions (black) among their initialisations",
         drawn,
         claims,
         info,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, size_note, table
+from tapmachine.figures.common import (
+    FigureError,
+    FigureResult,
+    ModelInfo,
+    describe,
+    size_note,
+    table,
+)
 
 __all__ = ["load_epochs", "title_note", "result"]
 
@@ -44,10 +51,12 @@ def title_note(last_epoch: int, initialisations: int) -> str:
 def result(fig, title: str, drawn, claims, info: ModelInfo, sols, **params) -> FigureResult:
     """The FigureResult of a Fig. 5-7 drawn from the solutions ``sols`` of the model ``info``.
 
-    ``title`` becomes the figure's title, followed by the harvest's size note (``title_note``);
+    The figure's title is ``title``, the model and its dataset (``describe``), and the harvest's
+    size note on a second line (``title_note``);
     the table holds the ``drawn`` rows and the ``claims``; the params name the harvested epochs,
     then ``params``.
     """
-    fig.suptitle(title + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])))
+    note = title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0]))
+    fig.suptitle(f"{title}, {describe(info)}{note}")
     epochs = [s["epoch"] for s in sols]
     return FigureResult(fig, table(drawn, claims), [info], params={"epochs": epochs, **params})

@@ -8,17 +8,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from tapmachine.figures.common import (
-    PAGE,
-    FigureError,
-    FigureResult,
-    ModelInfo,
-    claim,
-    new_figure,
-    styled,
-)
+from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, styled
 from tapmachine.figures.common import table as make_table
 from tapmachine.figures.ucd_dbm.images import PAPER_SIZES
+from tapmachine.figures.ucd_dbm.table_image import table_figure
 
 __all__ = ["FID_LABEL", "FLOOR_MODEL", "table1", "table2"]
 
@@ -65,53 +58,6 @@ def _kendall(a, b) -> float:
             s += np.sign(a[i] - a[j]) * np.sign(b[i] - b[j])
             pairs += 1
     return s / pairs if pairs else float("nan")
-
-
-#: Each drawn column's header (words and units) and its one number format.
-HEADERS = {
-    "dataset": ("Dataset", "{}"),
-    "model": ("Model", "{}"),
-    "method": ("Method", "{}"),
-    "sizes": ("Layer sizes", "{}"),
-    "classifier_fid": ("Classifier\nFID", "{:.1f}"),
-    "classifier_accuracy": ("Classifier\naccuracy", "{:.3f}"),
-    "tap_ll": ("TAP log-lik.\n(nats/unit)", "{:.4f}"),
-    "ais_ll_lower_bound": ("AIS log-lik. bound\n(nats/image)", "{:.1f}"),
-}
-
-
-def _cell(value, fmt: str) -> str:
-    """A table cell: NaN (no value: the floor row's likelihoods) as '-', numbers in ``fmt``."""
-    if isinstance(value, float) and value != value:
-        return "-"
-    return fmt.format(value) if isinstance(value, int | float) else str(value)
-
-
-def _table_figure(df: pd.DataFrame, columns, title):
-    """The table as a figure, with ``HEADERS``' words and one precision per column (text
-    columns left-aligned, numbers right-aligned)."""
-    from matplotlib.table import Table
-
-    fig = new_figure(PAGE, 0.3 * (len(df) + 1) + 0.5)
-    ax = fig.subplots()
-    ax.axis("off")
-    cells = [
-        [_cell(v, HEADERS[c][1]) for c, v in zip(columns, row, strict=True)]
-        for row in df[columns].itertuples(index=False)
-    ]
-    t = Table(ax, bbox=(0, 0, 1, 1))
-    for c, column in enumerate(columns):
-        header, fmt = HEADERS[column]
-        t.add_cell(0, c, width=1.0, height=1.0, text=header, loc="center")
-        for r, row in enumerate(cells, start=1):
-            t.add_cell(
-                r, c, width=1.0, height=1.0, text=row[c], loc="left" if fmt == "{}" else "right"
-            )
-    ax.add_table(t)
-    t.auto_set_font_size(False)
-    t.auto_set_column_width(list(range(len(columns))))
-    ax.set_title(title)
-    return fig
 
 
 #: The AIS column's label: the data term is a variational bound, so the value is a lower bound.
@@ -192,7 +138,7 @@ def table1(score_paths) -> FigureResult:
         AIS_LABEL,
     ]
     cols.insert(3, "sizes")
-    fig = _table_figure(
+    fig = table_figure(
         _with_floor(df),
         cols,
         "Table 1 (second paper): classifier FID (not Inception FID) and log-likelihoods of "
@@ -387,7 +333,7 @@ def table2(score_paths) -> FigureResult:
     # The model's name says which component is removed; its full spec stays in the CSV (a JSON
     # cell would overflow the drawn table).
     cols = ["dataset", "model", "method", "sizes", "classifier_fid", "tap_ll", AIS_LABEL]
-    fig = _table_figure(
+    fig = table_figure(
         df, cols, "Table 2 (second paper): ablation, classifier FID" + _table_size_note(df)
     )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]

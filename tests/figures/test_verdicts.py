@@ -125,3 +125,55 @@ def test_fig7_purity_is_judged_against_shuffled_labels():
     assert singletons["value"] == 1.0 and singletons["held"] == "not held"
     one_basin = fig7.purity_claim(labels, np.zeros(120, int), "m", 5)
     assert one_basin["held"] == ""
+
+
+def _hits(shares, n=200, seed=0):
+    """(p, image) booleans with the given share of True per p."""
+    rng = np.random.default_rng(seed)
+    return np.array([rng.random(n) < s for s in shares])
+
+
+PS9 = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+
+
+def test_fig9_digit_structure_kept_against_the_ope_and_chance():
+    from tapmachine.figures import fig9
+
+    ope = _hits([1.0, 0.95, 0.8, 0.5, 0.2, 0.1], seed=1)
+    kept = _hits([1.0, 0.97, 0.9, 0.8, 0.6, 0.1], seed=2)
+    row = fig9.kept_claim(PS9, "tap_nh25", 25, kept, ope, chance=0.12)
+    assert row["held"] == "held" and row["value"] == pytest.approx(kept[4].mean())
+    # Left at the mean image: one class for every digit, chance at the largest p.
+    mean_image = _hits([1.0, 0.95, 0.8, 0.5, 0.12, 0.1], seed=3)
+    assert fig9.kept_claim(PS9, "tap_nh25", 25, mean_image, ope, 0.12)["held"] == "not held"
+    # Worse than the pointwise estimate at some p.
+    worse = _hits([1.0, 0.6, 0.8, 0.8, 0.6, 0.1], seed=4)
+    row = fig9.kept_claim(PS9, "tap_nh25", 25, worse, ope, 0.12)
+    assert row["held"] == "not held" and "p = [0.1]" in row["detail"]
+    assert fig9.kept_claim(PS9, "tap_nh500", 500, kept, ope, 0.12)["held"] == ""  # not claimed
+
+
+def test_fig9_nh500_caught_in_spurious_minima_at_large_p():
+    from tapmachine.figures import fig9
+
+    good = _hits([1.0, 0.97, 0.9, 0.8, 0.6, 0.1], seed=5)
+    caught = _hits([1.0, 0.98, 0.9, 0.5, 0.3, 0.1], seed=6)
+    plain = {25: "tap_nh25", 500: "tap_nh500"}
+    row = fig9.spurious_claim(PS9, plain, {"tap_nh25": good, "tap_nh500": caught})
+    assert row["held"] == "held" and row["model"] == "tap_nh500" and row["value"] < 0
+    fine = fig9.spurious_claim(PS9, plain, {"tap_nh25": good, "tap_nh500": good})
+    assert fine["held"] == "not held" and fine["value"] == 0.0
+    assert fig9.spurious_claim(PS9, {25: "tap_nh25"}, {"tap_nh25": good}) is None
+
+
+def test_fig9_hits_read_the_packed_estimates_per_p():
+    from tapmachine.figures import fig9
+
+    images = np.array([[1, 0, 0, 1, 1], [0, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    packed = np.packbits(images.astype(np.uint8), axis=-1)  # 2 p x 2 digits, p-major
+
+    def classify(x):
+        return x.sum(1).astype(int) % 3  # label = number of on pixels mod 3
+
+    hits = fig9.true_label_hits(packed, [0, 2], classify, 5)
+    assert hits.tolist() == [[True, True], [False, False]]

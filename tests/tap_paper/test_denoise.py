@@ -497,6 +497,29 @@ def test_stage_bsc_baselines_and_figures(tmp_path):
     res9 = fig9.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [0.1, 0.5], ["tap_nh5"])
     same = res9.table[res9.table["claim"] == "same_noise_every_method"]["value"]
     assert float(same.iloc[0]) == 1.0
+    # Every denoised digit is stored (rounded, as bits), and Fig. 9's classifier reads them.
+    from tapmachine.io.data import load_dataset
+
+    bits = np.unpackbits(out["estimates"], axis=-1, count=16)
+    assert bits.shape == (4 * 40, 16)
+    assert np.array_equal(bits[:40], load_dataset(data).x_test[:40])  # p = 0: the digits
+    from tapmachine.ucd.fid import Classifier
+
+    net = Classifier((4, 4), channels=(2,), features=4)
+    torch.save({"state": net.state_dict(), "config": net.config}, tmp_path / "c.pt")
+    res9 = fig9.make(
+        [tmp_path / "b.npz"],
+        tmp_path / "o.npz",
+        [model],
+        [0.1],
+        ["tap_nh5"],
+        tmp_path / "c.pt",
+        data,
+    )
+    shares = res9.table[res9.table["claim"] == "true_label_share"]
+    assert set(shares["model"]) == {"ope", "1nn", "tap_nh5"} and len(shares) == 3 * 2  # 0 < p < 0.5
+    assert shares["value"].between(0, 1).all()
+    assert (res9.table["claim"] == "digit_structure_kept").sum() == 1
 
 
 def test_fig8_title_names_training_iterations_and_epochs_below_the_papers():

@@ -42,7 +42,8 @@ PAPER_CLAIMS = {
     "fig8": "OPE and TAP recover the signal at p = 0, 1-NN not unless the digit is a training "
     "image; TAP beats OPE for Nh in {25, 50, 100}; TAP tracks 1-NN as p -> 0.5; Nh = 500 "
     "degrades at larger p",
-    "fig9": "digit structure kept by Nh <= 100",
+    "fig9": "digit structure kept by Nh <= 100 as p grows, Nh = 500 caught in spurious minima "
+    "(judged by an MNIST classifier over every denoised digit)",
     "fig10": "all comparable except adaTAP with 3 iterations; adaTAP orders of magnitude slower "
     "per iteration",
     "fig11": "both curves rise; the gap shows generalisation",

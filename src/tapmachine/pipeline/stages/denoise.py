@@ -203,6 +203,12 @@ def _record(run_name, params, tags, series: dict, files, model_file=None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _packed(means) -> np.ndarray:
+    """Rounded estimates (rows of posterior means, p-major) as bits, 8 pixels a byte: what Fig. 9's
+    classifier reads (``figures.fig9``; ``np.unpackbits(..., count=n_visible)``)."""
+    return np.packbits(means.round().cpu().numpy().astype(np.uint8), axis=-1)
+
+
 def run_bsc(
     model_file,
     data_path,
@@ -256,6 +262,7 @@ def run_bsc(
         "fig9_means": means[idx].numpy(),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
+        "estimates": _packed(means),
         "image_shape": np.asarray(ds.image_shape),
         "model": np.asarray(name),
         "train_noise": np.asarray(json.dumps((record.spec or {}).get("train_noise"))),
@@ -344,6 +351,8 @@ def run_baselines(
         **{f"mcc_{k}": v for k, v in mccs.items()},
         "fig9_ope": ope[idx].numpy(),
         "fig9_knn": knn[idx].numpy(),
+        "estimates_ope": _packed(ope),
+        f"estimates_{label}": _packed(knn),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
         "image_shape": np.asarray(ds.image_shape),
@@ -510,6 +519,8 @@ def register(subparsers) -> None:
         f.add_argument("--baselines", required=True, help="npz of `denoise baselines`")
         f.add_argument("--labels", nargs="+", default=None, help="method of each --tap file")
     f9.add_argument("--ps", nargs="*", type=float, default=None, help="p shown (default: all)")
+    f9.add_argument("--classifier", default=None, help="MNIST classifier (`ucd classifier`)")
+    f9.add_argument("--data", default=None, help="dataset .npz the digits came from (labels)")
     fr = figure_parsers.add_parser("fig_denoise_real", help="Gaussian-channel MSE / PSNR")
     fr.add_argument("--results", required=True, help="npz of `denoise real`")
     fr.add_argument("--model-file", required=True)

@@ -70,7 +70,7 @@ def _fig8(m, a):
 
 
 def _fig9(m, a):
-    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels)
+    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels, a.classifier, a.data)
 
 
 def _fig_denoise_real(m, a):

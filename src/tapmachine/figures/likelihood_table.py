@@ -176,26 +176,26 @@ def make(
             ax.annotate(
                 f"{value:.2f} [{lo:.2f}, {hi:.2f}]",
                 (value, y),
-                xytext=(-4, 7),
+                xytext=(0, 5),
                 textcoords="offset points",
-                ha="left",
+                ha="center",
             )
             shape = f"{r['n_train']} img x {r['epochs']} ep = {r['updates']} updates"
             binary = "stochastic" if _is_stochastic(r["binarisation"]) else r["binarisation"]
             labels.append(f"{r['method_label']}: {r['model']}\n{shape}; {binary.split(':')[0]}")
         else:
-            ax.plot(value, y, marker="*", markersize=12, color="0.3", linestyle="none")
+            ax.plot(value, y, marker="*", markersize=8, color="0.3", linestyle="none")
             ax.annotate(
                 f"{value:.2f} (published)",
                 (value, y),
-                xytext=(4, 7),
+                xytext=(0, 6),
                 textcoords="offset points",
-                ha="right",
+                ha="center",
             )
             labels.append("Salakhutdinov & Murray 2008\nCD-25, Nh=500 (published)")
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.margins(x=0.12)
+    ax.margins(x=0.2)
     ax.invert_yaxis()
     ax.set_xlabel("AIS test log-likelihood (nats per image); bars: ln Z +- 3 stderr")
     ax.grid(axis="x", alpha=0.3)

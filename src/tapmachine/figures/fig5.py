@@ -328,7 +328,11 @@ def _draw_course(ax, epochs, helm, helm_energy) -> None:
     if helm_energy and np.isfinite(helm_energy).all():
         courses.append((helm_energy, "usual RBM free energy", "tab:purple"))
     for values, label, colour in courses:
-        change = np.asarray(values, dtype=np.float64) - values[0]
+        values = np.asarray(values, dtype=np.float64)
+        found = np.isfinite(values)
+        if not found.any():  # no epoch with a solution: nothing to draw
+            continue
+        change = values - values[found][0]
         ax.plot(epochs, change, color=colour, marker="o", label=label)
         peak = int(np.nanargmax(change))
         ax.plot(epochs[peak], change[peak], color=colour, marker="^", ms=6, ls="none")

@@ -107,9 +107,11 @@ def test_fig7_density_is_judged_against_the_mean_image_and_held_out_images():
     scattered = rng.random((5, 40))  # grey points anywhere
     outside = fig7.density_claim(scattered, data, baselines, "m", 5)
     assert outside["held"] == "not held"
-    # The mean image itself cannot pass: it is not below its own baseline.
-    mean = fig7.density_claim(baselines["mean image"], data, baselines, "m", 5)
+    # Copies of the mean image cannot pass: they are not below their own baseline.
+    mean = fig7.density_claim(np.repeat(baselines["mean image"], 3, 0), data, baselines, "m", 5)
     assert mean["held"] == "not held"
+    # One solution has no spread to judge a difference by: no verdict.
+    assert fig7.density_claim(near_proto[:1], data, baselines, "m", 5)["held"] == ""
 
 
 def test_fig7_purity_is_judged_against_shuffled_labels():

@@ -17,7 +17,8 @@ verdicts per epoch, each against answers that are not attractors:
   binary images (grey magnetisations are close to everything: the mean image beats the data on
   raw distances), and it favours dense regions for any query, so the baselines are anchored
   too: the mean initialisation image, and held-out images of the same labels (random images of
-  the data, ``N_RANDOM`` test images). Held when the solutions' anchors are denser than both.
+  the data, ``N_RANDOM`` test images). Held when the solutions' anchors are denser than both's,
+  by more than 2 standard errors of the difference; an epoch with one solution has no verdict.
 - ``basin_label_purity``: the share of initialisations whose label is the majority label of their
   solution's basin, against the same share with the labels shuffled over the basins
   (``N_SHUFFLES`` times; basins of one image each are pure whatever the labels). Held when it
@@ -128,35 +129,48 @@ def held_out_images(ds, digits) -> np.ndarray:
     return ds.x_test[keep][:N_RANDOM].astype(np.float64)
 
 
-def anchored_density(points: np.ndarray, data: np.ndarray, k: int = K_DENSITY) -> float:
-    """Mean over ``points`` of the data's density at each one's anchor, its nearest row of
-    ``data``: the mean distance from the anchor to its ``k`` nearest other rows (RMS per pixel;
-    lower is denser)."""
+def anchored_density(points: np.ndarray, data: np.ndarray, k: int = K_DENSITY) -> np.ndarray:
+    """The data's density at each point's anchor, its nearest row of ``data``: the mean
+    distance from the anchor to its ``k`` nearest other rows (RMS per pixel; lower is denser),
+    one value per point."""
     from sklearn.neighbors import NearestNeighbors
 
     if points.shape[0] == 0 or data.shape[0] < 2:
-        return math.nan
+        return np.full(points.shape[0], np.nan)
     anchors = NearestNeighbors(n_neighbors=1).fit(data).kneighbors(points)[1][:, 0]
     spread = knn_distance(data, data, k, exclude_self=True)
-    return float(spread[anchors].mean() / math.sqrt(data.shape[1]))
+    return spread[anchors] / math.sqrt(data.shape[1])
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error (NaN for fewer than two values)."""
+    n = values.size
+    se = float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return float(values.mean()) if n else math.nan, se
 
 
 def density_claim(solutions, data, baselines: dict, model: str, epoch) -> dict:
     """The solutions' anchored density against each baseline's (``baselines``: name -> points),
-    as ratios to the data's own density (module docstring)."""
-    own = anchored_density(data, data)
-    ratio = anchored_density(solutions, data) / own if own > 0 else math.nan
-    against = {name: anchored_density(x, data) / own for name, x in baselines.items()}
-    text = ", ".join(f"{name} {r:.3f}" for name, r in against.items())
+    as ratios to the data's own density (module docstring). Held when the solutions' mean is
+    below each baseline's by more than 2 standard errors of the difference; no verdict with
+    fewer than two solutions (no spread to judge the difference by)."""
+    own = float(anchored_density(data, data).mean())
+    mean, se = _mean_se(anchored_density(solutions, data))
+    below, text = [], []
+    for name, points in baselines.items():
+        other, other_se = _mean_se(anchored_density(points, data))
+        gap = other - mean
+        below.append(gap > 2 * math.hypot(se, 0.0 if math.isnan(other_se) else other_se))
+        text.append(f"{name} {other / own:.3f}")
     return claim(
         "solutions_in_dense_regions",
-        ratio,
+        mean / own if own > 0 else math.nan,
         model,
         f"density at the solutions' anchors (nearest initialisation) over the data's, mean "
-        f"distance to {K_DENSITY} nearest (< 1: denser); baselines anchored alike: {text}; held "
-        "when below every baseline",
+        f"distance to {K_DENSITY} nearest (< 1: denser; +- {se / own:.3f}); baselines anchored "
+        f"alike: {', '.join(text)}; held when below every baseline by > 2 se",
         epoch,
-        held=bool(against) and all(ratio < r for r in against.values()),
+        held=(bool(below) and all(below)) if np.isfinite(se) else None,
     )
 
 

@@ -36,7 +36,7 @@ include: "workflow/rules/deep.smk"
 
 
 # One MLflow parent run per experiment for this invocation; at the end a short summary (what was
-# made and where, failures, how to browse the runs). tapmachine.pipeline.invocation.
+# made and where, failures, how to browse the runs). tapmachine.pipeline.tracking.invocation.
 onstart:
     _invocation.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
 

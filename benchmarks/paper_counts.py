@@ -91,15 +91,8 @@ def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool) -> di
     solvers = {"eval": settings.solver, **({"curve": "damped"} if curve_solver else {})}
     for key, solver in solvers.items():
         t0 = time.process_time()
-        st = tap.solve_with_retry(
-            machine,
-            x,
-            damping=settings.damping,
-            tol=settings.tol,
-            max_iter=settings.max_iter,
-            retry_damping=settings.retry_damping,
-            solver=solver,
-        )
+        solving = dataclasses.replace(settings, solver=solver).solver_settings
+        st = tap.solve_with_retry(machine, x, solving)
         out[key] = float(st.iterations.double().mean())
         out[f"{key}_cpu_per_row_iteration"] = (time.process_time() - t0) / float(
             st.iterations.double().sum()

@@ -51,10 +51,10 @@ FIG11_SMALLEST = (FIG11_UNITS[-1], FIG11_JOINT[0], FIG11_JOINT[0])
 
 
 def _paper_config() -> dict:
-    from tapmachine.pipeline.configuration import load_config, validate
+    from tapmachine.pipeline.configuration import SCHEMA, load_config, validate
 
     cfg = load_config([ROOT / "workflow" / "config" / "paper.yaml"], default=ROOT / "config.yaml")
-    return validate(cfg, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    return validate(cfg, SCHEMA)
 
 
 class Measurements:

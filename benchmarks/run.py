@@ -41,7 +41,7 @@ from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
 from benchmarks.tap_solve import bench_tap_hybrid, bench_tap_solve  # noqa: E402
 from benchmarks.training_epoch import bench_tap_epoch  # noqa: E402
 from benchmarks.ucd import UCD_STEP, bench_ucd_coupling, bench_ucd_train_step  # noqa: E402
-from tapmachine.pipeline import tracking  # noqa: E402
+from tapmachine.pipeline.tracking import store as tracking  # noqa: E402
 
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,

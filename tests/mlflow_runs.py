@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tapmachine.pipeline.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking.store import STAGE_RUNS
 
 
 def dump(uri: str) -> dict:

@@ -5,6 +5,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LIBRARY = [
@@ -51,6 +53,7 @@ LIBRARY = [
     "figures.fig_denoise_real",
     "figures.fig10",
     "figures.fig11",
+    "learn",
 ]
 
 SCRIPT = textwrap.dedent(
@@ -140,3 +143,47 @@ def test_library_imports_and_trains_without_mlflow(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "ok (9, 4)"
+
+
+def test_installed_package_carries_its_config_schema(tmp_path):
+    """The wheel holds the config schema, and the library reads its defaults from the installed
+    copy with no repository around it; the workflow validates against that same file."""
+    import shutil
+    import zipfile
+
+    from tapmachine.pipeline.configuration import SCHEMA
+
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = (tmp_path / "dist").glob("tapmachine-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+    code = (
+        "from tapmachine.io.schema import SCHEMA_FILE, defaults, schema_default\n"
+        "print(SCHEMA_FILE.parent.parent.name, defaults('model')['epochs'], "
+        "schema_default('seed'))"
+    )
+    env = {"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    schema = yaml.safe_load(SCHEMA.read_text())
+    epochs = schema["$defs"]["model"]["properties"]["epochs"]["default"]
+    assert result.stdout.split() == [
+        "tapmachine",
+        str(epochs),
+        str(schema["properties"]["seed"]["default"]),
+    ]
+    assert SCHEMA.parent == ROOT / "src" / "tapmachine" / "io"
+    assert not list(ROOT.glob("workflow/**/*.schema.yaml"))

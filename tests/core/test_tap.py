@@ -583,9 +583,11 @@ def test_second_pass_converges_rows_that_cycle_and_finds_fixed_points(cycling_rb
     m, x = cycling_rbm
     first = tap.solve(m, x, damping=0.5, tol=1e-24, max_iter=2000)
     assert not first.converged.any()
-    plain = tap.solve_with_retry(m, x, damping=0.5, tol=1e-24, max_iter=2000)
+    plain = tap.solve_with_retry(m, x, tap.SolverSettings(damping=0.5, tol=1e-24, max_iter=2000))
     assert not plain.converged.any()
-    state = tap.solve_with_retry(m, x, damping=0.5, tol=1e-24, max_iter=2000, retry_damping=0.95)
+    state = tap.solve_with_retry(
+        m, x, tap.SolverSettings(damping=0.5, tol=1e-24, max_iter=2000, retry_damping=0.95)
+    )
     assert state.converged.all()
     assert bool((state.iterations > 2000).all()) and bool((state.iterations <= 4000).all())
 
@@ -618,7 +620,9 @@ def test_second_pass_asks_the_first_pass_residual(cycling_rbm):
         return sum(((b - a) ** 2).sum(1) for a, b in zip(s.a, one.a, strict=True)) / n
 
     bound = tol / (1 - 0.5) ** 2
-    state = tap.solve_with_retry(m, x, damping=0.5, tol=tol, max_iter=2000, retry_damping=0.95)
+    state = tap.solve_with_retry(
+        m, x, tap.SolverSettings(damping=0.5, tol=tol, max_iter=2000, retry_damping=0.95)
+    )
     assert state.converged.all() and bool((state.iterations > 2000).all())
     assert float(residual(state).max()) < 5 * bound
     first = tap.solve(m, x, damping=0.5, tol=tol, max_iter=2000)

@@ -131,7 +131,9 @@ def test_krylov_radius_from_few_products_at_fixed_points(cycling_rbm):
     Jacobian (unstable at 0.5 by a flip, stable at 0.95)."""
     machine, g = random_machine(Bernoulli, (60, 30), 0.8, 3)
     x = (torch.rand(10, 60, generator=g, dtype=DT) < 0.5).to(DT)
-    state = tap.solve_with_retry(machine, x, damping=0.5, tol=1e-24, max_iter=5000)
+    state = tap.solve_with_retry(
+        machine, x, tap.SolverSettings(damping=0.5, tol=1e-24, max_iter=5000)
+    )
     assert state.converged.all()
     for damping in (0.5, 0.95):
         radius, _ = tap.sweep_stability(machine, state, damping)

@@ -58,3 +58,71 @@ def test_licence_file_matches_pyproject():
     text = (ROOT / "LICENSE").read_text()
     assert meta["license"]["text"] == "MIT"
     assert text.startswith("MIT License") and "the tapmachine developers" in text
+
+
+def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, monkeypatch):
+    """Each package's error subclasses ``TapmachineError``, and the command prints any of them,
+    a message over several lines included, as one line with status 2."""
+    import ast
+
+    from tapmachine.core.errors import TapmachineError
+    from tapmachine.pipeline import cli
+    from tapmachine.pipeline.stages import common
+
+    package = ROOT / "src" / "tapmachine"
+    plain = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ClassDef)
+                and node.name.endswith("Error")
+                and node.name != "TapmachineError"
+            ):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                if not bases & {"TapmachineError", "ModelFileError"}:
+                    plain.append(f"{path.relative_to(package)}:{node.name}")
+    assert not plain, plain
+
+    def fail(args):
+        raise common.UsageError("first line\n  second line")
+
+    from tapmachine.pipeline.stages import train as train_stage
+
+    # the stage holds its own name for the function (bound when it was first imported)
+    monkeypatch.setattr(train_stage, "parse_json", lambda *a: fail(None))
+    code = cli.main(["train", "--model", "m", "--spec", "{}", "--data", "d", "--outdir", "o"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "tapmachine: error: first line second line\n", err
+    assert issubclass(common.UsageError, TapmachineError)
+
+
+def test_figure_commands_come_from_one_table_in_any_order():
+    """``tapmachine figure`` offers exactly the figures of ``stages.figures.FIGURES``, whatever
+    order the stages register in, and no module reaches into argparse's private attributes."""
+    import argparse
+    import ast
+
+    from tapmachine.pipeline import cli
+    from tapmachine.pipeline.stages.figures import FIGURES
+
+    def figure_names(parser):
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        (figs,) = [
+            a for a in sub.choices["figure"]._actions if isinstance(a, argparse._SubParsersAction)
+        ]
+        return set(figs.choices)
+
+    forward = figure_names(cli._parser())
+    try:
+        cli.STAGES = tuple(reversed(cli.STAGES))
+        backward = figure_names(cli._parser())
+    finally:
+        cli.STAGES = tuple(reversed(cli.STAGES))
+    assert forward == backward == set(FIGURES)
+    private = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "src" / "tapmachine").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("_actions", "_SubParsersAction")
+    ]
+    assert not private, private

@@ -7,6 +7,7 @@ import pytest
 import yaml
 from full_configs import whole_config
 
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import (
     ConfigError,
     load_config,
@@ -18,7 +19,6 @@ from tapmachine.pipeline.configuration import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 OVERLAYS = ["workflow/config/paper.yaml", "workflow/config/ucd_cpu.yaml"]
 
 
@@ -68,17 +68,17 @@ def test_defaults_are_filled(default):
     assert config["data"]["faces"]["cbcl_archive"] is None
 
 
+#: The smallest model entry the schema accepts.
+MINIMAL_MODEL = {
+    "dataset": "mnist",
+    "visible": {"prior": "bernoulli"},
+    "hidden": [{"prior": "bernoulli", "units": 3}],
+}
+
+
 def test_minimal_config_gets_every_default():
     config = validate(
-        {
-            "models": {
-                "m": {
-                    "dataset": "mnist",
-                    "visible": {"prior": "bernoulli"},
-                    "hidden": [{"prior": "bernoulli", "units": 3}],
-                }
-            }
-        },
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}},
         SCHEMA,
     )
     assert config["seed"] == 2026 and config["dtype"] == "float32"
@@ -350,3 +350,34 @@ def test_stage_options_read_their_defaults_from_the_schema():
     assert schema_default("likelihood", "table", "n_train") == 0  # its own, not fig12's 1000
     with pytest.raises(KeyError, match="models.m.dataset has no default"):
         schema_default("models", "m", "dataset")
+
+
+def test_solver_settings_have_one_schema_definition(default):
+    """Every block's TAP solver keys refer to $defs/tap_solver: a default written there (damping)
+    fills every block that leaves the key out, a block's own default (denoise's tol) wins, and
+    damping's default is written once in the schema."""
+    from tapmachine.core import tap
+
+    schema = load_schema(SCHEMA)
+    solver = schema["$defs"]["tap_solver"]["properties"]
+    assert set(solver) == {f for f in tap.SolverSettings.__dataclass_fields__}
+    text = SCHEMA.read_text()
+    assert text.count("damping: {type: number") == 1
+    config = validate(
+        {"models": {"m": copy.deepcopy(MINIMAL_MODEL)}, "harvest": {"m": {"epochs": [1]}}}, SCHEMA
+    )
+    damping = solver["damping"]["default"]
+    assert config["models"]["m"]["tap"]["damping"] == damping
+    assert config["harvest"]["m"]["damping"] == damping
+    assert config["harvest"]["m"]["max_iter"] == 2000  # the harvest's own cap
+    assert config["denoise"]["fig8"]["damping"] == damping
+    assert config["denoise"]["fig8"]["tol"] == 1e-8 != solver["tol"]["default"]
+    assert config["models"]["m"]["tap"]["tol"] == solver["tol"]["default"]
+    # the settings classes build the same SolverSettings from their blocks
+    from tapmachine.tap_paper.harvest import HarvestSettings
+    from tapmachine.train import TrainSettings
+
+    trained = TrainSettings.from_spec(config["models"]["m"]).solver_settings
+    assert trained == tap.SolverSettings.of(config["models"]["m"]["tap"])
+    harvested = HarvestSettings.from_spec(config["harvest"]["m"]).solver_settings
+    assert harvested == trained.replace(max_iter=2000, fuse=False)

@@ -10,14 +10,15 @@ import pytest
 import torch
 import yaml
 
+from tapmachine.core import tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import fig10, fig11
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import curves
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,8 @@ def test_timing_rows_and_curves():
         ),
         (m.W, 0.2 * torch.randn(4, 3, generator=g, dtype=torch.float64)),
     )
-    rows = curves.tap_likelihood_curve([(1, deep)], x[:20], x[20:], 10)
+    solver = tap.SolverSettings(tol=1e-12, max_iter=500)
+    rows = curves.tap_likelihood_curve([(1, deep)], x[:20], x[20:], 10, solver)
     assert rows[0]["tap_ll_train"] < 0 and rows[0]["tap_ll_test"] < 0 and rows[0]["n_unique"] >= 1
 
 
@@ -163,12 +165,15 @@ def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_soluti
     from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
 
     m, x = cycling_rbm
-    kw = {"tol": 1e-12, "max_iter": 2000}
-    (none,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), **kw)
+    once = tap.SolverSettings(tol=1e-12, max_iter=2000)
+    (none,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), once)
     assert none["n_unique"] == 0 and math.isnan(none["tap_ll_train"])
     assert math.isnan(none["tap_ll_test"])
-    (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), retry_damping=0.95, **kw)
-    evaluated = evaluate_tap_log_likelihood(m, x, TrainSettings(retry_damping=0.95, **kw))
+    twice = once.replace(retry_damping=0.95)
+    (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), twice)
+    settings = TrainSettings(retry_damping=0.95, tol=1e-12, max_iter=2000)
+    assert settings.solver_settings == twice
+    evaluated = evaluate_tap_log_likelihood(m, x, twice, settings.dedup_tol)
     assert row["n_unique"] == evaluated["n_unique"] > 0
     assert row["tap_ll_train"] == pytest.approx(evaluated["tap_ll"], abs=1e-12)
     assert row["tap_ll_test"] == row["tap_ll_train"]
@@ -280,8 +285,9 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     import numpy as np
 
     from tapmachine.io.data import Dataset, save_dataset
-    from tapmachine.pipeline import cli, tracking
+    from tapmachine.pipeline import cli
     from tapmachine.pipeline.stages import train as train_stage
+    from tapmachine.pipeline.tracking import store as tracking
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)

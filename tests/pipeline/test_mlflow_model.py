@@ -21,7 +21,8 @@ from tiny_models import SPEC, bars_and_stripes, settings
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import ModelFile
-from tapmachine.pipeline import mlflow_model, tracking
+from tapmachine.pipeline.tracking import mlflow_model
+from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.train import build_machine, train
 
 pytestmark = pytest.mark.slow  # a fresh environment loads the logged model

@@ -1,7 +1,6 @@
 """``tapmachine progress``: epochs done and time left of a run's training jobs, from checkpoints."""
 
 import copy
-import dataclasses
 import math
 import statistics
 from pathlib import Path
@@ -121,9 +120,9 @@ def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, 
         _train(model_dir, epochs=6, stop_after=3)
     assert progress.model_progress(model_dir)["reevaluating"] == 0
     trained = TrainSettings(epochs=6, batch_size=10, eval_samples=20)
-    same = expected_signature(trained)
+    same = expected_signature(trained.solver_settings)
     assert progress.model_progress(model_dir, same)["reevaluating"] == 0
-    other = expected_signature(dataclasses.replace(trained, retry_damping=None))
+    other = expected_signature(trained.solver_settings.replace(retry_damping=None))
     row = progress.model_progress(model_dir, other)
     assert row["reevaluating"] == 3 and row["remaining_hours"] > 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from services import require_root_and, run_bounded
 
-from tapmachine.pipeline.tracking import EXPERIMENTS, STAGE_RUNS
+from tapmachine.pipeline.tracking.store import EXPERIMENTS, STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.workflow

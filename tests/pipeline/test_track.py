@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 from mlflow_runs import dump
 
-from tapmachine.pipeline import cli, tracking
-from tapmachine.pipeline.recorder import publish, recording
-from tapmachine.pipeline.records import (
+from tapmachine.pipeline import cli
+from tapmachine.pipeline.stages.track import ordered
+from tapmachine.pipeline.tracking import store as tracking
+from tapmachine.pipeline.tracking.recorder import publish, recording
+from tapmachine.pipeline.tracking.records import (
     RunRecord,
     Series,
     find_records,
@@ -20,7 +22,6 @@ from tapmachine.pipeline.records import (
     record_path,
     source_run,
 )
-from tapmachine.pipeline.stages.track import ordered
 
 pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from tapmachine.pipeline import invocation, tracking
+from tapmachine.pipeline.tracking import invocation
+from tapmachine.pipeline.tracking import store as tracking
 
 pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
 

@@ -22,7 +22,7 @@ import pytest
 from services import free_port, require, require_root_and, run_bounded, wait_http
 from tiny_ops import prepare, targets
 
-from tapmachine.pipeline.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking.store import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.workflow
@@ -250,7 +250,7 @@ def test_mlflow_ui_in_headless_chromium(sqlite_run):
     with open(work / "ui.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        from tapmachine.pipeline.tracking import ui_link
+        from tapmachine.pipeline.tracking.store import ui_link
 
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/health", timeout=180, proc=proc)

@@ -10,12 +10,12 @@ import yaml
 
 from tapmachine.figures import ucd_fig1
 from tapmachine.figures.common import FigureError
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.cli import main
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.pipeline.stages.ucd import STEP_FIELDS, UCDError, run_steps
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from full_configs import whole_config
 from mlflow_runs import dump
 from tiny_workflow import TINY, snakemake
 
-from tapmachine.pipeline.tracking import STAGE_RUNS
+from tapmachine.pipeline.tracking.store import STAGE_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -180,8 +180,8 @@ def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
     # its halves are taken in the run's one random order of the test rows, not in file order
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
     from tapmachine.ucd import fid
+    from tapmachine.ucd.fid import load_classifier
 
     x_test = torch.as_tensor(
         data.load_dataset(finished_run / "results" / "data" / "binary_mnist.npz").x_test,
@@ -228,6 +228,12 @@ def test_denoise_figures_and_runs(finished_run):
         assert npz["mcc"].shape == (4, TINY["denoise"]["fig8"]["n_images"])
     real = pd.read_csv(results / "figures" / "fig_denoise_real.csv")
     assert (real["kind"] == "claim").any()
+    # Fig. 9 is judged by the FID classifier over every denoised digit, at each p in (0, 0.5).
+    fig9 = pd.read_csv(results / "figures" / "fig9.csv")
+    shares = fig9[fig9["claim"] == "true_label_share"]
+    assert sorted(shares["model"].unique()) == ["1nn", "ope", "tap_tiny"]
+    assert len(shares) == 3 * 2 and shares["value"].between(0, 1).all()
+    assert fig9[fig9["claim"] == "digit_structure_kept"]["held"].isin(["held", "not held"]).all()
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
     runs = client.search_runs([experiments["denoise"]], STAGE_RUNS)

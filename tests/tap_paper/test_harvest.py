@@ -13,12 +13,12 @@ import torch
 import yaml
 
 from tapmachine.core import tap
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import harvest
 from tapmachine.tap_paper.harvest import HarvestError, HarvestSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -355,16 +355,16 @@ def test_harvest_runs_are_their_own_and_leave_the_training_run_alone(run, tmp_pa
     import mlflow
 
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline import tracking
-    from tapmachine.pipeline.records import RunRecord, write_record
     from tapmachine.pipeline.stages import harvest as harvest_stage
+    from tapmachine.pipeline.tracking import store as tracking
+    from tapmachine.pipeline.tracking.records import RunRecord, write_record
 
     manifest = tmp_path / "mlflow" / "experiments.json"
     tracking.init_store(manifest.parent, manifest)
     with tracking.start_run(manifest, "train", "tiny") as train_run:
         train_run.log_metrics({"tap_ll": -1.0}, step=2)
     ModelFile.load(run["model"]).save(tmp_path / "model.pt")
-    # the training job's record beside model.pt names its run (pipeline.records)
+    # the training job's record beside model.pt names its run (pipeline.tracking.records)
     write_record(RunRecord("train", "tiny", run_id=train_run.run_id), tmp_path / "model.pt")
     uri, harvest_exp = tracking.experiment_id(manifest, "harvest")
     client = mlflow.MlflowClient(uri)

@@ -17,14 +17,14 @@ from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.io.data import Dataset, load_dataset, save_dataset
-from tapmachine.pipeline import tracking
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, validate
 from tapmachine.pipeline.stages import likelihood as likelihood_stage
 from tapmachine.pipeline.stages import train as train_stage
+from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.tap_paper import likelihood
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 #: Tiny-model scoring: short thinned schedule, enough runs for a meaningful stderr.
 TINY = likelihood.ScoreSettings(
@@ -432,9 +432,9 @@ def test_scoring_a_machine_without_tap_solutions_gives_nan_tap_and_finite_ais(cy
     assert math.isfinite(row["exact_ll_test"]) and math.isfinite(row["pl_test"])
     on = dataclasses.replace(off, retry_damping=0.95)
     _, info = likelihood.tap_log_partition(m, x, on)
-    trained = evaluate_tap_log_likelihood(
-        m, x, TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
-    )
+    training = TrainSettings(max_iter=2000, tol=1e-12, retry_damping=0.95)
+    assert on.solver_settings == training.solver_settings
+    trained = evaluate_tap_log_likelihood(m, x, training.solver_settings, training.dedup_tol)
     assert info["n_unique"] == trained["n_unique"] > 0
     assert info["log_z_tap"] == pytest.approx(trained["log_z_tap"], abs=1e-12)
 
@@ -511,6 +511,37 @@ def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
     )
     module.exact_curve(trained, tiny_dataset, out, [1])
     assert len(computed) == 4
+
+
+def test_exact_curve_scores_ais_against_the_enumeration(trained, tiny_dataset, tmp_path):
+    """With ``ais``, each epoch also carries AIS's ln Z, its standard error and their
+    difference from the enumerated ln Z in standard errors; on the tiny RBM AIS lands within a
+    few standard errors of the exact value, and a kept epoch without AIS is computed again."""
+    import importlib
+
+    module = importlib.import_module("tapmachine.tap_paper.likelihood.exact_curve")
+    ais = {"n_runs": 200, "schedule": "linear", "n_betas": 2000}
+    out = tmp_path / "exact.csv"
+    from tapmachine.io.modelfile import Checkpoint
+
+    plain = module.exact_curve(trained, tiny_dataset, out, [1])
+    assert "log_z_ais" not in plain[0]
+    fingerprint = Checkpoint.load(trained / "checkpoints" / "epoch_1.pt").fingerprint
+    pd.DataFrame([{**plain[0], "fingerprint": fingerprint}]).to_csv(
+        module.partial_path(out), index=False
+    )
+    rows = module.exact_curve(trained, tiny_dataset, out, [1, 3], ais=ais, seed=5)
+    df = pd.read_csv(out)
+    for row, (_, written) in zip(rows, df.iterrows(), strict=True):
+        gap = row["log_z_ais"] - row["log_z_exact"]
+        assert row["ais_z"] == pytest.approx(gap / row["log_z_ais_stderr"])
+        assert abs(row["ais_z"]) < 4 and abs(gap) < 0.05
+        assert row["ais_ll_minus_exact"] == pytest.approx(-gap / (16 + 6))
+        assert written["ais_z"] == pytest.approx(row["ais_z"])
+    again = module.exact_curve(
+        trained, tiny_dataset, tmp_path / "again.csv", [1, 3], ais=ais, seed=5
+    )
+    assert [r["log_z_ais"] for r in again] == [r["log_z_ais"] for r in rows]
 
 
 def test_config_checks_the_exact_curves_of_fig3():

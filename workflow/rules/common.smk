@@ -7,6 +7,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from tapmachine.pipeline.configuration import (
     RAW_DATASETS,
+    SCHEMA,
     check_device,
     load_schema,
     remove_nulled,
@@ -20,10 +21,9 @@ from tapmachine.pipeline.stages.workflow import jobs_run_checkout
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     jobs_run_checkout(workflow.basedir)
 
-SCHEMA_FILE = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 # An overlay removes a section (`deep: null`) or a named entry (`models: {bmnist_h25: null}`) of
 # the default config by setting it to null.
-remove_nulled(config, load_schema(SCHEMA_FILE))
+remove_nulled(config, load_schema(SCHEMA))
 # The optional sections the config itself gives, before the schema's defaults fill the rest: the
 # targets of an absent one (ucd.fig1, ucd.dbm, denoise, deep) are left out of `all`.
 _GIVEN_UCD = config.get("ucd") or {}
@@ -46,7 +46,7 @@ for _section, _given in SECTIONS.items():
             file=sys.stderr,
         )
 
-validate(config, SCHEMA_FILE)
+validate(config, SCHEMA)
 # device: cuda where jobs run on this machine but torch sees no GPU: one line, before any job.
 if workflow.local_exec:
     check_device(config["device"])

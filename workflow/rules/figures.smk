@@ -35,10 +35,14 @@ if "fig3" in FIGURES:
                     else ",".join(map(str, FIG3_EXACT["epochs"]))
                 ),
             ),
+            ais=option_value(
+                "--ais", f"'{json.dumps(FIG3_EXACT['ais'])}'" if FIG3_EXACT.get("ais") else None
+            ),
+            seed=config["seed"],
         shell:
             "tapmachine exact-curve --model-dir {params.model_dir} --data {input.data} "
-            "{params.epochs} --out {output.curve} --threads {threads} "
-            "--tracking {input.tracking} > {log} 2>&1"
+            "{params.epochs} {params.ais} --seed {params.seed} --out {output.curve} "
+            "--threads {threads} --tracking {input.tracking} > {log} 2>&1"
 
     rule fig3:
         input:

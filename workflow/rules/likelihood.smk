@@ -1,7 +1,7 @@
 # Likelihood stage (first paper, App. F): TAP vs AIS vs pseudo-likelihood after every epoch of
 # one RBM (Fig. 12), and the AIS test log-likelihood of TAP-, CD- and PCD-trained RBMs beside the
 # published CD-25 value (the likelihood table). Scores land in results/likelihood/{model}/, figures in
-# results/figures/. Settings: config `likelihood` (workflow/schemas/config.schema.yaml).
+# results/figures/. Settings: config `likelihood` (src/tapmachine/io/config.schema.yaml).
 
 LIKELIHOOD = config["likelihood"]
 FIG12_MODEL = LIKELIHOOD["fig12"]["model"]

@@ -5,8 +5,8 @@
 import hashlib
 import os
 
-from tapmachine.pipeline import invocation as _invocation
-from tapmachine.pipeline import tracking as _tracking
+from tapmachine.pipeline.tracking import invocation as _invocation
+from tapmachine.pipeline.tracking import store as _tracking
 
 # Every job (local or through SLURM, which passes the environment on) sees these.
 os.environ[_tracking.ENV_RUN_NAME] = RUN_NAME

@@ -1,6 +1,6 @@
 # UCD-LMI (second paper), DBMs without pretraining: training (UCD-LMI, PCD, centered PCD, the
 # ablation), the FID classifier per dataset, scores (classifier FID + TAP log-likelihood), Figs. 2-3
-# and Tables 1-2. Settings: config `ucd.dbm` (workflow/schemas/config.schema.yaml); the paper's
+# and Tables 1-2. Settings: config `ucd.dbm` (src/tapmachine/io/config.schema.yaml); the paper's
 # sizes (6,272-6,272-6,272, 100,000 steps) need --configfile workflow/config/paper.yaml. With
 # device: cuda, training, scoring, sampling and completion run on the GPU and request one.
 

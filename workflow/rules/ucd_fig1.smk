@@ -1,6 +1,6 @@
 # UCD-LMI (second paper). Fig. 1: coupling time tau and local-search steps T against the dimension
 # of random RBMs, for four couplings (one job per method, each all dimensions as batches of
-# chains), then the figure. Settings: config `ucd.fig1` (workflow/schemas/config.schema.yaml).
+# chains), then the figure. Settings: config `ucd.fig1` (src/tapmachine/io/config.schema.yaml).
 
 UCD_FIG1 = config["ucd"]["fig1"]
 

@@ -41,9 +41,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
-from tapmachine.core.tap import TAPState
+from tapmachine.core.tap import SolverSettings, TAPState
 
 __all__ = ["AdaTAPError", "SUPPORTED_PRIORS", "check_machine", "joint_couplings", "solve"]
 
@@ -51,7 +52,7 @@ __all__ = ["AdaTAPError", "SUPPORTED_PRIORS", "check_machine", "joint_couplings"
 SUPPORTED_PRIORS = (Bernoulli, Spin)
 
 
-class AdaTAPError(ValueError):
+class AdaTAPError(TapmachineError, ValueError):
     """adaTAP cannot run on this machine (a prior it does not implement)."""
 
 
@@ -121,9 +122,9 @@ def _split(t: Tensor, sizes) -> list[Tensor]:
 def solve(
     machine: BoltzmannMachine,
     a_visible: Tensor,
-    damping: float = 0.5,
-    tol: float = 1e-8,
-    max_iter: int = 100,
+    damping: float = SolverSettings.damping,
+    tol: float = SolverSettings.tol,
+    max_iter: int = SolverSettings.max_iter,
     A1: Tensor | None = None,
     B1: Tensor | None = None,
     method: str = "auto",

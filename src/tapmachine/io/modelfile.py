@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.io.files import atomic_write
 
@@ -48,7 +49,7 @@ CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_FORMAT = 2
 
 
-class ModelFileError(Exception):
+class ModelFileError(TapmachineError):
     """A model or checkpoint file is missing, unreadable or not of this layout."""
 
 

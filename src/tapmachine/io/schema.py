@@ -1,15 +1,25 @@
-"""The defaults of the workflow's config schema (``workflow/schemas/config.schema.yaml``), the one
-place they are defined; settings classes below the pipeline read theirs from here."""
+"""The config schema (``config.schema.yaml``, package data beside this module) and its defaults,
+the one place they are defined; settings classes below the pipeline read theirs from here, and the
+workflow validates its config against the same file."""
 
 from __future__ import annotations
 
 import functools
+from importlib import resources
 from pathlib import Path
 
-__all__ = ["SCHEMA_FILE", "child", "defaults", "load_schema", "resolve", "schema_default"]
+__all__ = [
+    "SCHEMA_FILE",
+    "check_entry",
+    "child",
+    "defaults",
+    "load_schema",
+    "resolve",
+    "schema_default",
+]
 
-#: The schema beside the package's source tree (the repository's ``workflow/`` folder).
-SCHEMA_FILE = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+#: The config schema (JSON Schema, draft 2020-12), shipped inside the package.
+SCHEMA_FILE = Path(str(resources.files("tapmachine.io").joinpath("config.schema.yaml")))
 
 
 def load_schema(schema_file: str | Path = SCHEMA_FILE) -> dict:
@@ -66,11 +76,12 @@ def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
     return copy.deepcopy(node["default"])
 
 
-def _defaults_of(node: dict) -> dict:
+def _defaults_of(node: dict, schema: dict) -> dict:
     out = {}
     for key, prop in (node.get("properties") or {}).items():
+        prop = resolve(prop, schema)
         if "properties" in prop and prop.get("default", {}) == {}:
-            out[key] = _defaults_of(prop)
+            out[key] = _defaults_of(prop, schema)
         elif "default" in prop:
             out[key] = prop["default"]
     return out
@@ -78,7 +89,7 @@ def _defaults_of(node: dict) -> dict:
 
 @functools.cache
 def _cached(definition: str) -> dict:
-    return _defaults_of(_schema()["$defs"][definition])
+    return _defaults_of(_schema()["$defs"][definition], _schema())
 
 
 def defaults(definition: str) -> dict:
@@ -88,3 +99,18 @@ def defaults(definition: str) -> dict:
     import copy
 
     return copy.deepcopy(_cached(definition))
+
+
+def check_entry(entry: dict, definition: str) -> None:
+    """Raise ValueError at the key of ``entry`` that ``$defs/<definition>`` refuses (the best
+    match of jsonschema's errors, as the workflow's config validation reports it): an estimator's
+    parameters are checked by the schema its config entry is checked by."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    schema = _schema()
+    node = {**schema["$defs"][definition], "$defs": schema["$defs"]}
+    error = best_match(jsonschema.Draft202012Validator(node).iter_errors(entry))
+    if error is not None:
+        key = ".".join(str(k) for k in error.absolute_path) or "the entry"
+        raise ValueError(f"{key}: {error.message} (schema $defs/{definition})")

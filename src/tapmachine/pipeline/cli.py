@@ -2,48 +2,43 @@
 
 The parser is built from the stage modules (``pipeline.stages.*``, each adding its commands
 with ``register`` and importing torch only when a command runs); the science is in the library
-modules. Also ``python -m tapmachine``. Errors the user can act on are printed
-as one line prefixed with ``tapmachine:`` and exit with status 2.
+modules. Also ``python -m tapmachine``. Errors the user can act on (``TapmachineError``, which
+every package's error subclasses, and a missing file) are printed as one line prefixed with
+``tapmachine: error:`` and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from tapmachine.pipeline.stages import (
-        data,
-        deep,
-        denoise,
-        figures,
-        harvest,
-        likelihood,
-        progress,
-        stability,
-        track,
-        tracking,
-        train,
-        ucd,
-    )
+#: The stage modules under ``pipeline.stages``, each adding its commands with ``register``; the
+#: order is that of ``--help`` only (no stage reaches into another's parsers).
+STAGES = (
+    "tracking",
+    "data",
+    "train",
+    "progress",
+    "harvest",
+    "stability",
+    "likelihood",
+    "figures",
+    "ucd",
+    "denoise",
+    "deep",
+    "track",
+)
 
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tapmachine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    tracking.register(sub)
-    data.register(sub)
-    train.register(sub)
-    progress.register(sub)
-    harvest.register(sub)
-    stability.register(sub)
-    likelihood.register(sub)
-    figures.register(sub)
-    ucd.register(sub)
-    denoise.register(sub)
-    deep.register(sub)
-    track.register(sub)
+    for stage in STAGES:
+        importlib.import_module(f"tapmachine.pipeline.stages.{stage}").register(sub)
     return p
 
 
@@ -53,37 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.core import eta
 
     eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
-
-    from tapmachine.figures.common import FigureError
-    from tapmachine.io.data import DataError
+    import tapmachine.ucd  # noqa: F401  (registers the DBM methods in training's registry)
+    from tapmachine.core.errors import TapmachineError, one_line
     from tapmachine.io.files import is_disk_full
-    from tapmachine.io.modelfile import ModelFileError
-    from tapmachine.pipeline.stages.common import UsageError
-    from tapmachine.pipeline.stages.deep import DeepStageError
-    from tapmachine.pipeline.stages.track import TrackError
-    from tapmachine.pipeline.stages.ucd import UCDError
-    from tapmachine.pipeline.stages.ucd_dbm import UCDDBMError
-    from tapmachine.tap_paper.denoise import DenoiseError
-    from tapmachine.tap_paper.harvest import HarvestError
-    from tapmachine.train import TrainingError
 
     try:
         args.func(args)
-    except (
-        UsageError,
-        DataError,
-        TrainingError,
-        HarvestError,
-        FigureError,
-        ModelFileError,
-        UCDError,
-        UCDDBMError,
-        DenoiseError,
-        DeepStageError,
-        TrackError,
-        FileNotFoundError,
-    ) as err:
-        print(f"tapmachine: error: {err}", file=sys.stderr)
+    except (TapmachineError, FileNotFoundError) as err:
+        print(f"tapmachine: error: {one_line(err)}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as err:
         if not is_disk_full(err):

@@ -2,7 +2,7 @@
 
 ``config.yaml`` is the default; a ``--configfile`` overlays it (``merge``: mappings key by key,
 any other value, a list included, replaced), and a section or named entry the overlay sets to
-null is removed (``remove_nulled``). The JSON Schema (``workflow/schemas/config.schema.yaml``,
+null is removed (``remove_nulled``). The JSON Schema (``tapmachine/io/config.schema.yaml``,
 draft 2020-12) states types, ranges, defaults and what each key means; ``validate`` reports the
 first violation as one line naming the key and the bad value, fills the defaults, then checks what
 a schema cannot: that paths exist and that each model's dataset is produced by the data stage.
@@ -10,10 +10,12 @@ a schema cannot: that paths exist and that each model's dataset is produced by t
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import SCHEMA_FILE, child, load_schema, resolve, schema_default
 
 __all__ = [
@@ -33,12 +35,12 @@ __all__ = [
 
 RAW_DATASETS = ("mnist", "fashion_mnist", "faces")
 #: The default configuration, relative to the workflow's working directory (the Snakefile's
-#: ``configfile:``), and the schema, relative to the repository.
+#: ``configfile:``), and the schema, inside the package.
 DEFAULT_CONFIG = "config.yaml"
 SCHEMA = SCHEMA_FILE
 
 
-class ConfigError(ValueError):
+class ConfigError(TapmachineError, ValueError):
     """The configuration is invalid; the message names the key and the value."""
 
 
@@ -111,14 +113,12 @@ def validate(config: dict, schema_file: str | Path) -> dict:
     """Validate ``config`` in place (filling defaults) and return it; raise ``ConfigError``."""
     import jsonschema
     from jsonschema.exceptions import best_match
-    from snakemake.utils import validate as snakemake_validate
 
     schema = yaml.safe_load(Path(schema_file).read_text())
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise ConfigError(f"config error at {_key(error.absolute_path)}: {error.message}")
-    # Defaults are filled by Snakemake's own validator; the pass above gives the one-line error.
-    snakemake_validate(config, str(Path(schema_file).resolve()), set_default=True)
+    _filling_validator(schema).validate(config)
     derived = config["data"]["derived"]
     clash = sorted(set(RAW_DATASETS) & set(derived))
     if clash:
@@ -148,6 +148,27 @@ def validate(config: dict, schema_file: str | Path) -> dict:
     _check_denoise(config)
     _check_deep(config)
     return config
+
+
+def _filling_validator(schema: dict):
+    """A draft 2020-12 validator that fills each absent key with its default as it validates,
+    as Snakemake's ``validate(..., set_default=True)`` does, and also where a key's schema is a
+    ``$ref`` (``{$ref: "#/$defs/tap_solver/properties/damping"}``): the default is its own, else
+    its target's, so a default shared by several blocks is written once."""
+    import jsonschema
+    from jsonschema import validators
+
+    base = jsonschema.Draft202012Validator
+
+    def fill(validator, properties, instance, node):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                sub = resolve(sub, schema)
+                if "default" in sub:
+                    instance.setdefault(key, copy.deepcopy(sub["default"]))
+        yield from base.VALIDATORS["properties"](validator, properties, instance, node)
+
+    return validators.extend(base, {"properties": fill})(schema)
 
 
 def _check_denoise(config: dict) -> None:

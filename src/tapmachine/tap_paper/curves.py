@@ -59,23 +59,21 @@ def tap_likelihood_curve(
     x_train: Tensor,
     x_test: Tensor,
     tap_inits: int,
-    damping: float = 0.5,
-    tol: float = 1e-12,
-    max_iter: int = 500,
+    solver: tap.SolverSettings,
     dedup_tol: float = 1e-2,
-    retry_damping: float | None = None,
 ) -> list[dict]:
     """Normalised TAP log-likelihood of train and test rows for each (epoch, machine).
 
-    ln Z comes from the unique solutions reached from the first ``tap_inits`` training rows,
-    with the per-epoch evaluation's second pass at ``retry_damping``
-    (``tap.solve_with_retry``); an epoch at which none converges gets NaN, as in training.
+    ln Z comes from the unique solutions ``solver`` reaches from the first ``tap_inits``
+    training rows, with the per-epoch evaluation's second pass (``tap.solve_with_retry``); an
+    epoch at which none converges gets NaN, as in training. The clamped solutions of a deep
+    machine's data term take ``solver``'s damping, tolerance and cap.
     """
     rows = []
+    kw = {"damping": solver.damping, "tol": solver.tol, "max_iter": solver.max_iter}
     for epoch, machine in machines:
         xt, xs = x_train.to(machine.dtype), x_test.to(machine.dtype)
-        kw = {"damping": damping, "tol": tol, "max_iter": max_iter}
-        states = tap.solve_with_retry(machine, xt[:tap_inits], retry_damping=retry_damping, **kw)
+        states = tap.solve_with_retry(machine, xt[:tap_inits], solver)
         reps, _, _ = tap.unique(states, dedup_tol)
         kept = states.select(reps)
         row = {"epoch": epoch, "n_unique": int(reps.numel())}
@@ -107,7 +105,7 @@ def inference_timing(
     repeats: int = 3,
     tap_iterations: int = 20,
     adatap_iterations: int = 2,
-    damping: float = 0.5,
+    damping: float = tap.SolverSettings.damping,
     dtype=torch.float32,
     weight_std: float = 0.01,
     adatap_method: str = "bipartite",

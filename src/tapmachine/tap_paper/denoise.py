@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from tapmachine.core import eta, tap
+from tapmachine.core.errors import TapmachineError
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 
@@ -77,7 +78,7 @@ OPE_CLIP = 1e-3
 SOLVE_BLOCK = 1024
 
 
-class DenoiseError(ValueError):
+class DenoiseError(TapmachineError, ValueError):
     """Bad input to a denoiser (noise level, image size, model type)."""
 
 
@@ -214,7 +215,7 @@ def tap_denoise(
     y: Tensor,
     p,
     m: Tensor,
-    damping: float = 0.5,
+    damping: float = tap.SolverSettings.damping,
     tol: float = 1e-8,
     max_iter: int = 1000,
     block: int = SOLVE_BLOCK,
@@ -341,7 +342,7 @@ def tap_denoise_gaussian(
     y: Tensor,
     sigma,
     init: Tensor,
-    damping: float = 0.5,
+    damping: float = tap.SolverSettings.damping,
     tol: float = 1e-8,
     max_iter: int = 1000,
     block: int = SOLVE_BLOCK,

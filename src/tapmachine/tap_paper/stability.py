@@ -25,7 +25,7 @@ __all__ = ["fixed_point_stability", "stability_curve"]
 def fixed_point_stability(
     machine,
     x: torch.Tensor,
-    damping: float = 0.5,
+    damping: float = tap.SolverSettings.damping,
     retry_damping: float = 0.95,
     tol: float = 1e-8,
     max_iter: int = 1000,
@@ -46,9 +46,10 @@ def fixed_point_stability(
     (``tap.sweep_radius_krylov``, for large machines) instead of the dense Jacobian's.
     """
     x = torch.as_tensor(x, dtype=machine.dtype, device=machine.device)
-    state = tap.solve_with_retry(
-        machine, x, damping=damping, tol=tol, max_iter=max_iter, retry_damping=retry_damping
+    solver = tap.SolverSettings(
+        damping=damping, tol=tol, max_iter=max_iter, retry_damping=retry_damping
     )
+    state = tap.solve_with_retry(machine, x, solver)
     first = state.converged & (state.iterations <= max_iter)
     points, assignment, _ = tap.unique(state, merge_tol)
     members = assignment[None, :] == torch.arange(points.numel())[:, None]  # (U, K)

@@ -1,6 +1,6 @@
-"""From a config entry to the initial machine: RBMs and deep TAP machines (first paper, Alg. 2's
-initialisation) and DBMs (second paper, ``ucd.dbm.build_dbm``), and a trained one back from its
-file."""
+"""From a config entry to the initial machine of an RBM or deep TAP machine (first paper, Alg. 2's
+initialisation; the gradient methods' default ``build``, ``train.methods``), and a trained machine
+back from its file."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
 from tapmachine.io.modelfile import MODEL_FILE, Checkpoint, ModelFile
 from tapmachine.train.settings import TrainingError, TrainSettings
-from tapmachine.ucd import dbm
 
 __all__ = [
     "visible_prior",
     "hidden_prior",
     "build_machine",
-    "hidden_sizes",
-    "initial_machine",
+    "build_from_spec",
     "load_model",
 ]
 
@@ -37,7 +35,9 @@ def visible_prior(spec: dict, x: Tensor) -> Prior:
         return Spin(torch.atanh(mean.clamp(-0.999, 0.999)))
     lower, upper = float(spec.get("lower", 0.0)), float(spec.get("upper", 1.0))
     if kind == "truncated_gaussian":
-        V = 1.0 / x.var(0).clamp_min(1e-2)
+        # one row has no sample variance (NaN): the floor then, as for a constant column
+        var = x.var(0) if x.shape[0] > 1 else torch.zeros_like(mean)
+        V = 1.0 / var.clamp_min(1e-2)
         return priors_module.TruncatedGaussian(V * mean, V, lower, upper)
     if kind == "truncated_gauss_bernoulli":
         nonzero = (x != 0).to(x.dtype)
@@ -84,26 +84,10 @@ def build_machine(spec: dict, x: Tensor, weight_std: float, generator) -> Boltzm
     return BoltzmannMachine(priors=tuple(priors), weights=tuple(weights))
 
 
-def hidden_sizes(spec: dict) -> list[int]:
-    """The hidden layer sizes of a config entry: ``hidden`` as ``[{prior, units}, ...]`` or as
-    a list of unit counts."""
-    hidden = spec.get("hidden")
-    sizes = [h["units"] if isinstance(h, dict) else h for h in hidden or []]
-    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
-        raise TrainingError(f"hidden must list positive layer sizes, got {hidden}")
-    return sizes
-
-
-def initial_machine(
+def build_from_spec(
     spec: dict, x: Tensor, settings: TrainSettings, generator: torch.Generator
 ) -> BoltzmannMachine:
-    """The machine training starts from, for a config entry and its training rows ``x``: a DBM
-    by its switches (``ucd.dbm.build_dbm``, Secs. 4.1, 4.3, App. B) for the DBM methods, else
-    Alg. 2's initial RBM or deep TAP machine (``build_machine``)."""
-    if settings.method in dbm.DBM_METHODS:
-        options = dbm.DBMOptions.from_dict(settings.ucd)
-        sizes = [x.shape[1], *hidden_sizes(spec)]
-        return dbm.build_dbm(sizes, generator, options, settings.weight_init_std, x.dtype)
+    """``build_machine`` of a config entry with its settings' ``weight_init_std``."""
     return build_machine(spec, x, settings.weight_init_std, generator)
 
 

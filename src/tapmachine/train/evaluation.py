@@ -10,7 +10,6 @@ from torch import Tensor
 
 from tapmachine.core import tap
 from tapmachine.core.machine import BoltzmannMachine
-from tapmachine.train.settings import TrainSettings
 
 __all__ = [
     "evaluate_tap_log_likelihood",
@@ -22,14 +21,15 @@ __all__ = [
 
 
 def evaluate_tap_log_likelihood(
-    machine: BoltzmannMachine, x: Tensor, settings: TrainSettings
+    machine: BoltzmannMachine, x: Tensor, solver: tap.SolverSettings, dedup_tol: float
 ) -> dict:
     """Normalised TAP log-likelihood (eq. 39 / (Nv + Nh)) of the rows of ``x``, as in Fig. 3.
 
-    TAP is run to convergence (``tol``, ``max_iter``) from every row (eqs. 37-38), and rows not
-    converged then get a second pass at ``retry_damping`` (``tap.solve_with_retry``); the free
-    energy is averaged over the unique converged solutions (``dedup_tol``, max-abs distance of the
-    magnetisations; distinct solutions differ by O(1) in some units). The default ``tol`` 1e-12
+    TAP is run by ``solver`` to convergence (``tol``, ``max_iter``) from every row (eqs. 37-38),
+    and rows not converged then get a second pass at ``retry_damping``
+    (``tap.solve_with_retry``); the free energy is averaged over the unique converged solutions
+    (``dedup_tol``, max-abs distance of the magnetisations; distinct solutions differ by O(1) in
+    some units). The schema's ``tol`` 1e-12
     is tighter than the paper's 1e-8: on trained models rows near marginal stability stop at 1e-8
     up to 0.1 from their fixed point, and one solution is then counted several times. Returns
     the mean, its standard error over rows, TAP's ln Z (minus the mean free energy of the unique
@@ -39,25 +39,14 @@ def evaluate_tap_log_likelihood(
     (``n_unique`` 0; Fig. 3 leaves a gap) and training goes on, rather than losing a long run
     to one epoch at which TAP has no fixed point within reach.
     """
-    states = tap.solve_with_retry(
-        machine,
-        x,
-        damping=settings.damping,
-        tol=settings.tol,
-        max_iter=settings.max_iter,
-        retry_damping=settings.retry_damping,
-        solver=settings.solver,
-        fuse=settings.fuse,
-    )
-    reps, inverse, _ = tap.unique(states, settings.dedup_tol)
+    states = tap.solve_with_retry(machine, x, solver)
+    reps, inverse, _ = tap.unique(states, dedup_tol)
     counts = {
         # Recorded, so that a record made with another second pass is recognised (resume, Fig. 12)
-        "retry_tol": tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping),
+        "retry_tol": solver.retry_tol,
         "n_unique": int(reps.numel()),
         "n_converged": int(states.converged.sum()),
-        "n_converged_retry": int(
-            (states.converged & (states.iterations > settings.max_iter)).sum()
-        ),
+        "n_converged_retry": int((states.converged & (states.iterations > solver.max_iter)).sum()),
         "mean_iterations": float(states.iterations.float().mean()),
     }
     if reps.numel() == 0:
@@ -65,7 +54,7 @@ def evaluate_tap_log_likelihood(
     unique = states.select(reps)
     ll = tap.log_likelihood(machine, x, unique, per_unit=True)
     return {
-        **pass_and_validity(machine, states, inverse, unique, float(ll.mean()), settings.max_iter),
+        **pass_and_validity(machine, states, inverse, unique, float(ll.mean()), solver.max_iter),
         "tap_ll": float(ll.mean()),
         # The same number likelihood.tap_log_partition gives from these rows: Fig. 12's scoring
         # reuses it instead of solving again (likelihood.score_checkpoints).
@@ -121,11 +110,10 @@ def evaluation_signature(trained: dict, row: dict) -> tuple:
     return trained["retry_damping"], retry_tol
 
 
-def expected_signature(settings) -> tuple:
-    """``evaluation_signature`` of an evaluation made now with ``settings`` (``TrainSettings`` or
-    ``likelihood.ScoreSettings``)."""
-    retry_tol = tap.retry_tolerance(settings.tol, settings.damping, settings.retry_damping)
-    return settings.retry_damping, retry_tol
+def expected_signature(solver: tap.SolverSettings) -> tuple:
+    """``evaluation_signature`` of an evaluation made now by ``solver`` (a training run's or a
+    score's ``solver_settings``)."""
+    return solver.retry_damping, solver.retry_tol
 
 
 def weight_stats(machine: BoltzmannMachine) -> dict:

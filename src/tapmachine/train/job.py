@@ -7,23 +7,19 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
-from tapmachine.core.seeding import seeded_generator
 from tapmachine.io import data, modelfile
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import ModelFile
-from tapmachine.train.build import initial_machine
 from tapmachine.train.loop import train
+from tapmachine.train.methods import method
 from tapmachine.train.pretrain import pretrain_from_spec
 from tapmachine.train.settings import TrainingError, TrainSettings
-from tapmachine.train.tap_gradient import check_train_noise
-from tapmachine.ucd import dbm
 
-__all__ = ["Prepared", "prepare", "train_from_spec"]
+__all__ = ["Prepared", "initial_machine", "prepare", "train_from_spec"]
 
 
 @dataclasses.dataclass
@@ -51,18 +47,14 @@ def prepare(
 ) -> Prepared:
     """The start of the training job of config entry ``name`` on the dataset at ``data_path``.
 
-    ``n_train`` (default: the entry's ``n_train``) keeps the first rows. RBMs and deep TAP
-    machines draw from the stream (seed, name, "train") and are built on ``device`` from the
-    rows there. A DBM needs binary {0, 1} data, draws from (seed, "ucd_dbm", "{dataset}/{name}",
-    "train") (the same entry is trained on several datasets), is built on the CPU (the same
-    initial machine on every device) and then moved, with a generator on ``device`` seeded from
-    that stream; its rows are mapped to its units (``ucd.dbm.data_for``).
+    ``n_train`` (default: the entry's ``n_train``) keeps the first rows. The entry's gradient
+    method (``train.methods``) gives the random stream, the initial machine and the rows in its
+    units (``GradientMethod.start``): RBMs and deep TAP machines draw from (seed, name, "train")
+    and are built on ``device`` from the rows there; the DBM methods their own
+    (``ucd.training``).
     """
     settings = TrainSettings.from_spec(spec)
     ds = data.load_dataset(data_path)
-    is_dbm = settings.method in dbm.DBM_METHODS
-    if is_dbm and not (np.isin(ds.x_train, (0, 1)).all() and np.isin(ds.x_test, (0, 1)).all()):
-        raise TrainingError(f"{data_path} is not binary {{0, 1}}; the DBM methods need binary data")
     rows = torch.as_tensor(ds.x_train, dtype=getattr(torch, dtype))
     n_train = n_train or spec.get("n_train")
     if n_train:
@@ -72,27 +64,21 @@ def prepare(
             f"model {name}: {rows.shape[0]} training rows is fewer than batch_size "
             f"{settings.batch_size}"
         )
-    if not is_dbm:
-        generator = seeded_generator(seed, name, "train")
-        x = rows.to(device)
-        machine = initial_machine(spec, x, settings, generator)
-        check_train_noise(machine, settings.train_noise)
-        return Prepared(settings, machine, x, ds, rows, generator)
-    generator = seeded_generator(seed, "ucd_dbm", f"{ds.name}/{name}", "train")
-    machine = initial_machine(spec, rows, settings, generator)
-    if torch.device(device).type != "cpu":
-        machine = machine.to(device)
-        generator = _device_generator(generator, device)
-    return Prepared(settings, machine, dbm.data_for(machine, rows), ds, rows, generator)
+    try:
+        machine, x, generator = method(settings.method).start(
+            name, spec, ds, rows, settings, seed, device
+        )
+    except TrainingError as exc:
+        raise TrainingError(f"{data_path}: {exc}") from None
+    return Prepared(settings, machine, x, ds, rows, generator)
 
 
-def _device_generator(generator: torch.Generator, device) -> torch.Generator:
-    """A generator on ``device`` seeded from the CPU ``generator`` (torch draws on a device only
-    from a generator of that device)."""
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    return g
+def initial_machine(
+    spec: dict, x: Tensor, settings: TrainSettings, generator: torch.Generator
+) -> BoltzmannMachine:
+    """The machine training starts from, for a config entry and its training rows ``x``, as its
+    gradient method builds it (``GradientMethod.build``)."""
+    return method(settings.method).build(spec, x, settings, generator)
 
 
 def train_from_spec(
@@ -106,18 +92,26 @@ def train_from_spec(
     on_start=None,
     on_epoch=None,
     on_pretrain_epoch=None,
+    on_step=None,
+    extras=None,
+    n_train: int | None = None,
+    progress: bool = True,
 ) -> BoltzmannMachine:
-    """Train the model ``name`` of the config on ``data_path``; write model.pt and metrics.csv.
+    """Train the model ``name`` of the config on ``data_path``, by any registered gradient
+    method; write model.pt and metrics.csv.
 
-    ``on_start(params, tags)`` is called once the initial machine is built, before the first
-    epoch, with a description of the run; it may return the run's id, stored in model.pt as its
-    provenance. ``on_epoch(epoch, metrics, machine)`` is called after every epoch. A model with
-    ``pretrain:`` settings (a deep TAP machine) is first pretrained greedily (Alg. 4,
-    ``pretrain.pretrain_from_spec``), calling ``on_pretrain_epoch(layer, epoch, metrics)`` after
-    each greedy RBM epoch. The stage layer (``pipeline.stages.train``) passes callbacks that
-    log to MLflow; this module knows nothing of tracking.
+    ``on_start(params, tags, job)`` is called once the initial machine is built, before the
+    first epoch, with a description of the run and the ``Prepared`` job; it may return the run's
+    id, stored in model.pt as its provenance. ``on_epoch(epoch, metrics, machine)`` is called
+    after every epoch and ``on_step(step, metrics)`` after every update with the method's
+    per-step numbers (``train.loop``). A model with ``pretrain:`` settings (a deep TAP machine)
+    is first pretrained greedily (Alg. 4, ``pretrain.pretrain_from_spec``), calling
+    ``on_pretrain_epoch(layer, epoch, metrics)`` after each greedy RBM epoch. ``extras(history)``
+    gives what model.pt keeps besides (``ModelFile.extras``). ``n_train``: as ``prepare``.
+    The stage layer (``pipeline.stages``) passes callbacks that log to MLflow; this module knows
+    nothing of tracking.
     """
-    job = prepare(name, spec, data_path, seed, device, dtype)
+    job = prepare(name, spec, data_path, seed, device, dtype, n_train)
     settings, machine, ds = job.settings, job.machine, job.dataset
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -126,7 +120,7 @@ def train_from_spec(
     tags = {"model": name, "dataset": ds.name, "method": settings.method}
     if ds.provenance.get("substitute"):
         tags["substitute"] = str(ds.provenance["substitute"])
-    run_id = on_start(params, tags) if on_start is not None else None
+    run_id = on_start(params, tags, job) if on_start is not None else None
     if spec.get("pretrain"):  # deep TAP machines: greedy pretraining first (Alg. 4)
         machine = pretrain_from_spec(
             machine, job.x, spec, settings, job.generator, outdir, on_epoch=on_pretrain_epoch
@@ -138,6 +132,8 @@ def train_from_spec(
         job.generator,
         checkpoint_dir=modelfile.checkpoint_dir(outdir),
         on_epoch=on_epoch,
+        progress=progress,
+        on_step=on_step,
     )
     ModelFile.from_machine(
         machine,
@@ -147,6 +143,7 @@ def train_from_spec(
         dataset=ds.name,
         substitute=ds.provenance.get("substitute"),
         mlflow_run_id=run_id,
+        extras=extras(history) if extras is not None else {},
     ).save(modelfile.model_path(outdir))
     write_csv(history, outdir / "metrics.csv")
     return machine

@@ -1,10 +1,13 @@
 """The registry of gradient methods: each estimates Alg. 2's ascent direction of the mean
-log-likelihood on a mini-batch, with whatever state it carries between steps.
+log-likelihood on a mini-batch, with whatever state it carries between steps, and says how its
+machine is built and its rows prepared.
 
 Registered here: ``tap`` (TAP machines, first paper, Alg. 2; ``train.tap_gradient``), ``cd`` and
-``pcd`` (CD-k, Hinton 2002; PCD-k, Tieleman 2008; ``core.contrastive``) and the DBM methods
-``ucd_lmi``, ``dbm_pcd`` and ``centered_pcd`` (second paper; ``ucd.dbm``). A new method is one
-``register(GradientMethod(...))``; the loop (``train.loop``) knows only this interface.
+``pcd`` (CD-k, Hinton 2002; PCD-k, Tieleman 2008; ``core.contrastive``). Other packages register
+their own: the second paper's DBM methods (``ucd_lmi``, ``dbm_pcd``, ``centered_pcd``) register
+when ``tapmachine.ucd`` is imported (``ucd.training``). A new method is one
+``register(GradientMethod(...))``; the loop (``train.loop``) and the job (``train.job``) know
+only this interface.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import dataclasses
 from collections.abc import Callable
 
 from tapmachine.core import contrastive
-from tapmachine.train.settings import TrainingError, TrainSettings
-from tapmachine.train.tap_gradient import tap_step_gradients
-from tapmachine.ucd import dbm
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.train.build import build_from_spec
+from tapmachine.train.settings import METHODS, TrainingError, TrainSettings
+from tapmachine.train.tap_gradient import check_train_noise, tap_step_gradients
 
-__all__ = ["GradientMethod", "METHODS", "register", "method", "gradients"]
+__all__ = ["GradientMethod", "METHODS", "register", "method", "gradients", "rbm_start"]
 
 
 def _stateless(machine, x_train, settings, generator):
@@ -32,6 +36,24 @@ def _unversioned() -> str:
     return ""
 
 
+def _no_defaults() -> dict:
+    return {}
+
+
+def _no_check(settings) -> None:
+    return None
+
+
+def rbm_start(name: str, spec: dict, dataset, rows, settings, seed: int, device):
+    """The start of an RBM's or deep TAP machine's job (Alg. 2): the stream (seed, name,
+    "train"), the rows on ``device`` and the machine built there from them."""
+    generator = seeded_generator(seed, name, "train")
+    x = rows.to(device)
+    machine = method(settings.method).build(spec, x, settings, generator)
+    check_train_noise(machine, settings.train_noise)
+    return machine, x, generator
+
+
 @dataclasses.dataclass(frozen=True)
 class GradientMethod:
     """One gradient method.
@@ -43,6 +65,13 @@ class GradientMethod:
     checkpoint and ``load_state(blob, device)`` back; ``step_metrics(state)`` what the loop
     hands its ``on_step`` callback after a step; ``version()`` a string that enters the resume
     fingerprint of this method's runs only (a change of its arithmetic alone).
+
+    How a job of this method starts: ``defaults()`` the settings its config entries take where
+    they are silent (beside ``TrainSettings``' own), ``check(settings)`` raises
+    ``TrainingError`` on settings it cannot train with, ``build(spec, x, settings, generator)``
+    the initial machine of a config entry from its rows, and ``start(name, spec, dataset, rows,
+    settings, seed, device)`` the job's ``(machine, x, generator)``: the machine, the training
+    rows in its units and device and the training stream.
     """
 
     name: str
@@ -52,10 +81,10 @@ class GradientMethod:
     load_state: Callable | None = None
     step_metrics: Callable = _nothing
     version: Callable = _unversioned
-
-
-#: Every registered method by name (``TrainSettings.method``).
-METHODS: dict[str, GradientMethod] = {}
+    defaults: Callable = _no_defaults
+    check: Callable = _no_check
+    build: Callable = build_from_spec
+    start: Callable = rbm_start
 
 
 def register(entry: GradientMethod) -> GradientMethod:
@@ -69,7 +98,10 @@ def register(entry: GradientMethod) -> GradientMethod:
 def method(name: str) -> GradientMethod:
     """The registered method ``name``."""
     if name not in METHODS:
-        raise TrainingError(f"method must be one of {sorted(METHODS)}, not {name!r}")
+        raise TrainingError(
+            f"method must be one of {sorted(METHODS)}, not {name!r} (the DBM methods register "
+            "when tapmachine.ucd is imported)"
+        )
     return METHODS[name]
 
 
@@ -92,20 +124,6 @@ def _pcd_chains(machine, x_train, settings: TrainSettings, generator):
     )
 
 
-def _dbm(machine, x, settings: TrainSettings, state, generator, stats=None) -> dict:
-    options = dbm.DBMOptions.from_dict(settings.ucd)
-    return dbm.gradients(
-        machine, x, settings.method, options, state, settings.sampling_steps, generator
-    )
-
-
-def _dbm_state(machine, x_train, settings: TrainSettings, generator):
-    options = dbm.DBMOptions.from_dict(settings.ucd)
-    return dbm.init_state(
-        machine, x_train, settings.method, options, settings.batch_size, generator
-    )
-
-
 register(GradientMethod("tap", _tap))
 register(GradientMethod("cd", _cd))
 register(
@@ -117,18 +135,6 @@ register(
         load_state=lambda blob, device: contrastive.PersistentChains(blob["visible"].to(device)),
     )
 )
-for _name in dbm.DBM_METHODS:
-    register(
-        GradientMethod(
-            _name,
-            _dbm,
-            init_state=_dbm_state,
-            save_state=lambda state: state.to_dict(),
-            load_state=dbm.DBMState.from_dict,
-            step_metrics=lambda state: dict(state.metrics),
-            version=lambda: f"dbm numerics {dbm.NUMERICS_VERSION}",
-        )
-    )
 
 
 def gradients(machine, x, settings: TrainSettings, state, generator, stats=None) -> dict:

@@ -131,7 +131,7 @@ def evaluated_alike(ckpt: Checkpoint, settings: TrainSettings) -> bool:
     """Whether a checkpoint's latest evaluation is the one ``settings`` would make now. Every
     other evaluation setting is in the fingerprint."""
     row = ckpt.history[-1] if ckpt.history else {}
-    return evaluation_signature(ckpt.settings, row) == expected_signature(settings)
+    return evaluation_signature(ckpt.settings, row) == expected_signature(settings.solver_settings)
 
 
 def reevaluate_history(
@@ -177,7 +177,11 @@ def reevaluate_history(
         )
     for i, path, ckpt in tqdm(stale, desc="re-evaluating", file=sys.stderr, disable=not progress):
         earlier = ckpt.machine(machine.device, machine.dtype)
-        history[i].update(evaluate_tap_log_likelihood(earlier, x_eval, settings))
+        history[i].update(
+            evaluate_tap_log_likelihood(
+                earlier, x_eval, settings.solver_settings, settings.dedup_tol
+            )
+        )
         ckpt.history = history[: i + 1]
         ckpt.settings = dataclasses.asdict(settings)
         ckpt.save(path)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from tapmachine.core import tap
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import defaults
-from tapmachine.ucd.dbm import DBM_METHODS, DBMOptions
 
-__all__ = ["TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
+__all__ = ["METHODS", "TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
 
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
 RHO_STEPS = ("plain", "logit")
@@ -18,7 +18,12 @@ _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
 
 
-class TrainingError(Exception):
+#: The gradient methods by name (``train.methods.GradientMethod``), filled by
+#: ``train.methods.register``: tap, cd and pcd, and those other packages register.
+METHODS: dict = {}
+
+
+class TrainingError(TapmachineError):
     """Training cannot go on (divergence, inconsistent resume state, bad settings)."""
 
 
@@ -56,23 +61,28 @@ class TrainSettings:
     retry_damping: float | None = _TAP["retry_damping"]
     dedup_tol: float = _TAP["dedup_tol"]
     eval_samples: int = _RBM["eval"]["n_samples"]
-    #: DBM methods (``ucd.dbm.DBM_METHODS``): the switches and settings of ``ucd.dbm.DBMOptions``.
+    #: The DBM methods' switches and settings (``ucd.dbm.DBMOptions``; config ``ucd:``).
     ucd: dict | None = None
     #: Run the per-epoch TAP evaluation (off for the DBMs, which ``ucd score`` scores).
     evaluate: bool = True
     train_noise: dict | None = _RBM["train_noise"]
     inference: str = _RBM["inference"]
 
+    @property
+    def solver_settings(self) -> tap.SolverSettings:
+        """How the per-epoch evaluation and the converged training steps solve TAP."""
+        return tap.SolverSettings.of(self)
+
     @classmethod
     def from_spec(cls, spec: dict) -> TrainSettings:
-        """The settings of a config entry: an RBM or deep TAP machine (schema ``model``: keys
-        at the top, under ``tap:`` and ``eval:``) or a DBM (schema ``dbm_model``, whose defaults
-        fill what the entry leaves out; no per-epoch TAP evaluation)."""
+        """The settings of a config entry: keys at the top, under ``tap:`` and ``eval:`` (schema
+        ``model``); what the entry leaves out, its gradient method's defaults where it has any
+        (``GradientMethod.defaults``: the DBMs' schema ``dbm_model``, no per-epoch TAP
+        evaluation), else ``TrainSettings``' own."""
         keys = {f.name for f in dataclasses.fields(cls)}
-        plain = {}
-        if spec.get("method") in DBM_METHODS:
-            plain = {k: v for k, v in defaults("dbm_model").items() if k in keys}
-            plain["evaluate"] = False
+        registered = METHODS.get(spec.get("method", cls.method))
+        own = registered.defaults() if registered is not None else {}
+        plain = {k: v for k, v in own.items() if k in keys}
         plain.update({k: v for k, v in spec.items() if k in keys})
         plain.update({k: v for k, v in spec.get("tap", {}).items() if k in keys})
         if "n_samples" in spec.get("eval", {}):
@@ -85,17 +95,14 @@ class TrainSettings:
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
             )
-        if self.solver not in tap.SOLVERS:
-            raise TrainingError(f"tap.solver must be one of {tap.SOLVERS}, not {self.solver!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
-        if self.retry_damping is not None and not 0.0 <= self.retry_damping < 1.0:
-            raise TrainingError(f"tap.retry_damping must be in [0, 1), not {self.retry_damping}")
-        if self.method in DBM_METHODS:
-            try:
-                DBMOptions.from_dict(self.ucd)
-            except ValueError as exc:
-                raise TrainingError(str(exc)) from None
+        try:
+            tap.SolverSettings.of(self)  # checks solver, damping and retry_damping
+        except ValueError as exc:
+            raise TrainingError(f"tap.{exc}") from None
+        if self.method in METHODS:
+            METHODS[self.method].check(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,6 @@ or adaTAP's Alg. 3 for ``inference: adatap``, App. D) in eqs. (40)-(42)."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -15,6 +13,7 @@ from tapmachine.train.settings import TrainingError, TrainSettings
 
 __all__ = [
     "tap_step_gradients",
+    "solve_for_gradient",
     "converged_tap_gradients",
     "noisy_initialisations",
     "check_train_noise",
@@ -39,48 +38,47 @@ def tap_step_gradients(
     iterations of Alg. 1 or until convergence (``converged_tap_gradients``)."""
     K = settings.n_solutions or x.shape[0]
     init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
-    solver = functools.partial(tap.solve, solver=settings.solver, fuse=settings.fuse)
-    if settings.inference == "adatap":  # App. D: adaTAP's (a, c, B, A) in Alg. 2's gradients
-        from tapmachine.core import adatap
-
-        solver = adatap.solve
     if settings.train_noise:
         init = noisy_initialisations(machine, init, settings.train_noise, generator)
+    solver = settings.solver_settings
     if settings.train_iterations == "converge":
         return converged_tap_gradients(
             machine,
             x,
             init,
-            damping=settings.damping,
-            tol=settings.train_tol,
-            max_iter=settings.train_max_iter,
+            solver.replace(tol=settings.train_tol, max_iter=settings.train_max_iter),
             unique_tol=settings.dedup_tol if settings.train_unique else None,
             stats=stats,
-            solver=solver,
+            inference=settings.inference,
         )
-    fixed = (
-        functools.partial(tap.solve, fuse=settings.fuse) if settings.inference == "tap" else solver
-    )
-    states = fixed(
-        machine,
-        init,
-        damping=settings.damping,
-        tol=settings.tol,
-        max_iter=settings.train_iterations,
-    )
+    # fixed-iteration steps always take Alg. 1's damped iterations
+    fixed = solver.replace(solver="damped", max_iter=settings.train_iterations)
+    states = solve_for_gradient(machine, init, fixed, settings.inference)
     return tap.tap_gradients(machine, x, states)
+
+
+def solve_for_gradient(
+    machine: BoltzmannMachine, init: Tensor, solver: tap.SolverSettings, inference: str = "tap"
+) -> tap.TAPState:
+    """The TAP solutions of a training step from the rows ``init``: ``tap.solve`` by ``solver``
+    (Alg. 1 or an accelerated solver), or adaTAP (``inference="adatap"``, Alg. 3, App. D) with
+    its damping, tolerance and cap."""
+    knobs = {"damping": solver.damping, "tol": solver.tol, "max_iter": solver.max_iter}
+    if inference == "adatap":
+        from tapmachine.core import adatap
+
+        return adatap.solve(machine, init, **knobs)
+    return tap.solve(machine, init, solver=solver.solver, fuse=solver.fuse, **knobs)
 
 
 def converged_tap_gradients(
     machine: BoltzmannMachine,
     x: Tensor,
     init: Tensor,
-    damping: float = 0.5,
-    tol: float = 1e-8,
-    max_iter: int = 100,
+    solver: tap.SolverSettings | None = None,
     unique_tol: float | None = None,
     stats: dict | None = None,
-    solver=tap.solve,
+    inference: str = "tap",
 ) -> dict:
     """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
 
@@ -95,10 +93,11 @@ def converged_tap_gradients(
     is counted in ``stats["unconverged_steps"]``. ``stats`` (optional dict) accumulates
     ``steps``, ``iterations`` (sum of mean iterations), ``converged`` (sum of converged fractions),
     ``solutions`` (sum of solutions used), ``unconverged_steps`` and ``converged_steps`` (steps
-    in which at least ``CONVERGED_STEP_SHARE`` of the rows converged). ``solver`` is
-    ``tap.solve`` (Alg. 1) or ``adatap.solve`` (Alg. 3, ``inference: adatap``, App. D).
+    in which at least ``CONVERGED_STEP_SHARE`` of the rows converged). The solutions come from
+    ``solve_for_gradient`` (Alg. 1 by ``solver``, default ``tap.SolverSettings()``, or Alg. 3
+    with ``inference="adatap"``).
     """
-    states = solver(machine, init, damping=damping, tol=tol, max_iter=max_iter)
+    states = solve_for_gradient(machine, init, solver or tap.SolverSettings(), inference)
     converged = states.converged
     if bool(converged.any()):
         if unique_tol is not None:

@@ -7,7 +7,10 @@
   maximal coupling of Qiu et al. (2020);
 - ``estimator``: the unbiased estimator (eqs. 10, 11, 27, 28), its settings, and the coupling-time
   study of Fig. 1;
-- ``init``: simplified centering, orthogonal weights, logistic biases (Secs. 4.1, 4.3, App. B).
+- ``init``: simplified centering, orthogonal weights, logistic biases (Secs. 4.1, 4.3, App. B);
+- ``dbm``: DBM gradients of UCD-LMI and the PCD baselines; ``training`` registers them as
+  gradient methods of the one training loop (``tapmachine.train``) when this package is
+  imported.
 
 A training loop calls ``log_likelihood_gradient(machine, v, UCDSettings(), generator)`` per
 minibatch and logs ``positive.summary()`` and ``negative.summary()``.
@@ -30,6 +33,9 @@ from tapmachine.ucd.unbiased import (
     model_expectation,
     posterior_expectation,
 )
+
+# Registers the DBM methods (ucd_lmi, dbm_pcd, centered_pcd) in tapmachine.train's registry.
+from tapmachine.ucd import training  # noqa: E402, F401  (isort: skip)
 
 __all__ = [
     "COUPLINGS",

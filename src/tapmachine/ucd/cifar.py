@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tapmachine.core.errors import TapmachineError
+
 __all__ = ["CIFAR10_MD5", "CifarError", "md5_of", "load_cifar10", "binarise"]
 
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -26,7 +28,7 @@ _TRAIN = [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]
 _TEST = ["cifar-10-batches-py/test_batch"]
 
 
-class CifarError(Exception):
+class CifarError(TapmachineError):
     """The CIFAR-10 archive is missing, not the official one, or malformed."""
 
 

@@ -1,6 +1,6 @@
 """DBM training by UCD-LMI and its baselines, as gradient functions for the one training loop.
 
-Three methods, selected by ``TrainSettings.method`` (registered in ``tapmachine.train.methods``):
+Three methods, selected by ``TrainSettings.method`` (registered by ``ucd.training``):
 
 - ``ucd_lmi``: the unbiased estimator of Alg. 2 (``unbiased.log_likelihood_gradient``): positive
   phase one posterior coupling per data row (eq. 28), negative phase ``n_chains`` joint couplings

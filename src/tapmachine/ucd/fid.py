@@ -17,7 +17,15 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Classifier", "train_classifier", "random_shift", "accuracy", "frechet_distance"]
+__all__ = [
+    "Classifier",
+    "train_classifier",
+    "random_shift",
+    "accuracy",
+    "frechet_distance",
+    "save_classifier",
+    "load_classifier",
+]
 
 
 def as_images(x: Tensor, shape) -> Tensor:
@@ -178,3 +186,26 @@ def frechet_distance(net: nn.Module, real: Tensor, fake: Tensor, batch: int = 10
     for i in range(0, fake.shape[0], batch):
         metric.update(fake[i : i + batch], real=False)
     return float(metric.compute())
+
+
+def save_classifier(path, net: Classifier, test_accuracy: float, train_seconds: float) -> None:
+    """Write a trained classifier (its weights, its constructor's settings, its test accuracy and
+    training time) to ``path``, atomically."""
+    from tapmachine.io.files import atomic_write
+
+    blob = {
+        "state": net.state_dict(),
+        "config": net.config,
+        "test_accuracy": test_accuracy,
+        "train_seconds": train_seconds,
+    }
+    atomic_write(path, lambda fh: torch.save(blob, fh))
+
+
+def load_classifier(path) -> tuple[Classifier, float]:
+    """The classifier ``save_classifier`` wrote, in ``eval`` mode, and its test accuracy."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    net = Classifier(**blob["config"])
+    net.load_state_dict(blob["state"])
+    net.eval()
+    return net, float(blob["test_accuracy"])

@@ -23,12 +23,12 @@ The TAP log-likelihood of eq. (39) is then ln P(x) ~ data term + mean_k F_k.
 
 All functions are batched: a ``TAPState`` holds K solutions as tensors of shape (K, N_l).
 
-Modules: ``state`` (``TAPState``), ``damped`` (one damped sweep of Alg. 1, and one with
-per-unit Newton damping), ``fused`` (its layer update compiled), ``inference`` (``solve``, the
-second damped pass, clamped inference), ``anderson`` (the Anderson solver),
-``energy`` (free energy, log-likelihood), ``gradients``, ``merging`` (one solution per fixed
-point), ``onsager`` (validity of the expansion), ``stability`` (whether Alg. 1's iterates
-converge to a fixed point: its sweep's Jacobian).
+Modules: ``state`` (``TAPState``), ``settings`` (``SolverSettings``: how a solve runs),
+``damped`` (one damped sweep of Alg. 1, and one with per-unit Newton damping), ``fused`` (its
+layer update compiled), ``inference`` (``solve``, the second damped pass, clamped inference),
+``anderson`` (the Anderson solver), ``energy`` (free energy, log-likelihood), ``gradients``,
+``merging`` (one solution per fixed point), ``onsager`` (validity of the expansion),
+``stability`` (whether Alg. 1's iterates converge to a fixed point: its sweep's Jacobian).
 """
 
 from tapmachine.core.tap.energy import (
@@ -50,11 +50,13 @@ from tapmachine.core.tap.inference import (
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
 from tapmachine.core.tap.onsager import onsager_spectral_radius, onsager_strength
+from tapmachine.core.tap.settings import SolverSettings
 from tapmachine.core.tap.stability import sweep_radius_krylov, sweep_stability
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
     "TAPState",
+    "SolverSettings",
     "SOLVERS",
     "solve",
     "solve_from",

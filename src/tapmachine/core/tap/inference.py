@@ -1,9 +1,29 @@
 """TAP inference (Alg. 1, App. E): solving the TAP equations from K starts, with a damped
 second pass for the rows that did not converge, and clamped inference.
+
+``solve`` runs one of ``SOLVERS`` on the same TAP equations:
+
+- ``"damped"``: Alg. 1, one damped sweep over the odd layers, then the even ones.
+- ``"anderson"`` (``anderson``): Anderson mixing of a reduced map that solves each layer exactly
+  from its neighbours (the Onsager self-feedback by a Newton iteration per unit); odd layers'
+  fields are the iterated variable and no damping is needed. A row stops after the sweep whose
+  mean squared change of the means, times (1 - damping)^2, is below ``tol``: the bound on the
+  residual that ``tol`` sets for Alg. 1's damped step.
+- ``"newton_damped"`` (``damped.newton_sweep``): Alg. 1's sweep with each unit's mean moved by
+  one Newton step on its own equation a = f_a(A a + h, A), i.e. a per-unit, per-sweep damping
+  -A f_c / (1 - A f_c) instead of ``damping`` (heavy where the Onsager self-feedback is
+  strong); the variances keep ``damping``. Same cost per sweep and same fixed points as Alg. 1;
+  a row stops by ``"anderson"``'s bound.
+- ``"newton_sor"``: Alg. 1's first sweeps (the basin), a few of those Newton steps, then the
+  Newton steps over-relaxed (one-step SOR-Newton; ``NEWTON``).
+
+The accelerated solvers may reach another fixed point than Alg. 1 from the same start
+(docs/tap_solver.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -12,6 +32,7 @@ from torch import Tensor
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.tap.anderson import anderson
 from tapmachine.core.tap.damped import newton_sweep, sweep
+from tapmachine.core.tap.settings import SOLVERS, SolverSettings, retry_tolerance
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
@@ -23,6 +44,8 @@ __all__ = [
     "clamped_state",
 ]
 
+_DEFAULT = SolverSettings()
+
 
 def _as_rows(t: Tensor, K: int, n: int, dtype, device) -> Tensor:
     """A fresh (K, n) tensor in the machine's dtype from a (K, n) or (n,) input."""
@@ -30,21 +53,61 @@ def _as_rows(t: Tensor, K: int, n: int, dtype, device) -> Tensor:
     return t.expand(K, n).clone()
 
 
+@dataclasses.dataclass
+class _Iterate:
+    """The rows still iterated: each layer's a, c, A, B (working rows only), the visible tilt of
+    those rows, the original row of each (``active``) and which of them are not yet done."""
+
+    a: list
+    c: list
+    A: list
+    B: list
+    tilt: list | None
+    active: Tensor
+    pending: Tensor
+
+    @classmethod
+    def start(cls, a: list, c: list, tilt) -> _Iterate:
+        """Every row working, from a and c (fields A, B zero until the first update)."""
+        K, device = a[0].shape[0], a[0].device
+        zeros = [torch.zeros_like(t) for t in a]
+        return cls(
+            a,
+            c,
+            zeros,
+            [torch.zeros_like(t) for t in a],
+            tilt,
+            torch.arange(K, device=device),
+            torch.ones(K, dtype=torch.bool, device=device),
+        )
+
+    def parts(self) -> list:
+        return [self.a, self.c, self.A, self.B]
+
+    def keep(self, rows: Tensor) -> None:
+        """Drop every working row but ``rows`` (a mask)."""
+        self.active = self.active[rows]
+        self.a, self.c = [x[rows] for x in self.a], [x[rows] for x in self.c]
+        self.A, self.B = [x[rows] for x in self.A], [x[rows] for x in self.B]
+        if self.tilt is not None:
+            self.tilt = [None if x is None else x[rows] for x in self.tilt]
+
+
 def solve(
     machine: BoltzmannMachine,
     a_visible: Tensor | None = None,
     c_visible: Tensor | None = None,
-    damping: float = 0.5,
-    tol: float = 1e-8,
-    max_iter: int = 100,
+    damping: float = _DEFAULT.damping,
+    tol: float = _DEFAULT.tol,
+    max_iter: int = _DEFAULT.max_iter,
     clamp: Tensor | bool | None = None,
     a_hidden: Sequence[Tensor] | None = None,
     c_hidden: Sequence[Tensor] | None = None,
     visible_tilt: tuple[Tensor, Tensor] | None = None,
-    solver: str = "damped",
+    solver: str = _DEFAULT.solver,
     memory: int = 5,
     stats: dict | None = None,
-    fuse: bool = False,
+    fuse: bool = _DEFAULT.fuse,
 ) -> TAPState:
     """Iterate the TAP equations from K initialisations at once (Alg. 1; App. E for L > 1).
 
@@ -57,115 +120,72 @@ def solve(
 
     so ``damping=0`` is the undamped iteration and the paper's experiments use 0.5. The Onsager
     term uses the layer's own previous (damped) mean a_l^old. Initial values the caller did not
-    pass (``c_visible``, ``a_hidden``, ``c_hidden`` left at their defaults) are placeholders: the
-    first update of such a quantity is taken undamped, so that e.g. the first hidden update of
-    an RBM is exactly Alg. 1's, whatever the damping.
+    pass (``c_visible``, ``a_hidden``, ``c_hidden``) are placeholders: the first update of such
+    a quantity is taken undamped, so that the first hidden update of an RBM is exactly Alg. 1's.
 
-    Convergence: after each iteration, a row's criterion is the mean, over all units of all
-    iterated layers (hidden layers only when clamped), of the squared difference between the
-    successive (damped) iterates of the means a. A row whose criterion is below ``tol`` is
-    frozen (no longer updated) and marked converged, with ``iterations`` the iteration count at
-    which that happened; the loop stops when every row has converged or after ``max_iter``
-    iterations (unconverged rows report ``iterations == max_iter``).
+    Convergence: a row's criterion is the mean, over all units of all iterated layers (hidden
+    only when clamped), of the squared step of the means a between successive iterates. A row
+    below ``tol`` is frozen and marked converged, with ``iterations`` the count at which that
+    happened; unconverged rows report ``iterations == max_iter``.
 
-    Parameters
-    ----------
-    machine : BoltzmannMachine
-    a_visible : Tensor of shape (K, N_0)
-        Initial visible means, one initialisation per row (eq. 37: data points).
-    c_visible : Tensor of shape (K, N_0) or (N_0,), default zeros (eq. 38)
-        Initial visible variances (ignored when clamped: c_0 = 0).
-    damping : float in [0, 1)
-        Weight of the old iterate, see above.
-    tol : float
-        Threshold on the mean squared step of the a's.
-    max_iter : int
-        Maximum number of iterations.
-    clamp : Tensor of shape (K, N_0), True or None
-        Clamped inference (App. E): the visible layer is held at the given data (or at
-        ``a_visible`` if ``True``) with c_0 = 0, and only hidden layers iterate. The resulting
-        state has ``clamped=True``.
-    a_hidden, c_hidden : sequence of Tensor, one per hidden layer, optional
-        Initial hidden means (default: the prior means f_a(0, 0)) and variances (default 0).
-        For an RBM the first hidden update only reads a_hidden through the Onsager term,
-        which vanishes when c_visible = 0.
-    visible_tilt : (A_ext, B_ext), each of shape (K, N_0) or (N_0,), optional
-        A single-site tilt exp(-A_ext x^2 / 2 + B_ext x) of each visible unit, one per row: an
-        external field (a likelihood over the visible units, e.g. a noisy channel, Sec. VII.4).
-        It is added to the visible layer's fields at every update, A_0 += A_ext and
-        B_0 += B_ext, so the visible moments are f_a(B_0 + B_ext, A_0 + A_ext): the TAP
-        equations of the machine whose visible prior is P_0(x) exp(-A_ext x^2 / 2 + B_ext x)
-        (eq. 47 for the binary symmetric channel). Single-site terms carry no Onsager
-        correction. Infinite B_ext (a noiseless channel) gives f_a at the bound. Either may be
-        None (no such term). The state's visible A, B include the tilt. Ignored when clamped.
-    solver : {"damped", "anderson", "newton_damped", "newton_sor"}
-        ``"damped"`` is Alg. 1 as above. ``"anderson"`` (``anderson``) solves the same TAP
-        equations by Anderson mixing of a reduced map: each layer is solved exactly from its
-        neighbours (the Onsager self-feedback by a Newton iteration per unit), odd layers'
-        fields are the iterated variable, and no damping is needed. A row stops after the sweep
-        whose mean squared change of the means, times (1 - damping)^2, is below ``tol``: the
-        bound on the residual that ``tol`` sets for Alg. 1's damped step. It may reach another
-        fixed point than Alg. 1 from the same start.
-        ``"newton_damped"`` (``damped.newton_sweep``) is Alg. 1's sweep with each unit's mean
-        moved by one Newton step on its own equation a = f_a(A a + h, A): the damped update
-        with a per-unit, per-sweep damping -A f_c / (1 - A f_c) instead of ``damping``
-        (heavy where the Onsager self-feedback is strong); the variances keep ``damping``.
-        Same cost per sweep and same fixed points as Alg. 1; a row stops after the sweep whose
-        mean squared residual f_a - a, times (1 - damping)^2, is below ``tol`` (``"anderson"``'s
-        bound). It may reach another fixed point than Alg. 1 from the same start.
-        ``"newton_sor"``: Alg. 1's first sweeps (the basin), a few of those Newton steps, then
-        the Newton steps over-relaxed (one-step SOR-Newton; ``NEWTON``, ``damped.newton_sweep``).
-    memory : int
-        ``"anderson"``: number of past iterates mixed (m).
-    stats : dict, optional
-        ``"anderson"``: receives ``fallbacks``, a (K,) int64 tensor counting each row's
-        switches from mixing to plain steps (the safeguard: its residual stopped falling).
-    fuse : bool
-        ``"damped"`` only: run the elementwise part of each binary layer's update as one
-        compiled kernel (``fused``; ``torch.compile``, eager if it fails): the same iteration up
-        to rounding, compiled once per process (docs/tap_solver.md: no faster at 100 rows on a CPU).
-
-    Returns
-    -------
-    TAPState
-        Final a, c of all layers, the fields A, B of each layer's last update, per-row iteration
-        counts and the converged mask.
+    ``a_visible`` (K, N_0): the starts (eq. 37: data points); ``c_visible`` (K, N_0) or (N_0,):
+    their variances (default 0, eq. 38). ``clamp``: the visible layer held at the given data (or
+    at ``a_visible`` if True) with c_0 = 0, only hidden layers iterate (App. E). ``a_hidden``,
+    ``c_hidden``: one tensor per hidden layer (default: the prior means f_a(0, 0), variances 0).
+    ``visible_tilt`` (A_ext, B_ext): a single-site tilt exp(-A_ext x^2 / 2 + B_ext x) of each
+    visible unit per row, added to the visible fields at every update (a noisy channel, Sec.
+    VII.4, eq. 47; no Onsager correction; either may be None; ignored when clamped). ``solver``:
+    one of ``SOLVERS`` (the module's docstring); ``memory``: ``"anderson"``'s mixed iterates;
+    ``stats``: receives ``"anderson"``'s per-row ``fallbacks``. ``fuse``: ``"damped"``'s
+    elementwise binary layer update as one compiled kernel (``fused``; the same iteration up to
+    rounding). Returns the final a, c of all layers, the fields A, B of each layer's last
+    update, per-row iteration counts and the converged mask.
     """
     if not 0.0 <= damping < 1.0:
         raise ValueError(f"damping must be in [0, 1), got {damping}")
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    dtype, device = machine.dtype, machine.device
-    sizes = machine.sizes
-    n_layers = len(sizes)
     clamped = clamp is not None and clamp is not False
     if clamped and not isinstance(clamp, bool):
         a_visible = clamp
+    a, c, given, tilt = _start(
+        machine, a_visible, c_visible, a_hidden, c_hidden, visible_tilt, clamped
+    )
+    with torch.no_grad():
+        maps = _maps(machine, clamped)
+        if solver == "anderson":
+            out, iterations, converged = _solve_anderson(
+                a, c, given, tilt, maps, damping, tol, max_iter, memory, stats
+            )
+        else:
+            work = _Iterate.start(a, c, tilt)
+            out, iterations, converged = _iterate(
+                work, maps, given, solver, damping, tol, max_iter, fuse
+            )
+    return TAPState(*out, iterations, converged, clamped=clamped)
+
+
+def _start(machine, a_visible, c_visible, a_hidden, c_hidden, visible_tilt, clamped):
+    """The initial a and c of every layer, whether the caller gave each layer's a and c
+    (``given``: defaults are placeholders, not damped towards), and the visible tilt per row."""
+    dtype, device, sizes = machine.dtype, machine.device, machine.sizes
     if a_visible is None:
         raise ValueError("solve needs a_visible (or clamp=data)")
     a_visible = torch.as_tensor(a_visible, dtype=dtype, device=device)
     if a_visible.dim() != 2 or a_visible.shape[1] != sizes[0]:
         raise ValueError(f"a_visible must have shape (K, {sizes[0]}), got {tuple(a_visible.shape)}")
     K = a_visible.shape[0]
-    tilt = None
-    if visible_tilt is not None and not clamped:
-        tilt = [
-            None if t is None else _as_rows(t, K, sizes[0], dtype, device) for t in visible_tilt
-        ]
     if isinstance(a_hidden, Tensor):
         a_hidden = [a_hidden]
     if isinstance(c_hidden, Tensor):
         c_hidden = [c_hidden]
-
-    # Initial values; `given_*[l]` records whether the caller supplied them (defaults are
-    # placeholders: the first update of a defaulted quantity is not damped towards it).
     a = [a_visible.clone()]
     given_a, given_c = [True], [c_visible is not None]
     if clamped or c_visible is None:
         c = [torch.zeros(K, sizes[0], dtype=dtype, device=device)]
     else:
         c = [_as_rows(c_visible, K, sizes[0], dtype, device)]
-    for l in range(1, n_layers):
+    for l in range(1, len(sizes)):
         given_a.append(a_hidden is not None)
         given_c.append(c_hidden is not None)
         if a_hidden is not None:
@@ -177,89 +197,106 @@ def solve(
             c.append(_as_rows(c_hidden[l - 1], K, sizes[l], dtype, device))
         else:
             c.append(torch.zeros(K, sizes[l], dtype=dtype, device=device))
+    tilt = None
+    if visible_tilt is not None and not clamped:
+        tilt = [
+            None if t is None else _as_rows(t, K, sizes[0], dtype, device) for t in visible_tilt
+        ]
+    return a, c, (given_a, given_c), tilt
 
-    # Outputs: full-size buffers, made when the first rows converge and filled as rows converge
-    # (and at the end); a solve in which no row stops early returns its working tensors.
+
+def _maps(machine: BoltzmannMachine, clamped: bool) -> tuple:
+    """What a sweep reads: the order of the iterated layers (odd, then even; the visible layer
+    left out when clamped), the couplings W, their negated squares -(W * W), the priors."""
+    weights = [W.detach() for W in machine.weights]
+    neg_squares = [(W * W).neg_() for W in weights]
+    order = [l for parity in (1, 0) for l in range(parity, machine.n_layers, 2)]
+    if clamped:
+        order = [l for l in order if l != 0]
+    return order, weights, neg_squares, machine.priors
+
+
+def _solve_anderson(a, c, given, tilt, maps, damping, tol, max_iter, memory, stats):
+    """``solve(..., solver="anderson")``: Anderson mixing from the start a, c (``anderson``)."""
+    A = [torch.zeros_like(t) for t in a]
+    B = [torch.zeros_like(t) for t in a]
+    warm = [[damping if damping > 0.0 and g[l] else 0.0 for l in range(len(a))] for g in given]
+    out, iterations, converged, fallbacks = anderson(
+        (a, c, A, B), tilt, maps, tol, max_iter, memory, (1.0 - damping) ** 2, (*warm, damping)
+    )
+    if stats is not None:
+        stats["fallbacks"] = fallbacks
+    return out, iterations, converged
+
+
+def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse):
+    """Sweeps of ``solver`` until every row has converged or ``max_iter``: each row's a, c, A, B
+    when it converged (or at the end), its iteration count and whether it converged."""
+    K, device = work.active.shape[0], work.active.device
+    n_iterated = sum(work.a[l].shape[1] for l in maps[0])
+    # Full-size outputs, made when the first rows converge and filled as rows converge (and at
+    # the end); a solve in which no row stops early returns its working tensors.
     out = None
     iterations = torch.full((K,), max_iter, dtype=torch.long, device=device)
     converged = torch.zeros(K, dtype=torch.bool, device=device)
-
-    with torch.no_grad():
-        weights = [W.detach() for W in machine.weights]
-        neg_squares = [(W * W).neg_() for W in weights]
-        priors = machine.priors
-        order = [l for parity in (1, 0) for l in range(parity, n_layers, 2)]
-        if clamped:
-            order = [l for l in order if l != 0]
-        n_iterated = sum(sizes[l] for l in order)
-        sizes_l = range(n_layers)
-        A = [torch.zeros_like(t) for t in a]
-        B = [torch.zeros_like(t) for t in a]
-        active = torch.arange(K, device=device)  # original row of each working row
-        pending = torch.ones(K, dtype=torch.bool, device=device)  # working rows not yet done
-        maps = (order, weights, neg_squares, priors)
-        if solver == "anderson":
-            stop_scale = (1.0 - damping) ** 2
-            warm = [
-                [damping if damping > 0.0 and given[l] else 0.0 for l in sizes_l]
-                for given in (given_a, given_c)
-            ]
-            out, iterations, converged, fallbacks = anderson(
-                (a, c, A, B), tilt, maps, tol, max_iter, memory, stop_scale, (*warm, damping)
-            )
-            if stats is not None:
-                stats["fallbacks"] = fallbacks
-            return TAPState(*out, iterations, converged, clamped=clamped)
-
-        for t in range(1, max_iter + 1):
-            if solver in NEWTON and t > NEWTON[solver][0]:
-                fresh = [[t == 1 and not given[l] for l in sizes_l] for given in (given_a, given_c)]
-                omega = NEWTON[solver][2] if t > sum(NEWTON[solver][:2]) else 1.0
-                step = newton_sweep(a, c, A, B, *maps, tilt, fresh, damping, omega)
+    for t in range(1, max_iter + 1):
+        step = _sweep_once(t, work, maps, given, solver, damping, fuse)
+        done = (step / n_iterated < tol) & work.pending
+        if t == max_iter:
+            if out is None:
+                out = work.parts()
             else:
-                keep_a = [
-                    damping if damping > 0.0 and (t > 1 or given_a[l]) else 0.0 for l in sizes_l
-                ]
-                keep_c = [
-                    damping if damping > 0.0 and (t > 1 or given_c[l]) else 0.0 for l in sizes_l
-                ]
-                step = sweep(
-                    a, c, A, B, order, weights, neg_squares, priors, tilt, keep_a, keep_c, fuse
-                )
-            done = (step / n_iterated < tol) & pending
-            if t == max_iter:
-                if out is None:
-                    out = [a, c, A, B]
-                else:
-                    _store(out, [a, c, A, B], active, pending)
-                converged[active[done]] = True
-                iterations[active[done]] = t
+                _store(out, work.parts(), work.active, work.pending)
+            converged[work.active[done]] = True
+            iterations[work.active[done]] = t
+            break
+        if bool(done.any()):
+            if out is None:
+                out = [[torch.empty_like(x) for x in part] for part in work.parts()]
+            _store(out, work.parts(), work.active, done)
+            converged[work.active[done]] = True
+            iterations[work.active[done]] = t
+            work.pending &= ~done
+            n_left = int(work.pending.sum())
+            if n_left == 0:
                 break
-            if bool(done.any()):
-                if out is None:
-                    out = [[torch.empty_like(x) for x in part] for part in (a, c, A, B)]
-                _store(out, [a, c, A, B], active, done)
-                converged[active[done]] = True
-                iterations[active[done]] = t
-                pending &= ~done
-                n_left = int(pending.sum())
-                if n_left == 0:
-                    break
-                # Finished rows keep iterating (their results are stored) until they are a
-                # sixteenth of the working set: compacting at every convergence costs more.
-                if 16 * (pending.numel() - n_left) >= pending.numel():
-                    active = active[pending]
-                    a, c = [x[pending] for x in a], [x[pending] for x in c]
-                    A, B = [x[pending] for x in A], [x[pending] for x in B]
-                    if tilt is not None:
-                        tilt = [None if x is None else x[pending] for x in tilt]
-                    pending = torch.ones(n_left, dtype=torch.bool, device=device)
-
-    return TAPState(*out, iterations, converged, clamped=clamped)
+            # Finished rows keep iterating (their results are stored) until they are a
+            # sixteenth of the working set: compacting at every convergence costs more.
+            if 16 * (work.pending.numel() - n_left) >= work.pending.numel():
+                work.keep(work.pending)
+                work.pending = torch.ones(n_left, dtype=torch.bool, device=device)
+    return out, iterations, converged
 
 
-#: TAP solvers (``solve``'s ``solver``; config ``tap.solver``, ``harvest.<model>.solver``).
-SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
+def _sweep_once(t: int, work: _Iterate, maps, given, solver, damping, fuse) -> Tensor:
+    """Sweep ``t`` of ``solver`` over the working rows, in place: Alg. 1's damped sweep (the
+    first update of a quantity the caller did not give undamped), or a Newton sweep
+    (``NEWTON``). Returns each row's summed squared step of the means."""
+    layers = range(len(work.a))
+    if solver in NEWTON and t > NEWTON[solver][0]:
+        fresh = [[t == 1 and not g[l] for l in layers] for g in given]
+        omega = NEWTON[solver][2] if t > sum(NEWTON[solver][:2]) else 1.0
+        parts = (work.a, work.c, work.A, work.B)
+        return newton_sweep(*parts, *maps, work.tilt, fresh, damping, omega)
+    keep_a, keep_c = (
+        [damping if damping > 0.0 and (t > 1 or g[l]) else 0.0 for l in layers] for g in given
+    )
+    order, weights, neg_squares, priors = maps
+    return sweep(
+        work.a,
+        work.c,
+        work.A,
+        work.B,
+        order,
+        weights,
+        neg_squares,
+        priors,
+        work.tilt,
+        keep_a,
+        keep_c,
+        fuse,
+    )
+
 
 #: Solvers that take per-unit Newton steps (``damped.newton_sweep``): (Alg. 1's damped sweeps
 #: first, then Newton steps at omega = 1, then at the over-relaxation omega). Measured on
@@ -286,73 +323,37 @@ def solve_from(machine: BoltzmannMachine, state: TAPState, **kw) -> TAPState:
     )
 
 
-def retry_tolerance(tol: float, damping: float, retry_damping: float | None) -> float | None:
-    """The second pass's tolerance that asks of a row what ``tol`` asks at ``damping``.
-
-    The criterion of ``solve`` is the mean squared step between damped iterates, and a damped
-    step is (1 - d) times the undamped residual f(a) - a, so ``tol`` at damping d bounds the
-    residual's mean square by tol / (1 - d)^2. At ``retry_damping`` the same bound needs
-    tol ((1 - retry_damping) / (1 - damping))^2: 1/100 of ``tol`` for 0.95 after 0.5. (With
-    ``tol`` itself, rows stopped at 10-300 times the residual of first-pass solutions on the
-    paper run's checkpoints, and bmnist_h25's epoch 69 counted 133 "solutions" instead of 13.)
-    None when there is no second pass.
-    """
-    if retry_damping is None:
-        return None
-    return tol * ((1.0 - retry_damping) / (1.0 - damping)) ** 2
-
-
 def solve_with_retry(
     machine: BoltzmannMachine,
     a_visible: Tensor,
-    damping: float = 0.5,
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    retry_damping: float | None = None,
+    settings: SolverSettings = _DEFAULT,
     clamp: Tensor | bool | None = None,
-    solver: str = "damped",
-    fuse: bool = False,
 ) -> TAPState:
-    """``solve``, then the rows that did not converge solved again from their last iterate.
+    """``solve`` by ``settings``, then the rows that did not converge solved again from their
+    last iterate.
 
     The second pass restarts each unconverged row from its own a, c of every layer (so it is
-    damped from its first update) with damping ``retry_damping``, up to ``max_iter`` more
-    iterations and the tolerance ``retry_tolerance`` (the same bound on the residual as the
+    damped from its first update) with damping ``settings.retry_damping``, up to ``max_iter``
+    more iterations and the tolerance ``retry_tolerance`` (the same bound on the residual as the
     first pass's); its ``iterations`` then count both passes (a row converged in the second pass
     has ``iterations > max_iter``). Damping moves no fixed point of the TAP equations, only
     whether the iteration reaches one: on trained binary-MNIST RBMs with few hidden units the
     iteration at damping 0.5 settles into a cycle (bmnist_h25 at epoch 69: none of 300 rows
     converged within 2,000 iterations, in float32 or float64) while at 0.95 every row converged.
-    ``retry_damping=None`` is plain ``solve``. ``solver`` (``SOLVERS``) and ``fuse`` apply to
-    both passes.
+    ``retry_damping=None`` is plain ``solve``. ``solver`` and ``fuse`` apply to both passes.
     """
-    states = solve(
-        machine,
-        a_visible,
-        damping=damping,
-        tol=tol,
-        max_iter=max_iter,
-        clamp=clamp,
-        solver=solver,
-        fuse=fuse,
-    )
-    if retry_damping is None or bool(states.converged.all()):
+    s = settings
+    knobs = {"max_iter": s.max_iter, "solver": s.solver, "fuse": s.fuse}
+    states = solve(machine, a_visible, damping=s.damping, tol=s.tol, clamp=clamp, **knobs)
+    if s.retry_damping is None or bool(states.converged.all()):
         return states
     rows = torch.nonzero(~states.converged, as_tuple=True)[0]
     stuck = states.select(rows)
-    again = solve_from(
-        machine,
-        stuck,
-        damping=retry_damping,
-        tol=retry_tolerance(tol, damping, retry_damping),
-        max_iter=max_iter,
-        solver=solver,
-        fuse=fuse,
-    )
+    again = solve_from(machine, stuck, damping=s.retry_damping, tol=s.retry_tol, **knobs)
     for part in ("a", "c", "A", "B"):
         for merged, new in zip(getattr(states, part), getattr(again, part), strict=True):
             merged[rows] = new
-    states.iterations[rows] = max_iter + again.iterations
+    states.iterations[rows] = s.max_iter + again.iterations
     states.converged[rows] = again.converged
     return states
 

@@ -6,8 +6,10 @@ import dataclasses
 
 import numpy as np
 
+from tapmachine.core.errors import TapmachineError
 
-class DataError(Exception):
+
+class DataError(TapmachineError):
     """A dataset could not be fetched, verified, parsed or stored; the message is one line."""
 
 

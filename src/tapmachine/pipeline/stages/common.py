@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from tapmachine.core.errors import TapmachineError
 
-class UsageError(Exception):
+
+class UsageError(TapmachineError):
     """An error in the user's input, reported as one line."""
 
 

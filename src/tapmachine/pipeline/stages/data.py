@@ -63,8 +63,8 @@ def save_and_track(ds, out, manifest) -> None:
     the montage as artifact."""
     from tapmachine.figures.montage import montage
     from tapmachine.io import data
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord
 
     out = Path(out)
     data.save_dataset(ds, out)

@@ -7,11 +7,11 @@ Commands (``register`` adds them):
   trained model, to one CSV; logged as a run ``{model}-curve`` of experiment "likelihood" (step =
   epoch), tagged ``model_run_id`` = the model's training run (which is left untouched).
 - ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
-- ``tapmachine figure fig10`` / ``fig11``: draw the figures from those CSVs (dispatched by
-  ``stages.figures.draw`` through its ``FIGURES`` table, to which ``register`` adds them).
+- ``tapmachine figure fig10`` / ``fig11`` (``stages.figures.FIGURES``) draw the figures from
+  those CSVs.
 
 ``deep-curve`` and ``deep-timing`` keep their run's record beside their CSV (``<stem>.run.json``,
-``pipeline.records``).
+``pipeline.tracking.records``).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import json
 import sys
 from pathlib import Path
 
-from tapmachine.pipeline.stages import figures as figures_stage
+from tapmachine.core.errors import TapmachineError
 from tapmachine.pipeline.stages.common import set_threads
 
 __all__ = ["register", "curve_args", "DeepStageError"]
 
 
-class DeepStageError(Exception):
+class DeepStageError(TapmachineError):
     """Inputs of the deep / adaTAP stage are missing or inconsistent."""
 
 
@@ -48,12 +48,13 @@ def curve_args(deep: dict, model: str) -> str:
 def _cmd_curve(args) -> None:
     import torch
 
+    from tapmachine.core import tap
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.schema import defaults
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)
@@ -86,11 +87,8 @@ def _cmd_curve(args) -> None:
             x_train[: args.n_train],
             x_test,
             args.tap_inits,
-            damping=tap_spec["damping"],
-            tol=tap_spec["tol"],
-            max_iter=tap_spec["max_iter"],
+            tap.SolverSettings.of(tap_spec),
             dedup_tol=tap_spec["dedup_tol"],
-            retry_damping=tap_spec["retry_damping"],
         )
     info = {
         "model": name,
@@ -123,8 +121,8 @@ def _cmd_timing(args) -> None:
 
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.tap_paper import curves
 
     set_threads(args.threads)
@@ -156,32 +154,8 @@ def vars_of(args) -> dict:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
-def _fig10(m, a):
-    return m.make(a.curves, a.model_files, a.timing)
-
-
-def _fig11(m, a):
-    return m.make(a.curves, a.model_files)
-
-
-def _figure_subparsers(subparsers):
-    """The subparsers of an existing ``figure`` command, if any (argparse keeps them in the
-    parser's actions; there is no public accessor)."""
-    import argparse
-
-    parser = subparsers.choices.get("figure")
-    if parser is None:
-        return None
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return None
-
-
-def register(subparsers, figures=None) -> None:
-    """Add ``deep-curve`` and ``deep-timing`` to ``subparsers`` and fig10/fig11 to ``figures``
-    (the ``figure`` command's subparsers; found in ``subparsers`` when not given, so calling
-    ``register(sub)`` after the figure command exists is enough)."""
+def register(subparsers) -> None:
+    """Add ``deep-curve`` and ``deep-timing`` (fig10 and fig11 are in ``stages.figures``)."""
     import functools
 
     from tapmachine.pipeline.configuration import schema_default
@@ -223,22 +197,3 @@ def register(subparsers, figures=None) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--tracking", default=None)
     s.set_defaults(func=_cmd_timing)
-
-    if figures is None:
-        figures = _figure_subparsers(subparsers)
-    if figures is None:
-        return
-    figures_stage.FIGURES.update(fig10=_fig10, fig11=_fig11)
-    f10 = figures.add_parser("fig10", help="adaTAP vs TAP: pseudo-likelihood and timing")
-    f10.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
-    f10.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
-    f10.add_argument("--timing", required=True, help="deep-timing CSV")
-    f11 = figures.add_parser("fig11", help="deep TAP machines: train/test TAP likelihood")
-    f11.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (tap)")
-    f11.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
-    for f in (f10, f11):
-        f.add_argument("--png", required=True)
-        f.add_argument("--pdf", required=True)
-        f.add_argument("--csv", required=True)
-        f.add_argument("--tracking", default=None)
-        f.set_defaults(func=figures_stage.draw)

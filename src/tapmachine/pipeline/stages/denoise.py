@@ -20,7 +20,6 @@ as params (the run's record kept beside the outputs, ``<stem>.run.json``).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -188,7 +187,7 @@ def _summary_rows(method: str, levels, values: np.ndarray, key: str, extra=None)
 def _record(run_name, params, tags, series: dict, files, model_file=None):
     """The record of a run in experiment ``denoise``: metric series (step = level index), the
     files, linked to the training run of ``model_file`` (if any)."""
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
 
     train_run = source_run(model_file) if model_file is not None else None
     links = {"model_run_id": train_run} if train_run else {}
@@ -201,6 +200,12 @@ def _record(run_name, params, tags, series: dict, files, model_file=None):
 # ---------------------------------------------------------------------------------------------
 # Binary symmetric channel
 # ---------------------------------------------------------------------------------------------
+
+
+def _packed(means) -> np.ndarray:
+    """Rounded estimates (rows of posterior means, p-major) as bits, 8 pixels a byte: what Fig. 9's
+    classifier reads (``figures.fig9``; ``np.unpackbits(..., count=n_visible)``)."""
+    return np.packbits(means.round().cpu().numpy().astype(np.uint8), axis=-1)
 
 
 def run_bsc(
@@ -256,6 +261,7 @@ def run_bsc(
         "fig9_means": means[idx].numpy(),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
+        "estimates": _packed(means),
         "image_shape": np.asarray(ds.image_shape),
         "model": np.asarray(name),
         "train_noise": np.asarray(json.dumps((record.spec or {}).get("train_noise"))),
@@ -277,9 +283,9 @@ def run_bsc(
 
 def _publish(rows, arrays, out_csv, out_npz, manifest, record) -> None:
     """Write the CSV summary and the npz (the CSV is removed if the npz fails), then log the
-    run's record and keep it beside them (``pipeline.recorder.publish``)."""
+    run's record and keep it beside them (``pipeline.tracking.recorder.publish``)."""
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.tracking.recorder import publish
 
     write_csv(rows, out_csv)
     try:
@@ -344,6 +350,8 @@ def run_baselines(
         **{f"mcc_{k}": v for k, v in mccs.items()},
         "fig9_ope": ope[idx].numpy(),
         "fig9_knn": knn[idx].numpy(),
+        "estimates_ope": _packed(ope),
+        f"estimates_{label}": _packed(knn),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
         "image_shape": np.asarray(ds.image_shape),
@@ -463,26 +471,9 @@ def _cmd_run(args) -> None:
     print(f"wrote {args.out_csv}, {args.out_npz}")
 
 
-def _cmd_figure(args) -> None:
-    """Draw through ``stages.figures.draw`` (the FIGURES table); the figure's run is linked to
-    the denoise runs it was drawn from (``denoise_run.<folder>``, from the records beside the
-    npz files). Nothing is added to those finished runs."""
-    from tapmachine.pipeline.stages import figures
-
-    figures.draw(args)
-
-
-def _figure_parsers(subparsers):
-    """The sub-subparsers of ``tapmachine figure`` (added by ``stages.figures.register``)."""
-    parser = subparsers.choices.get("figure")
-    if parser is None:
-        raise RuntimeError("stages.figures.register must run before stages.denoise.register")
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-
-
 def register(subparsers) -> None:
-    """Add ``denoise {bsc,baselines,real}`` and, under ``figure``, fig8, fig9, fig_denoise_real
-    (drawn through ``stages.figures.FIGURES``)."""
+    """Add ``denoise {bsc,baselines,real}`` (fig8, fig9 and fig_denoise_real are in
+    ``stages.figures``)."""
     s = subparsers.add_parser("denoise", help="denoising with a trained machine (Sec. VII.4)")
     sub = s.add_subparsers(dest="denoise_command", required=True)
     spec_help = "the config's denoise.fig8 / denoise.real section as JSON"
@@ -501,22 +492,3 @@ def register(subparsers) -> None:
             "--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)"
         )
         p.set_defaults(func=_cmd_run)
-    figure_parsers = _figure_parsers(subparsers)
-    f8 = figure_parsers.add_parser("fig8", help="mean MCC vs flip probability (Fig. 8)")
-    f9 = figure_parsers.add_parser("fig9", help="one digit denoised at several p (Fig. 9)")
-    for f in (f8, f9):
-        f.add_argument("--tap", nargs="+", required=True, help="npz of `denoise bsc`, per model")
-        f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
-        f.add_argument("--baselines", required=True, help="npz of `denoise baselines`")
-        f.add_argument("--labels", nargs="+", default=None, help="method of each --tap file")
-    f9.add_argument("--ps", nargs="*", type=float, default=None, help="p shown (default: all)")
-    fr = figure_parsers.add_parser("fig_denoise_real", help="Gaussian-channel MSE / PSNR")
-    fr.add_argument("--results", required=True, help="npz of `denoise real`")
-    fr.add_argument("--model-file", required=True)
-    for f in (f8, f9, fr):
-        f.add_argument("--png", required=True)
-        f.add_argument("--pdf", required=True)
-        f.add_argument("--csv", required=True)
-        f.add_argument("--threads", type=int, default=1)
-        f.add_argument("--tracking", default=None)
-        f.set_defaults(func=_cmd_figure)

@@ -1,18 +1,23 @@
 """``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and record them as a run.
 
-``FIGURES`` maps each figure to the call of its ``make``; the parsers name the same figures.
+``FIGURES`` is the one table of figure commands: each one's options, the call of its module's
+``make`` and the module; the ``figure`` command's parsers are built from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from tapmachine.figures.common import FigureResult
-from tapmachine.pipeline.records import RunRecord, read_record, record_path
+from tapmachine.io.schema import schema_default
 from tapmachine.pipeline.stages.common import set_threads
+from tapmachine.pipeline.tracking.records import RunRecord, read_record, record_path
 
 
 def _fig3(m, a):
@@ -63,55 +68,222 @@ def _ucd_table2(m, a):
     return m.table2(a.scores)
 
 
-#: figure name -> call of its module's make with the parsed arguments; the module is
-#: tapmachine.figures.<name> unless MODULES names another.
 def _fig8(m, a):
     return m.make(a.tap, a.baselines, a.model_files, a.labels)
 
 
 def _fig9(m, a):
-    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels)
+    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels, a.classifier, a.data)
 
 
 def _fig_denoise_real(m, a):
     return m.make(a.results, a.model_file)
 
 
-#: figure name -> (module under tapmachine.figures, call of its make with the parsed arguments)
+def _fig10(m, a):
+    return m.make(a.curves, a.model_files, a.timing)
+
+
+def _fig11(m, a):
+    return m.make(a.curves, a.model_files)
+
+
+def _solutions_args(f) -> None:
+    f.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
+
+
+def _fig3_args(f) -> None:
+    f.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of each model")
+    f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f.add_argument(
+        "--exact", nargs="*", default=[], help="exact curves (tapmachine exact-curve CSVs)"
+    )
+
+
+def _fig4_args(f) -> None:
+    fig = functools.partial(schema_default, "figures", "fig4")
+    f.add_argument("--model-files", nargs="+", required=True)
+    f.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")
+    f.add_argument("--n-images", type=int, default=fig("n_images"))
+    f.add_argument("--per-group", type=int, default=fig("per_group"))
+    f.add_argument("--spread", default=fig("spread"), choices=["raw", "peak"], help="l_0.1 measure")
+
+
+def _fig5_args(f) -> None:
+    _solutions_args(f)
+    f.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")
+
+
+def _embedding_args(name: str):
+    def add(f) -> None:
+        fig = functools.partial(schema_default, "figures", name)
+        _solutions_args(f)
+        if name == "fig7":
+            f.add_argument("--data", required=True, help="the model's dataset (.npz)")
+            f.add_argument("--digits", nargs="*", type=int, default=None, help="labels (all)")
+            f.add_argument("--n-images", type=int, default=None)
+        f.add_argument("--embedding", default=fig("embedding"), choices=["isomap", "umap"])
+        f.add_argument("--n-neighbors", type=int, default=fig("n_neighbors"))
+        f.add_argument("--seed", type=int, default=schema_default("seed"))
+
+    return add
+
+
+def _fig12_args(f) -> None:
+    f.add_argument("--scores", required=True, help="scores.csv of `tapmachine score --epochs`")
+    f.add_argument("--model-file", required=True, help="the model's model.pt")
+
+
+def _table_args(f) -> None:
+    f.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
+    f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f.add_argument("--no-reference", action="store_true", help="omit the published row")
+    f.add_argument("--data", nargs="+", default=None, help="dataset .npz per model (binarisation)")
+
+
+def _ucd_fig1_args(f) -> None:
+    f.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
+
+
+def _dbm_figure_args(data_required: bool):
+    def add(f) -> None:
+        f.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
+        help_ = "dataset .npz per model" + ("" if data_required else " (copies)")
+        f.add_argument("--data", nargs="+", required=data_required, default=None, help=help_)
+        f.add_argument("--seed", type=int, default=schema_default("seed"))
+        f.add_argument("--device", default=schema_default("device"), help="cpu or cuda[:N]")
+
+    return add
+
+
+def _ucd_table_args(f) -> None:
+    f.add_argument("--scores", nargs="+", required=True, help="score JSONs of `ucd score`")
+
+
+def _denoise_bsc_args(f) -> None:
+    f.add_argument("--tap", nargs="+", required=True, help="npz of `denoise bsc`, per model")
+    f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f.add_argument("--baselines", required=True, help="npz of `denoise baselines`")
+    f.add_argument("--labels", nargs="+", default=None, help="method of each --tap file")
+
+
+def _fig9_args(f) -> None:
+    _denoise_bsc_args(f)
+    f.add_argument("--ps", nargs="*", type=float, default=None, help="p shown (default: all)")
+    f.add_argument("--classifier", default=None, help="MNIST classifier (`ucd classifier`)")
+    f.add_argument("--data", default=None, help="dataset .npz the digits came from (labels)")
+
+
+def _fig_denoise_real_args(f) -> None:
+    f.add_argument("--results", required=True, help="npz of `denoise real`")
+    f.add_argument("--model-file", required=True)
+
+
+def _fig10_args(f) -> None:
+    f.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
+    f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+    f.add_argument("--timing", required=True, help="deep-timing CSV")
+
+
+def _fig11_args(f) -> None:
+    f.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (tap)")
+    f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One ``tapmachine figure`` command: its help line, the options it adds (besides the output
+    files and ``--tracking`` every figure takes), the call of its module's ``make`` with the
+    parsed arguments, the module under ``tapmachine.figures`` (default: the figure's name) and
+    whether it takes ``--threads``."""
+
+    help: str
+    arguments: Callable
+    make: Callable
+    module: str | None = None
+    threads: bool = False
+
+
+#: Every figure command, by name: the one table the ``figure`` command is built from.
 FIGURES = {
-    "fig3": _fig3,
-    "fig4": _fig4,
-    "fig5": _fig5,
-    "fig6": _fig6,
-    "fig7": _fig7,
-    "fig12": _fig12,
-    "likelihood_table": _likelihood_table,
-    "ucd_fig1": _ucd_fig1,
-    "ucd_samples": _ucd_samples,
-    "ucd_completion": _ucd_completion,
-    "ucd_table1": _ucd_table1,
-    "ucd_table2": _ucd_table2,
-    "fig8": _fig8,  # parsers in stages.denoise
-    "fig9": _fig9,
-    "fig_denoise_real": _fig_denoise_real,
+    "fig3": Figure("TAP log-likelihood per epoch", _fig3_args, _fig3, threads=True),
+    "fig4": Figure(
+        "receptive fields ranked by spread and activation", _fig4_args, _fig4, threads=True
+    ),
+    "fig5": Figure(
+        "free energies and counts of TAP solutions per epoch", _fig5_args, _fig5, threads=True
+    ),
+    "fig6": Figure(
+        "embedding of TAP solutions over training", _embedding_args("fig6"), _fig6, threads=True
+    ),
+    "fig7": Figure(
+        "embedding of initialisations and their TAP solutions",
+        _embedding_args("fig7"),
+        _fig7,
+        threads=True,
+    ),
+    "fig12": Figure("TAP vs AIS vs pseudo-likelihood per epoch (App. F)", _fig12_args, _fig12),
+    "likelihood_table": Figure(
+        "AIS test log-likelihood: TAP vs CD / PCD", _table_args, _likelihood_table
+    ),
+    "ucd_fig1": Figure("second paper, Fig. 1: tau + T vs dimension", _ucd_fig1_args, _ucd_fig1),
+    "ucd_samples": Figure(
+        "second paper, Fig. 2: samples, UCD-LMI vs PCD",
+        _dbm_figure_args(False),
+        _ucd_samples,
+        "ucd_dbm",
+    ),
+    "ucd_completion": Figure(
+        "second paper, Fig. 3: lower halves completed",
+        _dbm_figure_args(True),
+        _ucd_completion,
+        "ucd_dbm",
+    ),
+    "ucd_table1": Figure(
+        "second paper, Table 1 (classifier FID) + TAP LL", _ucd_table_args, _ucd_table1, "ucd_dbm"
+    ),
+    "ucd_table2": Figure(
+        "second paper, Table 2: ablation (classifier FID)", _ucd_table_args, _ucd_table2, "ucd_dbm"
+    ),
+    "fig8": Figure("mean MCC vs flip probability (Fig. 8)", _denoise_bsc_args, _fig8, threads=True),
+    "fig9": Figure("one digit denoised at several p (Fig. 9)", _fig9_args, _fig9, threads=True),
+    "fig_denoise_real": Figure(
+        "Gaussian-channel MSE / PSNR", _fig_denoise_real_args, _fig_denoise_real, threads=True
+    ),
+    "fig10": Figure("adaTAP vs TAP: pseudo-likelihood and timing", _fig10_args, _fig10),
+    "fig11": Figure("deep TAP machines: train/test TAP likelihood", _fig11_args, _fig11),
 }
 
-#: figures drawn by a module of another name (the DBM figures of the second paper share one)
-MODULES = {f: "ucd_dbm" for f in ("ucd_samples", "ucd_completion", "ucd_table1", "ucd_table2")}
+
+def add_figure_command(subparsers) -> None:
+    """``tapmachine figure <name>``, one subcommand per entry of ``FIGURES``."""
+    s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig12, tables, UCD-LMI)")
+    figs = s.add_subparsers(dest="figure", required=True)
+    for name, figure in FIGURES.items():
+        f = figs.add_parser(name, help=figure.help)
+        figure.arguments(f)
+        f.add_argument("--png", required=True)
+        f.add_argument("--pdf", required=True)
+        f.add_argument("--csv", required=True)
+        f.add_argument("--tracking", default=None)
+        if figure.threads:
+            f.add_argument("--threads", type=int, default=1)
+        f.set_defaults(func=draw)
 
 
 def draw(args) -> None:
     """Draw ``args.figure``, save PNG/PDF/CSV, record them as its own run (``figure_record``)."""
     from tapmachine.figures import common
-    from tapmachine.pipeline.recorder import publish
+    from tapmachine.pipeline.tracking.recorder import publish
 
     set_threads(getattr(args, "threads", 1))
     if getattr(args, "embedding", None) == "umap" and not os.environ.get("NUMBA_CACHE_DIR"):
         cache = Path("results/cache/numba").resolve()
         cache.mkdir(parents=True, exist_ok=True)
         os.environ["NUMBA_CACHE_DIR"] = str(cache)
-    module = importlib.import_module(f"tapmachine.figures.{MODULES.get(args.figure, args.figure)}")
-    result = FIGURES[args.figure](module, args)
+    figure = FIGURES[args.figure]
+    module = importlib.import_module(f"tapmachine.figures.{figure.module or args.figure}")
+    result = figure.make(module, args)
     paths = common.save(result, args.png, args.pdf, args.csv)
     outputs = {Path(p).resolve() for p in (args.png, args.pdf, args.csv)}
     inputs = [p for p in _paths(vars(args)) if Path(p).resolve() not in outputs]
@@ -234,7 +406,36 @@ def claims_report(args) -> None:
     print(f"wrote {out} (claim rows of {folder})")
 
 
+def claims_spread(args) -> None:
+    """``tapmachine claims-spread``: the claim rows of runs that differ only in their seed, side
+    by side, with each verdict over the seeds (``figures.seed_spread``)."""
+    from tapmachine.figures import seed_spread
+    from tapmachine.io.files import atomic_write
+
+    runs = {}
+    for folder in map(Path, args.results):
+        runs[folder.name] = folder / "figures" if (folder / "figures").is_dir() else folder
+    table = seed_spread.spread(runs)
+    text = seed_spread.spread_markdown(table, args.title, args.level)
+    atomic_write(args.out, lambda fh: fh.write(text), text=True)
+    if args.csv:
+        atomic_write(args.csv, lambda fh: table.to_csv(fh, index=False), text=True)
+    print(f"wrote {args.out} (claim rows of {len(runs)} runs)")
+
+
 def register(subparsers) -> None:
+    spread = subparsers.add_parser(
+        "claims-spread",
+        help="the claim rows of runs that differ in their seed, side by side (verdict per seed)",
+    )
+    spread.add_argument(
+        "--results", nargs="+", required=True, help="results folders of the runs (results/<run>)"
+    )
+    spread.add_argument("--out", required=True, help="markdown file to write")
+    spread.add_argument("--csv", default=None, help="also write the table as CSV")
+    spread.add_argument("--title", default=None, help="heading of the report")
+    spread.add_argument("--level", type=int, default=2, help="heading level of the title")
+    spread.set_defaults(func=claims_spread)
     c = subparsers.add_parser(
         "claims", help="every figure's claim rows of a run (held / not held) as markdown"
     )
@@ -266,72 +467,4 @@ def register(subparsers) -> None:
         "(the current verdicts of a run whose inputs are gone, e.g. docs/results/paper)",
     )
     c.set_defaults(func=claims_report)
-    import functools
-
-    from tapmachine.pipeline.configuration import schema_default
-
-    fig = functools.partial(schema_default, "figures")
-    seed = schema_default("seed")
-    s = subparsers.add_parser("figure", help="draw one figure (fig3 ... fig7, fig12, table)")
-    figs = s.add_subparsers(dest="figure", required=True)
-    f3 = figs.add_parser("fig3", help="TAP log-likelihood per epoch")
-    f3.add_argument("--metrics", nargs="+", required=True, help="metrics.csv of each model")
-    f3.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
-    f3.add_argument(
-        "--exact", nargs="*", default=[], help="exact curves (tapmachine exact-curve CSVs)"
-    )
-    f4 = figs.add_parser("fig4", help="receptive fields ranked by spread and activation")
-    f4.add_argument("--model-files", nargs="+", required=True)
-    f4.add_argument("--data", nargs="+", required=True, help="dataset of each model, same order")
-    f4.add_argument("--n-images", type=int, default=fig("fig4", "n_images"))
-    f4.add_argument("--per-group", type=int, default=fig("fig4", "per_group"))
-    f4.add_argument(
-        "--spread", default=fig("fig4", "spread"), choices=["raw", "peak"], help="l_0.1 measure"
-    )
-    f5 = figs.add_parser("fig5", help="free energies and counts of TAP solutions per epoch")
-    f5.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
-    f5.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")
-    f6 = figs.add_parser("fig6", help="embedding of TAP solutions over training")
-    f6.add_argument("--solutions", nargs="+", required=True)
-    f7 = figs.add_parser("fig7", help="embedding of initialisations and their TAP solutions")
-    f7.add_argument("--solutions", nargs="+", required=True)
-    f7.add_argument("--data", required=True, help="the model's dataset (.npz)")
-    f7.add_argument("--digits", nargs="*", type=int, default=None, help="labels (default: all)")
-    f7.add_argument("--n-images", type=int, default=None)
-    for name, f in (("fig6", f6), ("fig7", f7)):
-        f.add_argument("--embedding", default=fig(name, "embedding"), choices=["isomap", "umap"])
-        f.add_argument("--n-neighbors", type=int, default=fig(name, "n_neighbors"))
-        f.add_argument("--seed", type=int, default=seed)
-    f12 = figs.add_parser("fig12", help="TAP vs AIS vs pseudo-likelihood per epoch (App. F)")
-    f12.add_argument("--scores", required=True, help="scores.csv of `tapmachine score --epochs`")
-    f12.add_argument("--model-file", required=True, help="the model's model.pt")
-    tab = figs.add_parser("likelihood_table", help="AIS test log-likelihood: TAP vs CD / PCD")
-    tab.add_argument("--scores", nargs="+", required=True, help="final.csv of each model")
-    tab.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
-    tab.add_argument("--no-reference", action="store_true", help="omit the published row")
-    tab.add_argument(
-        "--data", nargs="+", default=None, help="dataset .npz per model (binarisation)"
-    )
-    u1 = figs.add_parser("ucd_fig1", help="second paper, Fig. 1: tau + T vs dimension")
-    u1.add_argument("--steps", nargs="+", required=True, help="CSVs of `tapmachine ucd steps`")
-    us = figs.add_parser("ucd_samples", help="second paper, Fig. 2: samples, UCD-LMI vs PCD")
-    us.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
-    us.add_argument("--data", nargs="+", default=None, help="dataset .npz per model (copies)")
-    uc = figs.add_parser("ucd_completion", help="second paper, Fig. 3: lower halves completed")
-    uc.add_argument("--models", nargs="+", required=True, help="DBM model.pt files")
-    uc.add_argument("--data", nargs="+", required=True, help="dataset .npz per model")
-    ut1 = figs.add_parser("ucd_table1", help="second paper, Table 1 (classifier FID) + TAP LL")
-    ut2 = figs.add_parser("ucd_table2", help="second paper, Table 2: ablation (classifier FID)")
-    for f in (ut1, ut2):
-        f.add_argument("--scores", nargs="+", required=True, help="score JSONs of `ucd score`")
-    for f in (us, uc):
-        f.add_argument("--seed", type=int, default=seed)
-        f.add_argument("--device", default=schema_default("device"), help="cpu or cuda[:N]")
-    for f in (f3, f4, f5, f6, f7, f12, tab, u1, us, uc, ut1, ut2):
-        f.add_argument("--png", required=True)
-        f.add_argument("--pdf", required=True)
-        f.add_argument("--csv", required=True)
-        f.add_argument("--tracking", default=None)
-        f.set_defaults(func=draw)
-    for f in (f3, f4, f5, f6, f7):
-        f.add_argument("--threads", type=int, default=1)
+    add_figure_command(subparsers)

@@ -15,8 +15,8 @@ def harvest_epoch(
     Nothing is written into the (finished) training run: a rerun makes a new harvest run instead
     of a second point at the same step of the training run.
     """
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
     from tapmachine.tap_paper import harvest
 
     train_run = source_run(model_file)

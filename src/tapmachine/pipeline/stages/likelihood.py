@@ -24,7 +24,7 @@ from tapmachine.pipeline.stages.common import (
 def _record(model_file, kind: str, out_csv):
     """The record of a scoring run ``{model}-{kind}`` (its name set on start), linked to the
     model's training run, the CSV as artifact."""
-    from tapmachine.pipeline.records import RunRecord, source_run
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
 
     train_run = source_run(model_file)
     links = {"model_run_id": train_run} if train_run else {}
@@ -43,7 +43,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
     """``likelihood.score_checkpoints`` with each epoch's numbers logged (step = epoch) to a run
     ``{model}-epochs`` of experiment "likelihood"."""
     from tapmachine.io.modelfile import model_path
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     record = _record(model_path(model_dir), "epochs", out_csv)
@@ -67,7 +67,7 @@ def score_checkpoints(model_dir, data_path, out_csv, settings, epochs="all", man
 
 def score_model(model_file, data_path, out_csv, settings, manifest=None, **kw):
     """``likelihood.score_model`` logged to a run ``{model}-final`` of experiment "likelihood"."""
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     with recording(manifest, _record(model_file, "final", out_csv), out_csv) as run:
@@ -82,7 +82,7 @@ def exact_curve(args) -> None:
     """The exact log-likelihood of chosen epochs, logged (step = epoch) to a run
     ``{model}-exact`` of experiment "likelihood"."""
     from tapmachine.io.modelfile import model_path
-    from tapmachine.pipeline.recorder import recording
+    from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.tap_paper import likelihood
 
     set_threads(args.threads)
@@ -94,11 +94,20 @@ def exact_curve(args) -> None:
             run.start({"epochs": args.epochs}, {"model": Path(args.model_dir).name})
 
             def on_row(epoch, row):
-                keys = ("exact_ll", "log_z_exact", "tap_ll")
-                run.log({k: row[k] for k in keys if math.isfinite(row[k])}, step=epoch)
+                keys = ("exact_ll", "log_z_exact", "tap_ll", "log_z_ais", "ais_z")
+                run.log(
+                    {k: row[k] for k in keys if math.isfinite(row.get(k, math.nan))}, step=epoch
+                )
 
             likelihood.exact_curve(
-                args.model_dir, args.data, args.out, epochs, args.device, on_row=on_row
+                args.model_dir,
+                args.data,
+                args.out,
+                epochs,
+                args.device,
+                on_row=on_row,
+                ais=parse_json(args.ais, "--ais") if args.ais else None,
+                seed=args.seed,
             )
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(f"exact curve of {args.model_dir}: {err}") from err
@@ -163,6 +172,13 @@ def register(subparsers) -> None:
     e.add_argument("--data", required=True, help="the model's dataset (.npz)")
     e.add_argument("--epochs", default="all", help="all | last | comma-separated epochs")
     e.add_argument("--out", required=True, help="CSV to write")
+    e.add_argument(
+        "--ais",
+        default=None,
+        help='JSON {"n_runs", "schedule", "n_betas"}: also score each epoch by AIS against the '
+        "enumeration (figures.fig3.exact.ais)",
+    )
+    e.add_argument("--seed", type=int, default=0, help="the config's seed (AIS's generator)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--tracking", default=None)

@@ -26,10 +26,8 @@ import statistics
 import time
 from pathlib import Path
 
+from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.stages.common import UsageError
-
-#: The config schema, relative to the workflow's directory (where snakemake runs).
-SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
 
 #: Epochs whose median time sets the pace of what remains (the latest ones: TAP iterations, and
 #: so an epoch's cost, grow as the machine trains; the median, since an epoch during which the
@@ -89,7 +87,7 @@ def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dic
     except ConfigError as err:
         raise UsageError(str(err)) from None
     return {
-        name: expected_signature(TrainSettings.from_spec(spec))
+        name: expected_signature(TrainSettings.from_spec(spec).solver_settings)
         for name, spec in config["models"].items()
     }
 

@@ -1,11 +1,11 @@
 """``tapmachine track``: replay the run records of ``results/`` into an MLflow store, idempotently.
 
-Tracking during a run is best effort (``pipeline.tracking``): a store that is down, or a job
+Tracking during a run is best effort (``pipeline.tracking.store``): a store that is down, or a job
 killed before it logged, leaves the result files complete and the store short. Every job keeps
-its run as a record beside its output (``<stem>.run.json``, ``pipeline.records``); this command
-logs each record found under ``--results`` and ``--data`` that the store lacks, exactly as the
-live job logged it (params, tags, metrics by step with those of its series files, artifacts,
-the machine as an MLflow model), knowing nothing of the stages.
+its run as a record beside its output (``<stem>.run.json``, ``pipeline.tracking.records``);
+this command logs each record found under ``--results`` and ``--data`` that the store lacks,
+exactly as the live job logged it (params, tags, metrics by step with those of its series
+files, artifacts, the machine as an MLflow model), knowing nothing of the stages.
 
 A run already present (same experiment, run name, config run name and FINISHED) is kept, so a
 second replay adds nothing; replayed runs carry ``tapmachine.replayed = true``. Records are
@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tapmachine.pipeline import tracking
-from tapmachine.pipeline.recorder import find_run, is_run_of, log_machine, resolve_links
-from tapmachine.pipeline.records import RunRecord, find_records, read_record
+from tapmachine.core.errors import TapmachineError
+from tapmachine.pipeline.tracking import store as tracking
+from tapmachine.pipeline.tracking.recorder import find_run, is_run_of, log_machine, resolve_links
+from tapmachine.pipeline.tracking.records import RunRecord, find_records, read_record
 
 __all__ = ["TrackError", "replay", "register", "MODEL_TAG"]
 
@@ -33,7 +34,7 @@ __all__ = ["TrackError", "replay", "register", "MODEL_TAG"]
 MODEL_TAG = "model_run_id"
 
 
-class TrackError(Exception):
+class TrackError(TapmachineError):
     """The store cannot be reached or the results directory is not one."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def init(args) -> None:
-    from tapmachine.pipeline import tracking
+    from tapmachine.pipeline.tracking import store as tracking
 
     info = tracking.init_store(args.store, args.manifest, best_effort=True)
     print(f"tracking store {info['tracking_uri']}; experiments {info['experiments']}")

@@ -26,8 +26,8 @@ def train_model(
     per epoch (live, and replayed from metrics.csv), a deep model's greedy pretraining epochs as
     ``pretrain_l{layer}.*``, metrics.csv as artifact, the machine as an MLflow model with its
     training rows; the record beside model.pt (``model.run.json``)."""
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord, Series
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord, Series
     from tapmachine.train import pretrain, train_from_spec
 
     outdir = Path(outdir)

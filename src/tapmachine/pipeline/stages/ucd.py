@@ -16,6 +16,7 @@ import math
 import time
 from pathlib import Path
 
+from tapmachine.core.errors import TapmachineError
 from tapmachine.pipeline.stages.common import positive_int
 
 __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
@@ -25,7 +26,7 @@ __all__ = ["UCDError", "register", "run_steps", "STEP_FIELDS"]
 STEP_FIELDS = ["d", "method", "rep", "tau", "T", "capped", "corrected", "search_capped"]
 
 
-class UCDError(Exception):
+class UCDError(TapmachineError):
     """Bad input to a UCD stage (a method, size or cap out of range)."""
 
 
@@ -50,8 +51,8 @@ def run_steps(
     from tapmachine import ucd
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io.files import write_csv
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
 
     if method not in ucd.METHODS:
         raise UCDError(f"method {method!r} is not one of {list(ucd.METHODS)}")

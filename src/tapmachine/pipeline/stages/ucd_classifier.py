@@ -1,6 +1,7 @@
 """The classifier of the classifier FID (second paper, Table 1, with a feature network trained
 here in place of Inception): ``tapmachine ucd classifier`` trains it on a binary dataset
-(``tapmachine.ucd.fid``), logs and writes its test accuracy; ``ucd score`` loads it."""
+(``tapmachine.ucd.fid``), logs and writes it with its test accuracy (``fid.save_classifier``);
+``ucd score`` loads it (``fid.load_classifier``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from tapmachine.pipeline.stages.ucd_dbm import UCDDBMError
 
-__all__ = ["load_classifier", "register", "train_classifier"]
+__all__ = ["register", "train_classifier"]
 
 
 def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=None) -> float:
@@ -19,9 +20,8 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
 
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data
-    from tapmachine.io.files import atomic_write
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.ucd import fid
 
     ds = data.load_dataset(data_path)
@@ -46,27 +46,9 @@ def train_classifier(data_path, out, settings: dict, seed: int = 0, manifest=Non
         seconds = time.perf_counter() - t0
         acc = fid.accuracy(net, ds.x_test, ds.y_test)
         run.log({"test_accuracy": acc, "train_seconds": seconds})
-        blob = {
-            "state": net.state_dict(),
-            "config": net.config,
-            "test_accuracy": acc,
-            "train_seconds": seconds,
-        }
-        atomic_write(Path(out), lambda fh: torch.save(blob, fh))
+        fid.save_classifier(Path(out), net, acc, seconds)
     print(f"classifier on {ds.name}: test accuracy {acc:.4f}, trained in {seconds:.0f} s")
     return acc
-
-
-def load_classifier(path):
-    import torch
-
-    from tapmachine.ucd import fid
-
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    net = fid.Classifier(**blob["config"])
-    net.load_state_dict(blob["state"])
-    net.eval()
-    return net, float(blob["test_accuracy"])
 
 
 def _cmd_classifier(args) -> None:

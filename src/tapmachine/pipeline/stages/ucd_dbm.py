@@ -8,11 +8,11 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
   ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
 - ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
-- ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
-  states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
-  and by the AIS test log-likelihood of Salakhutdinov & Hinton (2009) (``tapmachine.ucd.ais``:
-  ln Z by AIS on the odd layers, the data term by the mean-field lower bound, so the number is an
-  estimated lower bound on ln P(v), nats per image).
+- ``ucd score``: one DBM scored (``tapmachine.ucd.score``) by the classifier FID of its samples
+  (local modes from uniform states) against the test set, by the TAP log-likelihood (first
+  paper, App. E) of test images, and by the AIS test log-likelihood of Salakhutdinov & Hinton
+  (2009) (``tapmachine.ucd.ais``: ln Z by AIS on the odd layers, the data term by the mean-field
+  lower bound, so the number is an estimated lower bound on ln P(v), nats per image).
 - ``figure ucd_samples`` / ``ucd_completion`` / ``ucd_table1`` / ``ucd_table2`` are registered by
   ``stages.figures`` (table ``FIGURES``).
 """
@@ -24,10 +24,12 @@ import math
 import time
 from pathlib import Path
 
+from tapmachine.core.errors import TapmachineError
+
 __all__ = ["UCDDBMError", "register", "train_dbm", "score"]
 
 
-class UCDDBMError(Exception):
+class UCDDBMError(TapmachineError):
     """Bad input to a DBM stage (spec, file, size)."""
 
 
@@ -90,41 +92,48 @@ def train_dbm(
     progress: bool = False,
     device: str = "cpu",
 ):
-    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path``.
-
-    The machine is drawn on the CPU (the same initial machine on every device), then moved to
-    ``device``; training draws from a generator on ``device`` (on the CPU: the same generator).
-    """
-
+    """Train one DBM (config ``ucd.dbm.models.<name>``) on the binary dataset ``data_path`` by
+    the one training job (``train.train_from_spec``; the DBM methods' start: ``ucd.training``),
+    recorded as run ``train_{dataset}_{name}`` of experiment "ucd": per step (``on_step``) tau,
+    T, corrected fraction, start energy gap and estimator norm, also to ``steps.csv``; per epoch
+    an image of samples and reconstructions; model.pt keeps the method, image shape, seconds,
+    steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
-    from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
-    from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord, Series
-    from tapmachine.train import prepare, train
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord, Series
+    from tapmachine.train import train_from_spec
     from tapmachine.ucd.dbm import DBM_METHODS
 
     if spec.get("method") not in DBM_METHODS:
         raise UCDDBMError(f"method {spec.get('method')!r} is not one of {list(DBM_METHODS)}")
-    job = prepare(name, spec, data_path, seed, device, n_train=n_train)
-    settings, machine, x, ds, x_all = job.settings, job.machine, job.x, job.dataset, job.rows
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    label = f"{ds.name}/{name}"
-    # Rows of steps.csv written before an interruption: kept below the first step run now.
-    earlier = _read_steps(outdir / "steps.csv")
-    steps: list[dict] = []
-    run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
-    params = {"model": name, "dataset": ds.name, **run_info, **spec, "sizes": list(machine.sizes)}
-    tags = {"model": name, "dataset": ds.name, "method": settings.method, "stage": "ucd_train"}
-    img_gen = seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
     steps_csv = outdir / "steps.csv"
-    record = RunRecord(
-        "ucd", f"train_{ds.name}_{name}", params, tags, series=[Series(str(steps_csv), "step")]
-    )
+    # Rows of steps.csv written before an interruption: kept below the first step run now.
+    earlier = _read_steps(steps_csv)
+    steps: list[dict] = []
+    job = {}
+    record = RunRecord("ucd", f"train_{name}", series=[Series(str(steps_csv), "step")])
     with recording(manifest, record, outdir / "model.pt", system_metrics=True) as run:
-        run.start()
+
+        def on_start(params, tags, prepared):
+            ds, x, machine = prepared.dataset, prepared.x, prepared.machine
+            job.update(prepared=prepared, t0=time.perf_counter(), label=f"{ds.name}/{name}")
+            job["images"] = seeded_generator(
+                seed, "ucd_dbm", job["label"], "epoch_images", device=device
+            )
+            run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
+            record.name = f"train_{ds.name}_{name}"
+            return run.start(
+                {
+                    "model": name,
+                    "dataset": ds.name,
+                    **run_info,
+                    **spec,
+                    "sizes": list(machine.sizes),
+                },
+                {"model": name, "dataset": ds.name, "method": tags["method"], "stage": "ucd_train"},
+            )
 
         def on_step(step, metrics):
             metrics = {k: float(v) for k, v in metrics.items()}
@@ -132,48 +141,46 @@ def train_dbm(
             run.log(metrics, step=step, keep=False)
 
         def on_epoch(epoch, metrics, m):
+            ds = job["prepared"].dataset
             run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
-            _epoch_image(m, x_all, ds.image_shape, img_gen, png)
+            _epoch_image(m, job["prepared"].rows, ds.image_shape, job["images"], png)
             write_csv(_merged(earlier, steps), steps_csv)
             run.log_artifact(png, "epochs")
 
-        t0 = time.perf_counter()
-        machine, history = train(
-            machine,
-            x,
-            settings,
-            job.generator,
-            checkpoint_dir=modelfile.checkpoint_dir(outdir),
+        def extras(history):
+            prepared = job["prepared"]
+            job["seconds"] = time.perf_counter() - job["t0"]
+            job["steps"] = _merged(earlier, steps)
+            write_csv(job["steps"], steps_csv)
+            batches = max(1, prepared.x.shape[0] // prepared.settings.batch_size)
+            return {
+                "image_shape": list(prepared.dataset.image_shape),
+                "method": prepared.settings.method,
+                "seconds": job["seconds"],
+                "steps": len(history) * batches,
+                "tau_hist": _tau_histogram(job["steps"]),
+            }
+
+        machine = train_from_spec(
+            name,
+            spec,
+            data_path,
+            outdir,
+            seed=seed,
+            device=device,
+            on_start=on_start,
             on_epoch=on_epoch,
             on_step=on_step,
+            extras=extras,
+            n_train=n_train,
             progress=progress,
         )
-        seconds = time.perf_counter() - t0
-        steps = _merged(earlier, steps)
-        tau_hist = _tau_histogram(steps)
-        write_csv(steps, outdir / "steps.csv")
-        extras = {
-            "image_shape": list(ds.image_shape),
-            "method": settings.method,
-            "seconds": seconds,
-            "steps": len(history) * max(1, x.shape[0] // settings.batch_size),
-            "tau_hist": tau_hist,
-        }
-        ModelFile.from_machine(
-            machine,
-            name,
-            spec=spec,
-            history=history,
-            dataset=ds.name,
-            substitute=ds.provenance.get("substitute"),
-            mlflow_run_id=run.run_id,
-            extras=extras,
-        ).save(modelfile.model_path(outdir))
-        run.log({"train_seconds_total": seconds})
+        run.log({"train_seconds_total": job["seconds"]})
         record.artifacts.append(steps_csv)
-    print(f"{label}: {len(steps)} steps in {seconds:.1f} s; last {steps[-1] if steps else {}}")
+    last = job["steps"][-1] if job["steps"] else {}
+    print(f"{job['label']}: {len(job['steps'])} steps in {job['seconds']:.1f} s; last {last}")
     return machine
 
 
@@ -228,31 +235,15 @@ def score(
     mean_field_steps: int = 30,
     device: str = "cpu",
 ):
-    """Classifier FID of ``n_samples`` samples vs test images; TAP log-likelihood and AIS
-    log-likelihood (mean-field lower bound minus AIS ln Z, ``ucd.ais``) of ``n_ll`` test images.
-
-    The test images are taken in one random order, the same for every model of a run
-    (``seed``): the MNIST test file holds two writer populations one after the other (its first
-    5,000 digits from NIST's SD-3, written by Census Bureau employees, its last 5,000 from SD-1,
-    written by high-school students, the harder half; LeCun, Cortes and Burges' MNIST page;
-    Yadav and Bottou 2019), so the first rows are not a sample of the set, and the FID floor's
-    two halves in file order would compare the two populations (5,000 images a half, the
-    features of ``ucd_cpu.yaml``'s MNIST classifier: 54.3 in file order, 3.2 in a random order;
-    Fashion-MNIST 1.2 in both).
-
-    AIS: ``ais_runs`` runs along ``ucd.ais.segmented_schedule(ais_betas)``, base rates fitted to
-    the training rows; the data term by ``mean_field_steps`` mean-field sweeps.
-    """
-    import torch
-
-    from tapmachine.core.seeding import seeded_generator
+    """``ucd.score.score_dbm`` of one DBM on its binary dataset, the test images in
+    ``ucd.score.test_order``, written as one JSON row with the model's description and training
+    summary and recorded as run ``score_{dataset}_{model}`` of experiment "ucd"."""
     from tapmachine.io.files import atomic_write
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.pipeline.recorder import publish
-    from tapmachine.pipeline.records import RunRecord, source_run
-    from tapmachine.pipeline.stages.ucd_classifier import load_classifier
-    from tapmachine.train import TrainSettings, evaluate_tap_log_likelihood
-    from tapmachine.ucd import ais, dbm, fid, generate
+    from tapmachine.pipeline.tracking.recorder import publish
+    from tapmachine.pipeline.tracking.records import RunRecord, source_run
+    from tapmachine.ucd import dbm, fid
+    from tapmachine.ucd.score import score_dbm, test_order
 
     for key, value, low in (
         ("ais_runs", ais_runs, 2),
@@ -265,52 +256,36 @@ def score(
     blob = {"name": model.name, "dataset": model.dataset, "spec": model.spec, **model.extras}
     machine = model.machine(device=device)
     ds, x_train, x_test = _load_binary(data_path)
-    order = torch.randperm(x_test.shape[0], generator=seeded_generator(seed, "ucd_score", "order"))
-    x_train, x_test = x_train.to(device), x_test[order].to(device)
-    net, acc = load_classifier(classifier_path)
+    x_train, x_test = x_train.to(device), x_test[test_order(x_test.shape[0], seed)].to(device)
+    net, acc = fid.load_classifier(classifier_path)
     label = f"{blob['dataset']}/{blob['name']}"
-    g = seeded_generator(seed, "ucd_score", label, device=device)
     t0 = time.perf_counter()
-    samples, T = generate.sample(machine, n_samples, g)
-    images = dbm.to_unit_interval(machine, samples).cpu()
-    n_real = min(n_samples, x_test.shape[0])
-    distance = fid.frechet_distance(net, x_test[:n_real].cpu(), images)
-    # the floor: two disjoint halves of the test set at the same size (at most half of it)
-    n_floor = min(n_real, x_test.shape[0] // 2)
-    floor = fid.frechet_distance(net, x_test[:n_floor].cpu(), x_test[n_floor : 2 * n_floor].cpu())
-    settings = TrainSettings(max_iter=200, tol=1e-8)
-    # NaN when TAP converges from none of the images (the table then says "nan")
-    ll = evaluate_tap_log_likelihood(machine, dbm.data_for(machine, x_test[:n_ll]), settings)
-    t_ais = time.perf_counter()
-    ais_gen = seeded_generator(seed, "ucd_score", label, "ais", device=device)
-    log_z = ais.dbm_ais_log_partition(
+    scores = score_dbm(
         machine,
-        dbm.data_for(machine, x_train),
-        n_runs=ais_runs,
-        betas=ais.segmented_schedule(ais_betas),
-        generator=ais_gen,
+        x_train,
+        x_test,
+        net,
+        n_samples,
+        n_ll,
+        label,
+        seed,
+        ais_runs,
+        ais_betas,
+        mean_field_steps,
     )
-    ais_row = ais.dbm_test_log_likelihood(
-        machine, dbm.data_for(machine, x_test[:n_ll]), log_z, mean_field_steps
-    )
-    ais_row["ais_seconds"] = time.perf_counter() - t_ais
     row = {
         "dataset": blob["dataset"],
         "model": blob["name"],
         "method": blob["method"],
         "spec": json.dumps(blob["spec"].get("ucd") or {}, sort_keys=True),
         "sizes": dbm.size_label(model.sizes),
-        "classifier_fid": distance,
+        "classifier_fid": scores.pop("classifier_fid"),
         "classifier_accuracy": acc,
         "fid_samples": int(n_samples),
-        "fid_real": int(n_real),
-        "fid_floor": floor,
-        "fid_floor_images": int(n_floor),
-        "tap_ll": ll["tap_ll"],
-        "tap_ll_stderr": ll["tap_ll_stderr"],
+        **{k: scores.pop(k) for k in ("fid_real", "fid_floor", "fid_floor_images")},
+        **{k: scores.pop(k) for k in ("tap_ll", "tap_ll_stderr")},
         "tap_ll_images": int(n_ll),
-        **ais_row,
-        "sample_T_mean": float(T.double().mean()),
+        **scores,  # the AIS numbers, then the samples' mean coupling time
         "train_seconds": blob.get("seconds", math.nan),
         **{k: v for k, v in (blob.get("tau_hist") or {}).items()},
         "seconds": time.perf_counter() - t0,
@@ -330,8 +305,8 @@ def score(
 def cifar10(archive, out, manifest=None) -> None:
     """binary_cifar10 (channels thresholded at 1/2) from the user's md5-verified archive."""
     from tapmachine.io import data
-    from tapmachine.pipeline.recorder import recording
-    from tapmachine.pipeline.records import RunRecord
+    from tapmachine.pipeline.tracking.recorder import recording
+    from tapmachine.pipeline.tracking.records import RunRecord
     from tapmachine.ucd import cifar
 
     try:

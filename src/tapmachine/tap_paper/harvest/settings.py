@@ -6,12 +6,13 @@ import dataclasses
 from collections.abc import Mapping
 
 from tapmachine.core import tap
+from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import schema_default
 
 __all__ = ["HarvestError", "HarvestSettings", "MERGE_RULES"]
 
 
-class HarvestError(Exception):
+class HarvestError(TapmachineError):
     """The harvest cannot run (missing or inconsistent checkpoint, bad settings)."""
 
 
@@ -53,6 +54,11 @@ class HarvestSettings:
     #: Rows solved at once (not a config key: it bounds memory and changes no solution).
     chunk_size: int = 2000
 
+    @property
+    def solver_settings(self) -> tap.SolverSettings:
+        """How both passes solve TAP (polishing has its own solver and tolerance)."""
+        return tap.SolverSettings.of(self)
+
     @classmethod
     def from_spec(cls, spec: Mapping) -> HarvestSettings:
         """From a config ``harvest.<model>`` entry; its ``epochs`` and ``dtype`` belong to the
@@ -73,15 +79,14 @@ class HarvestSettings:
             raise HarvestError("max_iter and chunk_size must be >= 1")
         if self.merge_rule not in MERGE_RULES:
             raise HarvestError(f"merge_rule must be one of {MERGE_RULES}, got {self.merge_rule!r}")
-        for name in ("solver", "polish_solver"):
-            if getattr(self, name) not in tap.SOLVERS:
-                raise HarvestError(f"{name} must be one of {tap.SOLVERS}")
+        if self.polish_solver not in tap.SOLVERS:
+            raise HarvestError(f"polish_solver must be one of {tap.SOLVERS}")
         if self.polish_tol is not None and not self.polish_tol > 0:
             raise HarvestError(f"polish_tol must be > 0 or None, got {self.polish_tol}")
-        for name in ("damping", "retry_damping"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise HarvestError(f"{name} must be in [0, 1), got {value}")
+        try:
+            tap.SolverSettings.of(self)  # checks solver, damping and retry_damping
+        except ValueError as exc:
+            raise HarvestError(str(exc)) from None
 
 
 #: Rules by which converged solutions are merged into unique ones (``HarvestSettings``).

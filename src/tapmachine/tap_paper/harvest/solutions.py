@@ -126,13 +126,7 @@ def harvest(
     for start in tqdm(starts, desc="TAP", file=sys.stderr, disable=not progress):
         states.append(
             tap.solve_with_retry(
-                machine,
-                x_init[start : start + settings.chunk_size],
-                damping=settings.damping,
-                tol=settings.tol,
-                max_iter=settings.max_iter,
-                retry_damping=settings.retry_damping,
-                solver=settings.solver,
+                machine, x_init[start : start + settings.chunk_size], settings.solver_settings
             )
         )
     state = tap.TAPState.concat(states)

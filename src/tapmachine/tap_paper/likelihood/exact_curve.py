@@ -6,6 +6,10 @@ had exactly by enumerating the 2^25 hidden states (``estimators.exact_log_partit
 CPU-minutes an epoch in float32 chunks), so the figure can show where the estimate and the
 likelihood it estimates part: second-order TAP holds for weak couplings, and training on its
 free energy drives Nh = 25 past them.
+
+The same epochs can also be scored by AIS (``ais``): with ln Z known exactly, the difference of
+AIS's ln Z from it, in AIS's own standard errors, checks the estimator the likelihood table and
+Fig. 12 rely on, at paper size, against an exact answer.
 """
 
 from __future__ import annotations
@@ -18,12 +22,20 @@ from pathlib import Path
 
 import torch
 
-from tapmachine.core.estimators import exact_log_partition
+from tapmachine.core.estimators import ais_log_partition, exact_log_partition
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.tap_paper.likelihood.files import resolve_epochs
+from tapmachine.tap_paper.likelihood.settings import ais_schedule
 
-__all__ = ["MAX_CURVE_UNITS", "exact_log_likelihood_per_unit", "exact_curve", "partial_path"]
+__all__ = [
+    "MAX_CURVE_UNITS",
+    "exact_log_likelihood_per_unit",
+    "ais_against_exact",
+    "exact_curve",
+    "partial_path",
+]
 
 #: The largest enumerated layer an exact curve accepts: Fig. 3's Nh = 25. Each further unit
 #: doubles the cost (2^25 states: about 7 CPU-minutes an epoch).
@@ -42,6 +54,41 @@ def exact_log_likelihood_per_unit(machine, x: torch.Tensor) -> tuple[float, floa
     return float(ll.mean()), se, log_z
 
 
+#: The columns ``ais_against_exact`` adds to an epoch's row.
+AIS_COLUMNS = (
+    "log_z_ais",
+    "log_z_ais_stderr",
+    "ais_z",
+    "ais_ll_minus_exact",
+    "ais_n_betas",
+    "ais_cpu_seconds",
+)
+
+
+def ais_against_exact(
+    machine, log_z_exact: float, base_data: torch.Tensor, ais: dict, generator: torch.Generator
+) -> dict:
+    """AIS's ln Z of ``machine`` (App. F; ``ais``: n_runs, schedule, n_betas; the base-rate
+    model fitted to ``base_data``) beside the exact one: ``ais_z`` is (ln Z_AIS - ln Z) over
+    AIS's standard error (delta method over the runs), and ``ais_ll_minus_exact`` the same
+    difference in the per-unit log-likelihood, -(ln Z_AIS - ln Z) / (Nv + Nh)."""
+    result = ais_log_partition(
+        machine,
+        data=base_data,
+        n_runs=ais["n_runs"],
+        betas=ais_schedule(ais["schedule"], ais["n_betas"]),
+        generator=generator,
+    )
+    gap = result.log_z - log_z_exact
+    return {
+        "log_z_ais": result.log_z,
+        "log_z_ais_stderr": result.stderr,
+        "ais_z": gap / result.stderr if result.stderr > 0 else math.nan,
+        "ais_ll_minus_exact": -gap / sum(machine.sizes),
+        "ais_n_betas": result.n_betas,
+    }
+
+
 def exact_curve(
     model_dir: str | os.PathLike,
     data_path: str | os.PathLike,
@@ -49,6 +96,8 @@ def exact_curve(
     epochs="all",
     device: str = "cpu",
     on_row=None,
+    ais: dict | None = None,
+    seed: int = 0,
 ) -> list[dict]:
     """One row per chosen epoch: the exact log-likelihood per unit of the training rows that
     training's evaluation scored (the first ``eval_samples`` of the rows it trained on), beside
@@ -58,7 +107,11 @@ def exact_curve(
     every epoch is done; ``on_row(epoch, row)`` is called after each. Each finished epoch is
     also kept in ``partial_path(out_csv)`` with its checkpoint's fingerprint, so that a job
     stopped part-way (at 7 CPU-minutes an epoch, a session's end) resumes: a kept row is used
-    again when its checkpoint is unchanged, and the file goes once ``out_csv`` is written.
+    again when its checkpoint is unchanged (only its AIS columns computed if ``ais`` asks for
+    them and it has none), and the file goes once ``out_csv`` is written. With ``ais`` (a
+    likelihood ``ais`` section) each epoch is also scored by AIS (``ais_against_exact``;
+    generator from ``seed``, the model and the epoch), its base-rate model fitted to the rows
+    the model trained on.
     """
     from tapmachine.io.data import load_dataset
 
@@ -79,6 +132,13 @@ def exact_curve(
         row = kept.get((epoch, ckpt.fingerprint))
         if row is None:
             row = _exact_row(blob.name, epoch, ckpt, rows_trained, device, t0)
+        if ais is not None and "log_z_ais" not in row:
+            t1 = time.process_time()
+            machine = ckpt.machine(device=device, dtype=torch.float32)
+            base = torch.as_tensor(rows_trained, dtype=torch.float32, device=machine.device)
+            g = seeded_generator(seed, blob.name, f"epoch_{epoch}", "exact_ais")
+            row.update(ais_against_exact(machine, row["log_z_exact"], base, ais, g))
+            row["ais_cpu_seconds"] = time.process_time() - t1
         rows.append(row)
         kept_now.append({**row, "fingerprint": ckpt.fingerprint})
         write_csv(kept_now, partial)
@@ -131,6 +191,8 @@ def _kept_rows(partial: Path) -> dict:
     kept = {}
     for record in pd.read_csv(partial).to_dict("records"):
         fingerprint = record.pop("fingerprint")
+        # an epoch kept without AIS has NaN there (its columns came from other epochs' rows)
+        record = {k: v for k, v in record.items() if not (k in AIS_COLUMNS and math.isnan(v))}
         record["epoch"], record["rows"] = int(record["epoch"]), int(record["rows"])
         kept[(record["epoch"], fingerprint)] = record
     return kept

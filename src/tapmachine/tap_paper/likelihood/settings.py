@@ -7,7 +7,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from tapmachine.core import estimators
+from tapmachine.core import estimators, tap
 from tapmachine.io.schema import defaults
 
 __all__ = ["FULL_SALAKHUTDINOV", "SPLITS", "ScoreSettings", "ais_schedule", "schedule_label"]
@@ -44,6 +44,11 @@ class ScoreSettings:
     retry_damping: float | None = _TAP["retry_damping"]
     dedup_tol: float = _TAP["dedup_tol"]
     solver: str = _TAP["solver"]
+
+    @property
+    def solver_settings(self) -> tap.SolverSettings:
+        """How TAP is solved for its ln Z estimate."""
+        return tap.SolverSettings.of(self)
 
     @classmethod
     def from_config(cls, section: dict, model_spec: dict | None = None) -> ScoreSettings:

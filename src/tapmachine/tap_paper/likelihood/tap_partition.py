@@ -32,15 +32,7 @@ def tap_log_partition(
     (``tap.unique`` at ``dedup_tol``), the estimate eq. 39 uses; NaN (no solutions) when no
     row converges, also not in the second pass at ``retry_damping``.
     """
-    states = tap.solve_with_retry(
-        machine,
-        x_init,
-        damping=settings.damping,
-        tol=settings.tol,
-        max_iter=settings.max_iter,
-        retry_damping=settings.retry_damping,
-        solver=settings.solver,
-    )
+    states = tap.solve_with_retry(machine, x_init, settings.solver_settings)
     reps, _, _ = tap.unique(states, settings.dedup_tol)
     unique = states.select(reps)
     info = {
@@ -125,7 +117,10 @@ def _recorded(trained, history, epoch, machine_state, settings, dtype):
     row = next((r for r in history if r.get("epoch") == epoch), None)
     if row is None or any(k not in row for k in TAP_INFO_KEYS):
         return None, f"epoch {epoch} has no recorded log_z_tap"
-    (_, recorded), (_, ours) = evaluation_signature(trained, row), expected_signature(settings)
+    (_, recorded), (_, ours) = (
+        evaluation_signature(trained, row),
+        expected_signature(settings.solver_settings),
+    )
     if recorded != ours:
         return None, f"training's second pass used tol {recorded}, scoring's uses {ours}"
     stored = machine_state["weights"][0].dtype

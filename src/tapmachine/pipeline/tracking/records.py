@@ -1,8 +1,8 @@
 """One run record per job: what a stage's MLflow run holds, kept beside its output.
 
 A stage builds one ``RunRecord`` (experiment, run name, params, tags, links to other runs,
-metrics by step, series files, artifacts) and hands it to ``pipeline.recorder``, which logs it
-live and writes it atomically beside the output as ``<output stem>.run.json``. ``tapmachine
+metrics by step, series files, artifacts) and hands it to ``pipeline.tracking.recorder``, which
+logs it live and writes it atomically beside the output as ``<output stem>.run.json``. ``tapmachine
 track`` (``pipeline.stages.track``) replays the records found under ``results/`` without knowing
 any stage. Paths inside a record are relative to the record's folder, so a results folder can
 be moved or copied whole.

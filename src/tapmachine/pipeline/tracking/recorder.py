@@ -1,6 +1,6 @@
 """Log one ``RunRecord`` live and keep it beside the job's output.
 
-``Recorder`` opens the record's run (best effort, ``pipeline.tracking``: a store that is down
+``Recorder`` opens the record's run (best effort, ``pipeline.tracking.store``: a store that is down
 never fails the job), logs the metrics a job reports as it goes, and on success logs the rest
 (metrics, series, artifacts, the machine) and writes the record atomically beside the output
 (``records.write_record``), whether or not the store answered, so that ``tapmachine track`` can
@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from tapmachine.pipeline import tracking
-from tapmachine.pipeline.records import RunRecord, write_record
+from tapmachine.pipeline.tracking import store as tracking
+from tapmachine.pipeline.tracking.records import RunRecord, write_record
 
 __all__ = ["Recorder", "recording", "publish", "resolve_links", "find_run"]
 

@@ -10,7 +10,7 @@ import os
 import uuid
 from pathlib import Path
 
-from tapmachine.pipeline import tracking
+from tapmachine.pipeline.tracking import store as tracking
 
 __all__ = [
     "open_invocation",

@@ -1,8 +1,8 @@
 """The one place that talks to MLflow.
 
-The files under ``results/`` and each job's run record beside them (``pipeline.records``) are the
-record; MLflow mirrors them so runs can be browsed and compared. Hence tracking is best effort
-and cheap:
+The files under ``results/`` and each job's run record beside them (``pipeline.tracking.records``)
+are the record; MLflow mirrors them so runs can be browsed and compared. Hence tracking is best
+effort and cheap:
 
 - every HTTP call is bounded (``MLFLOW_HTTP_REQUEST_TIMEOUT`` 10 s, no retries, unless the user
   set those variables), and a server is probed once (``/health``, 5 s) before a run is created;
@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tapmachine.io.files import atomic_write
-from tapmachine.pipeline.records import flat_params
+from tapmachine.pipeline.tracking.records import flat_params
 
 __all__ = [
     "EXPERIMENTS",
@@ -319,7 +319,7 @@ class Run:
         name: str = "model",
     ) -> str | None:
         """Log a trained machine (``model.pt``) as an MLflow pyfunc model
-        (``pipeline.mlflow_model``: signature with its ``params`` schema, two input rows as
+        (``pipeline.tracking.mlflow_model``: signature with its ``params`` schema, two input rows as
         example, the package source as ``code_paths`` and pinned requirements, so that a fresh
         environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
         and schema of all of them; ``log_input``). Returns the model URI, or None (best
@@ -331,7 +331,7 @@ class Run:
             import numpy as np
             from mlflow.models import infer_signature
 
-            from tapmachine.pipeline import mlflow_model
+            from tapmachine.pipeline.tracking import mlflow_model
 
             rows = np.asarray(rows, dtype=np.float32)
             example = rows[:2]
@@ -344,7 +344,7 @@ class Run:
                     artifacts={"model": str(model_file)},
                     signature=signature,
                     input_example=example,
-                    code_paths=[str(Path(mlflow_model.__file__).parents[1])],  # the package
+                    code_paths=[str(Path(mlflow_model.__file__).parents[2])],  # the package
                     pip_requirements=mlflow_model.requirements(),
                 )
                 if dataset_file is not None:

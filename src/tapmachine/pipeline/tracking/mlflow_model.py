@@ -94,7 +94,7 @@ class TapMachineModel(mlflow.pyfunc.PythonModel):
 
 
 def requirements() -> list[str]:
-    """The pip requirements of a logged machine: what ``pipeline.mlflow_model`` imports, pinned
+    """The pip requirements of a logged machine: what this module imports, pinned
     to the installed versions (a local build tag such as ``+cpu`` dropped: pip's index has the
     plain version). The package itself travels as code, so it is not among them."""
     from importlib.metadata import version

@@ -1,0 +1,104 @@
+"""The spread of a run's claims over seeds: the same targets run with several config seeds, their
+claim rows set side by side.
+
+A verdict that compares methods (TAP against the OPE, adaTAP against TAP, UCD-LMI against its
+ablations) is one draw of the seed: initial weights, minibatch order, data subsets and samplers
+all follow it. ``spread`` takes the claim rows of several runs of the same config that differ in
+``seed`` (``collect`` on each run's ``figures/``) and gives, per claim row, the value of every
+seed, their mean, standard deviation and range, and whether the verdict held on every seed, on
+none, or on some (``verdict``: ``held on every seed`` / ``not held on any seed`` / ``split``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from tapmachine.figures.claims import _cell, collect
+from tapmachine.figures.common import FigureError
+
+__all__ = ["KEY", "spread", "spread_markdown", "verdict_over_seeds"]
+
+#: A claim row's identity across runs.
+KEY = ("figure", "claim", "model")
+
+
+def verdict_over_seeds(verdicts) -> str:
+    """'held on every seed', 'not held on any seed', 'split', or '' for context rows (no
+    verdict on any seed). A seed on which the row has no verdict (not measurable there) makes
+    a verdict row 'split'."""
+    given = ["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in verdicts]
+    if not any(given):
+        return ""
+    if all(v == "held" for v in given):
+        return "held on every seed"
+    if all(v == "not held" for v in given):
+        return "not held on any seed"
+    return "split"
+
+
+def spread(runs: dict[str, str | os.PathLike]):
+    """One row per claim row (``KEY``) of the runs ``{label: figures folder}``: the value and
+    verdict of each run (``value <label>``, ``held <label>``), then ``n`` (runs with a finite
+    value), ``mean``, ``std`` (sample, over those runs), ``min``, ``max`` and ``verdict``
+    (``verdict_over_seeds``). Rows are in the first run's order; a row some run lacks has NaN
+    there. Non-numeric values are carried but not summarised."""
+    import numpy as np
+    import pandas as pd
+
+    if len(runs) < 2:
+        raise FigureError(f"a spread over seeds needs at least 2 runs, got {len(runs)}")
+    wide = None
+    for label, folder in runs.items():
+        rows = collect(folder)
+        rows = rows.drop_duplicates(list(KEY), keep="first")
+        rows["model"] = rows["model"].fillna("")
+        part = rows[list(KEY) + ["value", "held"]].rename(
+            columns={"value": f"value {label}", "held": f"held {label}"}
+        )
+        wide = part if wide is None else wide.merge(part, on=list(KEY), how="outer", sort=False)
+    labels = list(runs)
+    values = wide[[f"value {k}" for k in labels]].apply(pd.to_numeric, errors="coerce")
+    finite = values.where(np.isfinite(values))
+    wide["n"] = finite.notna().sum(axis=1)
+    wide["mean"] = finite.mean(axis=1)
+    wide["std"] = finite.std(axis=1, ddof=1)
+    wide["min"] = finite.min(axis=1)
+    wide["max"] = finite.max(axis=1)
+    wide["verdict"] = [
+        verdict_over_seeds(r) for r in wide[[f"held {k}" for k in labels]].itertuples(index=False)
+    ]
+    return wide.reset_index(drop=True)
+
+
+def spread_markdown(table, title: str | None = None, level: int = 2) -> str:
+    """``spread``'s table as markdown: a count of the verdict rows that held on every seed, on
+    none and split per figure, then every verdict row with its per-seed values and verdicts."""
+    labels = [c.removeprefix("value ") for c in table.columns if c.startswith("value ")]
+    h = "#" * level
+    out = [f"{h} {title}", ""] if title else []
+    out += [
+        "| Figure | Held on every seed | Not held on any seed | Split |",
+        "|---|---|---|---|",
+    ]
+    judged = table[table["verdict"] != ""]
+    for fig in dict.fromkeys(judged["figure"]):
+        rows = judged[judged["figure"] == fig]["verdict"]
+        counts = [int((rows == v).sum()) for v in VERDICTS]
+        out.append(f"| {fig} | " + " | ".join(map(str, counts)) + " |")
+    out += [
+        "",
+        "| Figure | Claim row | Model | "
+        + " | ".join(f"seed {k}" for k in labels)
+        + " | Mean | Std | Verdict over seeds |",
+        "|---|---|---|" + "---|" * len(labels) + "---|---|---|",
+    ]
+    for _, r in judged.iterrows():
+        seeds = [f"{_cell(r[f'value {k}'])} ({_cell(r[f'held {k}']) or '-'})" for k in labels]
+        cells = [r["figure"], r["claim"], r["model"], *seeds, r["mean"], r["std"], r["verdict"]]
+        out.append("| " + " | ".join(c if isinstance(c, str) else _cell(c) for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+#: The verdicts over seeds, in the order the summary counts them.
+VERDICTS = ("held on every seed", "not held on any seed", "split")

@@ -1,0 +1,110 @@
+"""The second paper's DBM methods in training's method registry (``train.methods``): UCD-LMI and
+its PCD baselines (``dbm.DBM_METHODS``), registered when ``tapmachine.ucd`` is imported.
+
+Each builds its DBM by its switches (Secs. 4.1, 4.3, App. B; ``dbm.build_dbm``) on the CPU, so
+that every device starts from the same machine, trains on binary {0, 1} rows mapped to its units
+(``dbm.data_for``), takes the schema's ``dbm_model`` defaults, skips the per-epoch TAP
+evaluation (``ucd score`` scores a DBM) and hands the loop's ``on_step`` the estimator's numbers
+(tau, T, corrected fraction, start energy gap, norm).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tapmachine.core.seeding import seeded_generator
+from tapmachine.io.schema import defaults
+from tapmachine.train.methods import METHODS, GradientMethod, register
+from tapmachine.train.settings import TrainingError, TrainSettings
+from tapmachine.ucd import dbm
+
+__all__ = ["hidden_sizes", "start"]
+
+
+def _options(settings: TrainSettings) -> dbm.DBMOptions:
+    return dbm.DBMOptions.from_dict(settings.ucd)
+
+
+def _gradients(machine, x, settings: TrainSettings, state, generator, stats=None) -> dict:
+    return dbm.gradients(
+        machine, x, settings.method, _options(settings), state, settings.sampling_steps, generator
+    )
+
+
+def _init_state(machine, x_train, settings: TrainSettings, generator):
+    return dbm.init_state(
+        machine, x_train, settings.method, _options(settings), settings.batch_size, generator
+    )
+
+
+def _check(settings: TrainSettings) -> None:
+    try:
+        _options(settings)
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from None
+
+
+def _defaults() -> dict:
+    """The schema's ``dbm_model`` defaults; no per-epoch TAP evaluation."""
+    return {**defaults("dbm_model"), "evaluate": False}
+
+
+def hidden_sizes(spec: dict) -> list[int]:
+    """The hidden layer sizes of a config entry: ``hidden`` as ``[{prior, units}, ...]`` or as
+    a list of unit counts."""
+    hidden = spec.get("hidden")
+    sizes = [h["units"] if isinstance(h, dict) else h for h in hidden or []]
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise TrainingError(f"hidden must list positive layer sizes, got {hidden}")
+    return sizes
+
+
+def _build(spec: dict, x, settings: TrainSettings, generator: torch.Generator):
+    sizes = [x.shape[1], *hidden_sizes(spec)]
+    return dbm.build_dbm(sizes, generator, _options(settings), settings.weight_init_std, x.dtype)
+
+
+def start(name: str, spec: dict, dataset, rows, settings: TrainSettings, seed: int, device):
+    """A DBM job's start: binary data checked, the stream (seed, "ucd_dbm", "{dataset}/{name}",
+    "train") (one entry is trained on several datasets), the machine built on the CPU and then
+    moved, with a generator on ``device`` seeded from that stream; the rows in its units."""
+    for split in (dataset.x_train, dataset.x_test):
+        if not np.isin(split, (0, 1)).all():
+            raise TrainingError(
+                f"dataset {dataset.name} is not binary {{0, 1}}; the DBM methods need binary data"
+            )
+    generator = seeded_generator(seed, "ucd_dbm", f"{dataset.name}/{name}", "train")
+    machine = _build(spec, rows, settings, generator)
+    if torch.device(device).type != "cpu":
+        machine = machine.to(device)
+        generator = _device_generator(generator, device)
+    return machine, dbm.data_for(machine, rows), generator
+
+
+def _device_generator(generator: torch.Generator, device) -> torch.Generator:
+    """A generator on ``device`` seeded from the CPU ``generator`` (torch draws on a device only
+    from a generator of that device)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+for _name in dbm.DBM_METHODS:
+    if _name not in METHODS:  # a re-import (importlib.reload) registers nothing twice
+        register(
+            GradientMethod(
+                _name,
+                _gradients,
+                init_state=_init_state,
+                save_state=lambda state: state.to_dict(),
+                load_state=dbm.DBMState.from_dict,
+                step_metrics=lambda state: dict(state.metrics),
+                version=lambda: f"dbm numerics {dbm.NUMERICS_VERSION}",
+                defaults=_defaults,
+                check=_check,
+                build=_build,
+                start=start,
+            )
+        )

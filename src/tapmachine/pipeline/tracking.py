@@ -317,13 +317,14 @@ class Run:
         dataset_file: str | os.PathLike | None = None,
         dataset_name: str | None = None,
         name: str = "model",
+        input_tags: Mapping[str, str] | None = None,
     ) -> str | None:
         """Log a trained machine (``model.pt``) as an MLflow pyfunc model
         (``pipeline.mlflow_model``: signature with its ``params`` schema, two input rows as
         example, the package source as ``code_paths`` and pinned requirements, so that a fresh
         environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
-        and schema of all of them; ``log_input``). Returns the model URI, or None (best
-        effort)."""
+        and schema of all of them; ``log_input``, tagged ``input_tags``). Returns the model URI,
+        or None (best effort)."""
         if not self.active:
             return None
         try:
@@ -351,7 +352,7 @@ class Run:
                     data = mlflow.data.from_numpy(
                         rows, source=str(Path(dataset_file).resolve()), name=dataset_name
                     )
-                    mlflow.log_input(data, context="training")
+                    mlflow.log_input(data, context="training", tags=dict(input_tags or {}))
             return info.model_uri
         except Exception as err:  # noqa: BLE001
             self._failed("log_machine", err)

@@ -61,8 +61,8 @@ def prepare(
     settings = TrainSettings.from_spec(spec)
     ds = data.load_dataset(data_path)
     is_dbm = settings.method in dbm.DBM_METHODS
-    if is_dbm and not (np.isin(ds.x_train, (0, 1)).all() and np.isin(ds.x_test, (0, 1)).all()):
-        raise TrainingError(f"{data_path} is not binary {{0, 1}}; the DBM methods need binary data")
+    if is_dbm:  # {0, 1} pixels, whatever the visible units (``dbm.data_for``)
+        check_support(ds, data_path, _binary, "{0, 1}", f"the data of model {name} (a DBM)")
     rows = torch.as_tensor(ds.x_train, dtype=getattr(torch, dtype))
     n_train = n_train or spec.get("n_train")
     if n_train:
@@ -76,6 +76,9 @@ def prepare(
         generator = seeded_generator(seed, name, "train")
         x = rows.to(device)
         machine = initial_machine(spec, x, settings, generator)
+        visible = machine.visible
+        what = f"the {type(visible).__name__} visible units of model {name}"
+        check_support(ds, data_path, visible.in_support, visible.support, what)
         check_train_noise(machine, settings.train_noise)
         return Prepared(settings, machine, x, ds, rows, generator)
     generator = seeded_generator(seed, "ucd_dbm", f"{ds.name}/{name}", "train")
@@ -84,6 +87,40 @@ def prepare(
         machine = machine.to(device)
         generator = _device_generator(generator, device)
     return Prepared(settings, machine, dbm.data_for(machine, rows), ds, rows, generator)
+
+
+def _binary(x: Tensor) -> Tensor:
+    return (x == 0) | (x == 1)
+
+
+def first_outside(in_support, x: np.ndarray, chunk: int = 10_000) -> tuple[int, int] | None:
+    """(row, column) of the first value of ``x`` (row-major) that ``in_support`` refuses, or
+    None; ``chunk`` rows at a time."""
+    for start in range(0, x.shape[0], chunk):
+        bad = ~in_support(torch.as_tensor(x[start : start + chunk], dtype=torch.float32))
+        if bad.any():
+            flat = int(bad.reshape(-1).nonzero()[0])
+            return start + flat // x.shape[1], flat % x.shape[1]
+    return None
+
+
+def check_support(ds: data.Dataset, data_path, in_support, support: str, what: str) -> None:
+    """Raise TrainingError at the first value of the dataset (training rows, then test rows)
+    outside the support of ``what``, naming the file it came from (a user's own file, else the
+    dataset's .npz), its row and its column."""
+    for split in ("train", "test"):
+        x = getattr(ds, f"x_{split}")
+        found = first_outside(in_support, x)
+        if found is None:
+            continue
+        row, column = found
+        value = x[row, column].item()
+        cell = data.file_cell(ds.provenance, split, row, column)
+        if cell is None:
+            where = f"{data_path}: {split} row {row}, column {column}"
+        else:
+            where = f"{cell[0]}: row {cell[1]}, column {cell[2]} (dataset {data_path})"
+        raise TrainingError(f"{where}: {value:g} is outside {support}, the values of {what}")
 
 
 def _device_generator(generator: torch.Generator, device) -> torch.Generator:

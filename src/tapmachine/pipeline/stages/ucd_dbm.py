@@ -6,7 +6,8 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   by the one training loop (``train.train``, methods ``ucd_lmi``, ``dbm_pcd``,
   ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
-  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
+  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``; the
+  machine is logged as an MLflow model ``{dataset}_{model}`` (``pipeline.model_registry``).
 - ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
 - ``ucd score``: one DBM scored by the classifier FID of its samples (local modes from uniform
   states) against the test set, by the TAP log-likelihood (first paper, App. E) of test images,
@@ -121,7 +122,12 @@ def train_dbm(
     img_gen = seeded_generator(seed, "ucd_dbm", label, "epoch_images", device=device)
     steps_csv = outdir / "steps.csv"
     record = RunRecord(
-        "ucd", f"train_{ds.name}_{name}", params, tags, series=[Series(str(steps_csv), "step")]
+        "ucd",
+        f"train_{ds.name}_{name}",
+        params,
+        tags,
+        series=[Series(str(steps_csv), "step")],
+        machine=(modelfile.model_path(outdir), Path(data_path), int(x.shape[0])),
     )
     with recording(manifest, record, outdir / "model.pt", system_metrics=True) as run:
         run.start()

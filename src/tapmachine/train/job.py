@@ -97,7 +97,7 @@ def first_outside(in_support, x: np.ndarray, chunk: int = 10_000) -> tuple[int, 
     """(row, column) of the first value of ``x`` (row-major) that ``in_support`` refuses, or
     None; ``chunk`` rows at a time."""
     for start in range(0, x.shape[0], chunk):
-        bad = ~in_support(torch.as_tensor(x[start : start + chunk], dtype=torch.float32))
+        bad = ~in_support(torch.as_tensor(x[start : start + chunk], dtype=torch.float64))
         if bad.any():
             flat = int(bad.reshape(-1).nonzero()[0])
             return start + flat // x.shape[1], flat % x.shape[1]

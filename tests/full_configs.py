@@ -26,12 +26,10 @@ ADDED_SINCE = {
 }
 #: Fig. 10's models (their epochs set by the measured budget, ``FIG_BUDGET``).
 FIG10_MODELS = [f"bmnist_fig10_{m}{n}" for m in ("tap", "adatap") for n in (3, 10, 100)]
-#: Fig. 10's epochs and Fig. 11's size (units, joint and pretraining epochs), chosen from
+#: Fig. 10's epochs and Fig. 11's size (units, joint epochs), chosen from
 #: ``benchmarks/run.py paper_profile``'s measured costs to fit the 12-hour budget on 2 cores.
 FIG_BUDGET = [f"models.{m}.epochs" for m in FIG10_MODELS] + [
-    f"models.{m}.{key}"
-    for m in ("bmnist_dbm2", "bmnist_dbm3")
-    for key in ("hidden", "epochs", "pretrain")
+    f"models.{m}.{key}" for m in ("bmnist_dbm2", "bmnist_dbm3") for key in ("hidden", "epochs")
 ]
 #: Settings an overlay changed after that commit (dotted paths), each in the old file: converged
 #: training's cap went from 100 to 500 with the newton_sor solver (docs/departures.md); Figs. 3

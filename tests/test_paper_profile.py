@@ -160,12 +160,12 @@ def test_choices_fit_the_budget_and_shrink_with_it(paper_cfg, monkeypatch):
     cfg = paper_profile._with_fig10_epochs(paper_cfg, fig10["epochs"])
     fig11 = paper_profile.choose_fig11_size(stub, cfg)
     units, joint, pre = fig11["size"]
-    assert pre == min(50, joint)
+    assert pre == paper_profile.FIG11_PRETRAIN
     wall = paper_profile._wall(stub, paper_profile._with_fig11_size(cfg, (units, joint, pre)))
     assert wall == pytest.approx(fig11["wall_hours_2_cores"])
     assert wall <= paper_profile.BUDGET_HOURS
     if joint < paper_profile.FIG11_JOINT[1]:  # one more joint epoch would not fit
-        more = paper_profile._with_fig11_size(cfg, (units, joint + 1, min(50, joint + 1)))
+        more = paper_profile._with_fig11_size(cfg, (units, joint + 1, paper_profile.FIG11_PRETRAIN))
         assert paper_profile._wall(stub, more) > paper_profile.BUDGET_HOURS
     assert all(
         t["wall_hours_at_20_epochs"] > paper_profile.BUDGET_HOURS for t in fig11["tried"][:-1]

@@ -81,14 +81,18 @@ def test_ais_denoising_and_ucd_scoring_report_progress_in_a_job(capsys, monkeypa
 
 
 def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(tmp_path):
+    from tapmachine.io import data
+
     work = prepare(tmp_path, "ops", 3)
     data_dir = work / "results" / "data"
+    binary = data.derive(data.load_dataset(data_dir / "mnist.npz"), ["threshold"], "binary_mnist")
+    data.save_dataset(binary, data_dir / "binary_mnist.npz")  # the values Bernoulli units take
     spec = {**json.loads(json.dumps(SPEC)), "epochs": 3, "batch_size": 50, "n_train": 200}
     spec["hidden"] = [{"prior": "bernoulli", "units": 6}]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-m", "tapmachine", "train", "--model", "tiny", "--spec",
-         json.dumps(spec), "--data", str(data_dir / "mnist.npz"), "--outdir",
+         json.dumps(spec), "--data", str(data_dir / "binary_mnist.npz"), "--outdir",
          str(work / "results" / "ops" / "models" / "tiny")],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip

@@ -231,6 +231,40 @@ def test_stochastic_binarisation_needs_its_seed(default):
         validate(config, SCHEMA)
 
 
+def test_own_data_files_are_datasets_a_model_can_name(default, tmp_path):
+    """A file of data.files is a dataset of the data stage, with a default test split; a
+    missing file, a name of another dataset, a test given both ways or a format it does not
+    read fail the config."""
+    (tmp_path / "mine.csv").write_text("a,b\n0,1\n")
+    config = copy.deepcopy(default)
+    config["data"]["files"] = {"mine": {"path": str(tmp_path / "mine.csv")}}
+    config["models"]["mine_h8"] = {
+        "dataset": "mine",
+        "visible": {"prior": "spin"},
+        "hidden": [{"prior": "bernoulli", "units": 8}],
+    }
+    entry = validate(copy.deepcopy(config), SCHEMA)["data"]["files"]["mine"]
+    assert entry["test"] == {"fraction": 0.1, "seed": 0}
+    assert (entry["array"], entry["labels"], entry["image_shape"]) == (None, None, None)
+    bad = [
+        ({"path": str(tmp_path / "gone.csv")}, "data.files.mine.path: '", "is not a file"),
+        ({"path": str(tmp_path / "mine.txt")}, "data.files.mine.path: '", "does not match"),
+        (
+            {"path": str(tmp_path / "mine.csv"), "test": {"path": "t.csv", "fraction": 0.2}},
+            "data.files.mine.test: ",
+            "",
+        ),
+    ]
+    for files_entry, where, what in bad:
+        config["data"]["files"]["mine"] = files_entry
+        with pytest.raises(ConfigError) as info:
+            validate(copy.deepcopy(config), SCHEMA)
+        assert f"config error at {where}" in str(info.value) and what in str(info.value)
+    config["data"]["files"] = {"binary_mnist": {"path": str(tmp_path / "mine.csv")}}
+    with pytest.raises(ConfigError, match=r"data.derived: \['binary_mnist'\] reuse the names"):
+        validate(config, SCHEMA)
+
+
 def test_ucd_cpu_config_is_the_hidden_equals_visible_demonstration():
     config = validate(load("workflow/config/ucd_cpu.yaml"), SCHEMA)
     dbm = config["ucd"]["dbm"]

@@ -361,5 +361,5 @@ def test_one_path_from_config_entry_to_initial_machine(tmp_path):
     expected = build_machine(rbm, rows, 0.001, seeded_generator(4, "r", "train"))
     assert torch.equal(job.machine.W, expected.W) and job.settings.evaluate
     save_dataset(Dataset(x / 2, y, x[:10], y[:10], (1, 5), {}, "half"), tmp_path / "half.npz")
-    with pytest.raises(TrainingError, match="not binary"):
+    with pytest.raises(TrainingError, match=r"train row 0, column 1: 0.5 is outside \{0, 1\}"):
         prepare("d", entry, tmp_path / "half.npz")

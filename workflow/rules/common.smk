@@ -9,6 +9,7 @@ from tapmachine.pipeline.configuration import (
     RAW_DATASETS,
     SCHEMA,
     check_device,
+    dataset_names,
     load_schema,
     remove_nulled,
     validate,
@@ -98,6 +99,12 @@ DEVICE_ARGS = f"--device {config['device']} --dtype {config['dtype']} --seed {co
 
 def dataset_file(name):
     return f"{DATA}/{name}.npz"
+
+
+def own_data_files(name):
+    """The user's files of dataset ``name`` of config data.files: its rows, its test rows."""
+    entry = config["data"]["files"][name]
+    return [entry["path"], *([entry["test"]["path"]] if "path" in entry["test"] else [])]
 
 
 def fetch_source_args(wildcards):
@@ -204,8 +211,11 @@ if SECTIONS["ucd.dbm"]:
     for _name in (*UCD_DATASETS, UCD_ABLATION_DATASET):
         if _name == "binary_cifar10":
             continue
-        if _name not in config["data"]["derived"] and _name not in RAW_DATASETS:
-            raise ValueError(f"ucd.dbm: dataset {_name!r} is not in data.derived or {RAW_DATASETS}")
+        if _name not in dataset_names(config):
+            raise ValueError(
+                f"ucd.dbm: dataset {_name!r} is not one of the data stage's "
+                f"({', '.join(dataset_names(config))})"
+            )
     if "ucd_lmi" not in UCD_DBM["models"]:
         raise ValueError("ucd.dbm.models needs an entry ucd_lmi (the reference of Table 2)")
 

@@ -1,4 +1,5 @@
-# Data stage: fetch and verify the raw datasets, then write each derived form as its own target.
+# Data stage: fetch and verify the raw datasets, read the user's own files, then write each derived
+# form as its own target.
 
 
 rule fetch_dataset:
@@ -24,6 +25,31 @@ rule fetch_dataset:
     shell:
         "tapmachine fetch --dataset {wildcards.dataset} --cache-dir {params.cache} {params.source} "
         "--out {output.npz} --tracking {input.tracking} > {log} 2>&1"
+
+
+rule read_dataset:
+    input:
+        files=lambda w: own_data_files(w.name),
+        tracking=TRACKING,
+    output:
+        npz=f"{DATA}/{{name}}.npz",
+    log:
+        f"{DATA_LOGS}/read_{{name}}.log",
+    benchmark:
+        f"{DATA_BENCHMARKS}/read_{{name}}.tsv"
+    wildcard_constraints:
+        name="|".join(config["data"]["files"]) or "^$",
+    conda:
+        "../../envs/tapmachine.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        spec=lambda w: json.dumps(config["data"]["files"][w.name], sort_keys=True),
+    shell:
+        "tapmachine read-file --name {wildcards.name} --spec {params.spec:q} --out {output.npz} "
+        "--tracking {input.tracking} > {log} 2>&1"
 
 
 rule derive_dataset:
@@ -55,4 +81,4 @@ rule derive_dataset:
 
 rule data:
     input:
-        [dataset_file(name) for name in (*RAW_DATASETS, *config["data"]["derived"])],
+        [dataset_file(name) for name in dataset_names(config)],

@@ -23,6 +23,7 @@ from tapmachine.core import tap
 from tapmachine.core.estimators import exact_log_partition
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
+from tapmachine.io import data
 from tapmachine.io.data import Dataset
 from tapmachine.io.schema import check_entry
 from tapmachine.train.build import hidden_prior
@@ -71,11 +72,9 @@ def support_template(kind: str, lower: float = 0.0, upper: float = 1.0) -> Prior
 
 
 def first_outside(prior: Prior, x: np.ndarray) -> tuple[int, int] | None:
-    """(row, column) of the first value of ``x`` (row-major) outside ``prior``'s support."""
-    bad = ~prior.in_support(torch.as_tensor(x))
-    if not bool(bad.any()):
-        return None
-    return divmod(int(bad.reshape(-1).nonzero()[0]), x.shape[1])
+    """(row, column) of the first value of ``x`` (row-major) outside ``prior``'s support
+    (``io.data.first_outside``, as training checks its datasets)."""
+    return data.first_outside(prior.in_support, x)
 
 
 def check_support(prior: Prior, x: np.ndarray, owner: str) -> None:

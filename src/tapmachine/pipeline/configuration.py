@@ -52,8 +52,10 @@ def _key(path) -> str:
 
 
 def dataset_names(config: dict) -> list[str]:
-    """Every dataset the data stage produces: the raw ones and the derived ones."""
-    return [*RAW_DATASETS, *config.get("data", {}).get("derived", {})]
+    """Every dataset the data stage produces: the raw ones, the user's files and the derived
+    ones."""
+    data = config.get("data", {})
+    return [*RAW_DATASETS, *data.get("files", {}), *data.get("derived", {})]
 
 
 def _types(node: dict) -> set:
@@ -119,10 +121,19 @@ def validate(config: dict, schema_file: str | Path) -> dict:
     if error is not None:
         raise ConfigError(f"config error at {_key(error.absolute_path)}: {error.message}")
     _filling_validator(schema).validate(config)
-    derived = config["data"]["derived"]
-    clash = sorted(set(RAW_DATASETS) & set(derived))
-    if clash:
-        raise ConfigError(f"config error at data.derived: {clash} reuse raw dataset names")
+    derived, files = config["data"]["derived"], config["data"]["files"]
+    for key, names, taken in (
+        ("data.files", files, set(RAW_DATASETS)),
+        ("data.derived", derived, set(RAW_DATASETS) | set(files)),
+    ):
+        clash = sorted(taken & set(names))
+        if clash:
+            raise ConfigError(f"config error at {key}: {clash} reuse the names of other datasets")
+    for name, entry in files.items():
+        for key, path in (("path", entry["path"]), ("test.path", entry["test"].get("path"))):
+            if path is not None and not Path(path).is_file():
+                where = f"data.files.{name}.{key}"
+                raise ConfigError(f"config error at {where}: {path!r} is not a file")
     for key, path in (
         ("data.mnist.path", config["data"]["mnist"]["path"]),
         ("data.fashion_mnist.path", config["data"]["fashion_mnist"]["path"]),

@@ -64,12 +64,18 @@ def prepare(
             f"model {name}: {rows.shape[0]} training rows is fewer than batch_size "
             f"{settings.batch_size}"
         )
+    gradient = method(settings.method)
     try:
-        machine, x, generator = method(settings.method).start(
-            name, spec, ds, rows, settings, seed, device
-        )
+        machine, x, generator = gradient.start(name, spec, ds, rows, settings, seed, device)
     except TrainingError as exc:
         raise TrainingError(f"{data_path}: {exc}") from None
+    in_support, support, units = gradient.data_support(machine)
+    outside = data.place_outside(ds, data_path, in_support)
+    if outside is not None:
+        where, value = outside
+        raise TrainingError(
+            f"{where}: {value:g} is outside {support}, the values of {units} of model {name}"
+        )
     return Prepared(settings, machine, x, ds, rows, generator)
 
 

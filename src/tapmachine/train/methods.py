@@ -21,7 +21,15 @@ from tapmachine.train.build import build_from_spec
 from tapmachine.train.settings import METHODS, TrainingError, TrainSettings
 from tapmachine.train.tap_gradient import check_train_noise, tap_step_gradients
 
-__all__ = ["GradientMethod", "METHODS", "register", "method", "gradients", "rbm_start"]
+__all__ = [
+    "GradientMethod",
+    "METHODS",
+    "register",
+    "method",
+    "gradients",
+    "rbm_start",
+    "visible_support",
+]
 
 
 def _stateless(machine, x_train, settings, generator):
@@ -54,6 +62,13 @@ def rbm_start(name: str, spec: dict, dataset, rows, settings, seed: int, device)
     return machine, x, generator
 
 
+def visible_support(machine) -> tuple[Callable, str, str]:
+    """What a job's dataset values must lie in: its machine's visible units' support
+    (``Prior.in_support``, ``Prior.support``) and their name."""
+    visible = machine.visible
+    return visible.in_support, visible.support, f"the {type(visible).__name__} visible units"
+
+
 @dataclasses.dataclass(frozen=True)
 class GradientMethod:
     """One gradient method.
@@ -71,7 +86,9 @@ class GradientMethod:
     ``TrainingError`` on settings it cannot train with, ``build(spec, x, settings, generator)``
     the initial machine of a config entry from its rows, and ``start(name, spec, dataset, rows,
     settings, seed, device)`` the job's ``(machine, x, generator)``: the machine, the training
-    rows in its units and device and the training stream.
+    rows in its units and device and the training stream; ``data_support(machine)`` what every
+    value of the job's dataset must lie in, ``(in_support, support, units)`` (default: the
+    visible units' support), which the job checks before training.
     """
 
     name: str
@@ -85,6 +102,7 @@ class GradientMethod:
     check: Callable = _no_check
     build: Callable = build_from_spec
     start: Callable = rbm_start
+    data_support: Callable = visible_support
 
 
 def register(entry: GradientMethod) -> GradientMethod:

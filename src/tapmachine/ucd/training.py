@@ -10,7 +10,6 @@ evaluation (``ucd score`` scores a DBM) and hands the loop's ``on_step`` the est
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from tapmachine.core.seeding import seeded_generator
@@ -66,20 +65,21 @@ def _build(spec: dict, x, settings: TrainSettings, generator: torch.Generator):
 
 
 def start(name: str, spec: dict, dataset, rows, settings: TrainSettings, seed: int, device):
-    """A DBM job's start: binary data checked, the stream (seed, "ucd_dbm", "{dataset}/{name}",
-    "train") (one entry is trained on several datasets), the machine built on the CPU and then
-    moved, with a generator on ``device`` seeded from that stream; the rows in its units."""
-    for split in (dataset.x_train, dataset.x_test):
-        if not np.isin(split, (0, 1)).all():
-            raise TrainingError(
-                f"dataset {dataset.name} is not binary {{0, 1}}; the DBM methods need binary data"
-            )
+    """A DBM job's start: the stream (seed, "ucd_dbm", "{dataset}/{name}", "train") (one entry
+    is trained on several datasets), the machine built on the CPU and then moved, with a
+    generator on ``device`` seeded from that stream; the rows in its units (the job has checked
+    that they are {0, 1}: ``binary_data``)."""
     generator = seeded_generator(seed, "ucd_dbm", f"{dataset.name}/{name}", "train")
     machine = _build(spec, rows, settings, generator)
     if torch.device(device).type != "cpu":
         machine = machine.to(device)
         generator = _device_generator(generator, device)
     return machine, dbm.data_for(machine, rows), generator
+
+
+def binary_data(machine) -> tuple:
+    """A DBM's data are {0, 1} pixels, whatever its units (``dbm.data_for`` maps them)."""
+    return (lambda x: (x == 0) | (x == 1)), "{0, 1}", "the pixels (a DBM)"
 
 
 def _device_generator(generator: torch.Generator, device) -> torch.Generator:
@@ -106,5 +106,6 @@ for _name in dbm.DBM_METHODS:
                 check=_check,
                 build=_build,
                 start=start,
+                data_support=binary_data,
             )
         )

@@ -1,4 +1,4 @@
-"""``tapmachine fetch`` and ``tapmachine derive``: the datasets, with a montage in MLflow."""
+"""``tapmachine fetch``, ``read-file`` and ``derive``: the datasets, with a montage in MLflow."""
 
 from __future__ import annotations
 
@@ -30,6 +30,25 @@ def derive(args) -> None:
     if args.labels:
         source = data.select_labels(source, parse_json(args.labels, "--labels"))
     ds = data.derive(source, transforms, name=args.name)
+    save_and_track(ds, args.out, args.tracking)
+
+
+def read_file(args) -> None:
+    """A dataset of the user's own file (``io.data.own``), its entry of config ``data.files``."""
+    from tapmachine.io import data
+
+    spec = parse_json(args.spec, "--spec")
+    test = spec.get("test") or {}
+    ds = data.read_own(
+        args.name,
+        spec["path"],
+        array=spec.get("array"),
+        labels=spec.get("labels"),
+        test_path=test.get("path"),
+        test_fraction=None if test.get("path") else test.get("fraction"),
+        seed=test.get("seed", 0),
+        image_shape=spec.get("image_shape"),
+    )
     save_and_track(ds, args.out, args.tracking)
 
 
@@ -92,6 +111,13 @@ def register(subparsers) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--tracking", default=None, help="manifest of tracking-init (omit: no MLflow)")
     s.set_defaults(func=fetch)
+
+    s = subparsers.add_parser("read-file", help="read a dataset from your own file")
+    s.add_argument("--name", required=True)
+    s.add_argument("--spec", required=True, help="its entry of config data.files as JSON")
+    s.add_argument("--out", required=True)
+    s.add_argument("--tracking", default=None)
+    s.set_defaults(func=read_file)
 
     s = subparsers.add_parser(
         "derive", help="write a derived dataset (binarised, scaled, 8-bit, spin)"

@@ -6,7 +6,9 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   by the one training loop (``train.train``, methods ``ucd_lmi``, ``dbm_pcd``,
   ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
-  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``.
+  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``; the
+  machine is logged as an MLflow model ``{dataset}_{model}``
+  (``pipeline.tracking.model_registry``).
 - ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
 - ``ucd score``: one DBM scored (``tapmachine.ucd.score``) by the classifier FID of its samples
   (local modes from uniform states) against the test set, by the TAP log-likelihood (first
@@ -99,6 +101,7 @@ def train_dbm(
     an image of samples and reconstructions; model.pt keeps the method, image shape, seconds,
     steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
+    from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.pipeline.tracking.records import RunRecord, Series
@@ -124,6 +127,7 @@ def train_dbm(
             )
             run_info = {"seed": seed, "n_train": int(x.shape[0]), "device": str(device)}
             record.name = f"train_{ds.name}_{name}"
+            record.machine = (modelfile.model_path(outdir), Path(data_path), int(x.shape[0]))
             return run.start(
                 {
                     "model": name,

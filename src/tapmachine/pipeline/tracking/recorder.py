@@ -188,7 +188,20 @@ def log_machine(run: tracking.Run, machine: tuple) -> None:
         tracking.warn(f"model {model_file}: its dataset", err)
         return
     rows = ds.x_train[:n_rows] if n_rows else ds.x_train
-    run.log_machine(model_file, rows, dataset_file, ds.name)
+    run.log_machine(model_file, rows, dataset_file, ds.name, input_tags=input_tags(ds.provenance))
+
+
+def input_tags(provenance: dict) -> dict[str, str]:
+    """Tags of a training run's dataset input: the user's file (``data.files``) and its sha256,
+    those of the test file too; none for the papers' datasets (their checksums are in the data
+    run's provenance)."""
+    if provenance.get("source") != "file":
+        return {}
+    tags = {"file": provenance["file"], "sha256": provenance["sha256"]}
+    test = provenance.get("test") or {}
+    if "file" in test:
+        tags.update({"test_file": test["file"], "test_sha256": test["sha256"]})
+    return tags
 
 
 @contextlib.contextmanager

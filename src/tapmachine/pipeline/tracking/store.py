@@ -316,43 +316,19 @@ class Run:
         rows,
         dataset_file: str | os.PathLike | None = None,
         dataset_name: str | None = None,
-        name: str = "model",
+        input_tags: Mapping[str, str] | None = None,
     ) -> str | None:
-        """Log a trained machine (``model.pt``) as an MLflow pyfunc model
-        (``pipeline.tracking.mlflow_model``: signature with its ``params`` schema, two input rows as
-        example, the package source as ``code_paths`` and pinned requirements, so that a fresh
-        environment loads it) and ``rows``, the training rows, as the run's dataset input (digest
-        and schema of all of them; ``log_input``). Returns the model URI, or None (best
-        effort)."""
+        """Log a trained machine (``model.pt``) as an MLflow model from code, registered under
+        its config model's name, with ``rows``, the training rows, as the run's dataset input
+        (``model_registry.log_machine``). Returns the model URI, or None (best effort)."""
         if not self.active:
             return None
         try:
-            import mlflow
-            import numpy as np
-            from mlflow.models import infer_signature
+            from tapmachine.pipeline.tracking import model_registry
 
-            from tapmachine.pipeline.tracking import mlflow_model
-
-            rows = np.asarray(rows, dtype=np.float32)
-            example = rows[:2]
-            signature = infer_signature(example, params=dict(mlflow_model.PARAMS))
-            mlflow.set_tracking_uri(self._uri)
-            with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
-                info = mlflow.pyfunc.log_model(
-                    name=name,
-                    python_model=mlflow_model.TapMachineModel(),
-                    artifacts={"model": str(model_file)},
-                    signature=signature,
-                    input_example=example,
-                    code_paths=[str(Path(mlflow_model.__file__).parents[2])],  # the package
-                    pip_requirements=mlflow_model.requirements(),
-                )
-                if dataset_file is not None:
-                    data = mlflow.data.from_numpy(
-                        rows, source=str(Path(dataset_file).resolve()), name=dataset_name
-                    )
-                    mlflow.log_input(data, context="training")
-            return info.model_uri
+            return model_registry.log_machine(
+                self._uri, self.run_id, model_file, rows, dataset_file, dataset_name, input_tags
+            )
         except Exception as err:  # noqa: BLE001
             self._failed("log_machine", err)
             return None

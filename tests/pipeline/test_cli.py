@@ -83,10 +83,12 @@ def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, mon
                     plain.append(f"{path.relative_to(package)}:{node.name}")
     assert not plain, plain
 
-    def fail(args):
+    from tapmachine.pipeline.stages import train
+
+    def fail(*args, **kwargs):
         raise common.UsageError("first line\n  second line")
 
-    monkeypatch.setattr(common, "parse_json", lambda *a: fail(None))
+    monkeypatch.setattr(train, "train_model", fail)
     code = cli.main(["train", "--model", "m", "--spec", "{}", "--data", "d", "--outdir", "o"])
     err = capsys.readouterr().err
     assert code == 2 and err == "tapmachine: error: first line second line\n", err

@@ -16,6 +16,27 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(autouse=True)
+def _figures_read_at_print_size(monkeypatch):
+    """Every figure a test draws (each ``FigureResult`` made, from whatever tiny outputs the test
+    built) is checked when the test ends: no two pieces of text overlap, none is cut off at the
+    edge, no title runs past two lines, no text or width beyond print size
+    (``figures.legibility``). The figure tests together draw every figure of both papers."""
+    from tapmachine.figures import common, legibility
+
+    made = []
+    init = common.FigureResult.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self.figure)
+
+    monkeypatch.setattr(common.FigureResult, "__init__", record)
+    yield
+    found = [f"{fig.get_suptitle()[:60]!r}: {p}" for fig in made for p in legibility.problems(fig)]
+    assert not found, "\n".join(found)
+
+
+@pytest.fixture(autouse=True)
 def _no_inherited_tracking_uri(monkeypatch):
     """Each test starts without MLFLOW_TRACKING_URI, and whatever it sets is undone afterwards.
 

@@ -3,8 +3,9 @@
 From the bottom: ``core`` (the numerics both papers share), ``io`` (datasets, model files, the
 config schema), ``train`` (the training loop and its registry of gradient methods), then the two
 papers side by side, ``tap_paper`` (the first paper's analyses) and ``ucd`` (the second paper,
-whose DBM methods register themselves in training's registry), then ``figures`` and
-``pipeline`` (command line, stages, configuration, tracking). A module may import from its own
+whose DBM methods register themselves in training's registry), then ``figures`` beside ``learn``
+(the scikit-learn estimators, which the package's top level exports), and ``pipeline`` (command
+line, stages, configuration, tracking). A module may import from its own
 package and from the layers below it, never from a layer above or from the other package of its
 own layer (``train`` never imports ``ucd``, and the two papers never import each other). The walk
 reads every import statement, those inside functions too.
@@ -14,7 +15,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tapmachine"
-LAYERS = [("core",), ("io",), ("train",), ("tap_paper", "ucd"), ("figures",), ("pipeline",)]
+LAYERS = [("core",), ("io",), ("train",), ("tap_paper", "ucd"), ("figures", "learn"), ("pipeline",)]
 PACKAGES = [name for layer in LAYERS for name in layer]
 
 

@@ -53,6 +53,7 @@ LIBRARY = [
     "figures.fig_denoise_real",
     "figures.fig10",
     "figures.fig11",
+    "learn",
 ]
 
 SCRIPT = textwrap.dedent(

@@ -88,6 +88,7 @@ def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, mon
     def fail(*args, **kwargs):
         raise common.UsageError("first line\n  second line")
 
+    # looked up in the stage's module when the command runs, whichever test imported it first
     monkeypatch.setattr(train, "train_model", fail)
     code = cli.main(["train", "--model", "m", "--spec", "{}", "--data", "d", "--outdir", "o"])
     err = capsys.readouterr().err

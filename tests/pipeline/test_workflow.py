@@ -228,6 +228,12 @@ def test_denoise_figures_and_runs(finished_run):
         assert npz["mcc"].shape == (4, TINY["denoise"]["fig8"]["n_images"])
     real = pd.read_csv(results / "figures" / "fig_denoise_real.csv")
     assert (real["kind"] == "claim").any()
+    # Fig. 9 is judged by the FID classifier over every denoised digit, at each p in (0, 0.5).
+    fig9 = pd.read_csv(results / "figures" / "fig9.csv")
+    shares = fig9[fig9["claim"] == "true_label_share"]
+    assert sorted(shares["model"].unique()) == ["1nn", "ope", "tap_tiny"]
+    assert len(shares) == 3 * 2 and shares["value"].between(0, 1).all()
+    assert fig9[fig9["claim"] == "digit_structure_kept"]["held"].isin(["held", "not held"]).all()
     client = mlflow.MlflowClient(f"sqlite:///{finished_run}/results/mlflow/mlflow.db")
     experiments = {e.name: e.experiment_id for e in client.search_experiments()}
     runs = client.search_runs([experiments["denoise"]], STAGE_RUNS)

@@ -117,11 +117,15 @@ rule draw_fig8:
         "--tracking {input.tracking} > {log} 2>&1"
 
 
+# Fig. 9's verdicts: the MNIST classifier of the second paper's FID (ucd_dbm.smk's
+# ucd_classifier, already in the default DAG) labels every denoised digit.
 rule draw_fig9:
     input:
         tap=[denoise_bsc_file(m) for m in DENOISE_TAP.values()],
         models=model_files(DENOISE_TAP.values()),
         baselines=DENOISE_BASELINES,
+        classifier=f"{RESULTS}/ucd/classifier/{DENOISE_BSC_DATA}.pt",
+        data=dataset_file(DENOISE_BSC_DATA) if DENOISE_BSC_DATA else [],
         tracking=TRACKING,
     output:
         **figure_outputs("fig9"),
@@ -141,6 +145,7 @@ rule draw_fig9:
     shell:
         "tapmachine figure fig9 --tap {input.tap} --labels {params.labels} "
         "--model-files {input.models} --baselines {input.baselines} {params.ps} "
+        "--classifier {input.classifier} --data {input.data} "
         "--png {output.png} --pdf {output.pdf} --csv {output.csv} "
         "--tracking {input.tracking} > {log} 2>&1"
 

@@ -1,14 +1,23 @@
-"""What every figure module shares: Agg figures, atomic PNG/PDF/CSV output, titles, claims.
+"""What every figure module shares: one style, Agg figures, atomic PNG/PDF/CSV output, titles,
+claims.
 
 A figure function returns a ``FigureResult``: the matplotlib figure, one table (``pandas``)
 with what the figure draws (``kind`` = "drawn") and the numbers behind the paper's claims
 (``kind`` = "claim": ``claim``, ``value``, ``detail``), and the models it drew. ``save`` writes
 the three files atomically; the figure stage (``pipeline.stages.figures``) records them as a run.
+
+Every figure is drawn and saved in one style (``tapmachine.mplstyle``, through ``style``; a
+figure function is decorated with ``styled``), sized for a journal: one column
+(``COLUMN`` inches) or, for figures of several panels, the page's two (``PAGE``). Its title is
+at most two lines; what a title used to carry (run notes, legends of line styles) is in the
+figure's CSV and its report caption (workflow/report).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +27,9 @@ from tapmachine.core.errors import TapmachineError
 from tapmachine.io.files import atomic_write
 
 __all__ = [
+    "COLUMN",
+    "PAGE",
+    "STYLE",
     "FigureError",
     "FigureResult",
     "ModelInfo",
@@ -28,8 +40,16 @@ __all__ = [
     "describe",
     "dataset_label",
     "save",
+    "style",
+    "styled",
     "wrap_suptitle",
 ]
+
+#: The figures' style file, and the widths it is sized for (inches): one journal column, and the
+#: page's two columns with the gap between them.
+STYLE = Path(__file__).with_name("tapmachine.mplstyle")
+COLUMN = 3.4
+PAGE = 7.0
 
 
 class FigureError(TapmachineError):
@@ -56,8 +76,29 @@ class FigureResult:
     params: dict = dataclasses.field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def style():
+    """Matplotlib's settings of ``STYLE`` for the duration of the block (then restored)."""
+    import matplotlib
+
+    with matplotlib.rc_context(fname=STYLE):
+        yield
+
+
+def styled(make):
+    """``make`` (a figure function) run in ``style``: its artists take the style's sizes."""
+
+    @functools.wraps(make)
+    def drawn_in_style(*args, **kwargs):
+        with style():
+            return make(*args, **kwargs)
+
+    return drawn_in_style
+
+
 def new_figure(width: float, height: float):
-    """A matplotlib Figure on an Agg canvas (no pyplot global state)."""
+    """A matplotlib Figure on an Agg canvas (no pyplot global state), ``width`` x ``height``
+    inches (``COLUMN`` or ``PAGE`` wide)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -188,17 +229,19 @@ def wrap_suptitle(fig, margin: float = 0.97) -> None:
 
 
 def save(result: FigureResult, png, pdf, csv) -> list[Path]:
-    """Write the figure as PNG and PDF and its table as CSV (each atomically); the paths.
+    """Write the figure as PNG and PDF (in ``style``) and its table as CSV (each atomically); the
+    paths.
 
     The title is first wrapped to the figure's width (``wrap_suptitle``)."""
     paths = [Path(png), Path(pdf), Path(csv)]
     wrap_suptitle(result.figure)
     written = []
     try:
-        atomic_write(paths[0], lambda fh: result.figure.savefig(fh, format="png", dpi=110))
-        written.append(paths[0])
-        atomic_write(paths[1], lambda fh: result.figure.savefig(fh, format="pdf"))
-        written.append(paths[1])
+        with style():
+            atomic_write(paths[0], lambda fh: result.figure.savefig(fh, format="png"))
+            written.append(paths[0])
+            atomic_write(paths[1], lambda fh: result.figure.savefig(fh, format="pdf"))
+            written.append(paths[1])
         atomic_write(paths[2], lambda fh: fh.write(result.table.to_csv(index=False).encode()))
         written.append(paths[2])
     except BaseException:

@@ -21,12 +21,14 @@ import numpy as np
 import pandas as pd
 
 from tapmachine.figures.common import (
+    PAGE,
     FigureError,
     FigureResult,
     claim,
     describe,
     model_info,
     new_figure,
+    styled,
     table,
 )
 
@@ -53,6 +55,7 @@ def outlier(finals: dict[str, float], candidate: str) -> tuple[bool, str]:
     return verdict, detail
 
 
+@styled
 def make(curve_csvs, model_files, timing_csv) -> FigureResult:
     if len(curve_csvs) != len(model_files):
         raise FigureError("fig10 needs one model.pt per curve CSV")
@@ -67,7 +70,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
     if timing.empty:
         raise FigureError(f"{timing_csv}: no timings")
 
-    fig = new_figure(12.5, 4.6)
+    fig = new_figure(PAGE, 3.0)
     ax_pl, ax_t = fig.subplots(1, 2)
     drawn, claims, finals = [], [], {}
     labels = {}
@@ -102,20 +105,19 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         claims.append(claim("final_pl", finals[label], info.name, label, int(df["epoch"].iloc[-1])))
     ax_pl.set_xlabel("epoch")
     ax_pl.set_ylabel("pseudo-likelihood (nats / image)")
-    ax_pl.legend(fontsize=8)
-    ax_pl.set_title("pseudo-likelihood over training", fontsize=10)
+    ax_pl.legend()
+    ax_pl.set_title("pseudo-likelihood over training")
 
     b = timing["batch_size"].to_numpy(float)
     ax_t.loglog(b, timing["tap_seconds"], "o-", label="TAP (Alg. 1)")
     ax_t.loglog(b, timing["adatap_seconds"], "s--", label="adaTAP / VAMP (Alg. 3)")
     ax_t.set_xlabel("batch size")
     ax_t.set_ylabel("seconds per iteration")
-    ax_t.legend(fontsize=8)
+    ax_t.legend()
     t0 = timing.iloc[0]
     ax_t.set_title(
         f"one iteration, Nv={int(t0['n_visible'])}, Nh={int(t0['n_hidden'])}, "
         f"{int(t0['threads'])} thread(s), {t0['dtype']}",
-        fontsize=10,
     )
     for _, r in timing.iterrows():
         drawn.append(
@@ -180,15 +182,11 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
     note = (
         ""
         if sizes and sizes[-1] >= 500
-        else (
-            "\nREDUCED size: the paper's Nh=500 on 5,000 images needs --configfile "
-            "workflow/config/paper.yaml (adaTAP-100 at Nh=500 is hours on CPU)"
-        )
+        else ("\nREDUCED size (paper: Nh = 500 on 5,000 images; workflow/config/paper.yaml)")
     )
     fig.suptitle(
         f"Fig. 10: TAP vs adaTAP, {describe(infos[0]).split(' on ')[-1]}, RBM {sizes}"
         + (f", {n_images} images scored" if n_images else "")
         + note,
-        fontsize=9,
     )
     return FigureResult(fig, table(drawn, claims), infos, {"labels": labels})

@@ -19,12 +19,15 @@ import numpy as np
 import pandas as pd
 
 from tapmachine.figures.common import (
+    COLUMN,
+    PAGE,
     FigureError,
     FigureResult,
     claim,
     describe,
     model_info,
     new_figure,
+    styled,
     table,
 )
 
@@ -45,13 +48,14 @@ def rises(epochs: np.ndarray, y: np.ndarray) -> tuple[bool, float, float]:
     return bool(gain > 0 and (math.isnan(rho) or rho > 0)), gain, rho
 
 
+@styled
 def make(curve_csvs, model_files) -> FigureResult:
     from matplotlib.ticker import MaxNLocator
 
     if len(curve_csvs) != len(model_files):
         raise FigureError("fig11 needs one model.pt per curve CSV")
     infos = [model_info(f) for f in model_files]
-    fig = new_figure(5.2 * len(infos), 4.3)
+    fig = new_figure(min(PAGE, COLUMN * len(infos)), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(infos)))
     drawn, claims = [], []
     for ax, info, path in zip(axes, infos, curve_csvs, strict=True):
@@ -91,21 +95,14 @@ def make(curve_csvs, model_files) -> FigureResult:
             )
         )
         n_hidden = len(info.sizes) - 1
-        ax.set_title(f"{n_hidden} hidden layers {info.sizes}", fontsize=10)
+        ax.set_title(f"{n_hidden} hidden layers {info.sizes}")
         ax.set_xlabel("joint training epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("TAP log-likelihood per unit (eq. 121)")
-        ax.legend(fontsize=8)
+        ax.legend()
     small = all(max(i.sizes[1:]) < 500 for i in infos)
     note = (
-        (
-            "\nREDUCED sizes and epochs: the paper's 50 pretraining + 3000 joint epochs need "
-            "--configfile workflow/config/paper.yaml"
-        )
-        if small
-        else ""
+        ("\nREDUCED sizes and epochs (paper: 50 pretraining + 3,000 joint epochs)") if small else ""
     )
-    fig.suptitle(
-        f"Fig. 11: deep TAP machines, {describe(infos[0]).split(' on ')[-1]}{note}", fontsize=9
-    )
+    fig.suptitle(f"Fig. 11: deep TAP machines, {describe(infos[0]).split(' on ')[-1]}{note}")
     return FigureResult(fig, table(drawn, claims), infos)

@@ -6,9 +6,9 @@ grows at a near-constant slope after about epoch 20. The table gives, per model,
 slopes before and after a breakpoint -- epoch 20 when the run has at least 40 epochs, else the
 midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of a straight line
 over the late segment (near 1: constant slope). An epoch whose evaluation found no TAP solution
-(``tap_ll`` NaN) is a gap in the curve, counted in the title and the table, and left out of the
-fits. "Then at a near-constant slope" is judged as the curve still rising after the breakpoint
-(late slope > 0); the epoch of the curve's peak is given beside it.
+(``tap_ll`` NaN) is a gap in the curve, counted in the table, and left out of the fits. "Then at
+a near-constant slope" is judged as the curve still rising after the breakpoint (late slope > 0);
+the epoch of the curve's peak is given beside it.
 
 Where ``metrics.csv`` has them (``DIAGNOSTICS``), the CSV carries per epoch: the TAP-validity
 diagnostic of the evaluation's solutions (``tap_validity``, the largest over the unique
@@ -17,16 +17,16 @@ solutions of max_i c_i sum_j W_ij^2 c_j, ``tap.onsager_strength``, and its media
 ``tap.onsager_spectral_radius``), the number of converged-training steps with no converged row
 that used all rows as they stood (``train_unconverged_steps``), and the curve without the fixed
 points only the evaluation's second pass (``retry_damping``) reached (``tap_ll_first_pass``,
-``n_unique_retry_only``). The figure draws that curve dashed where it differs, the diagnostic in
-a lower panel, and says in its title from which epoch a model's spectral radius reaches 1 or its
+``n_unique_retry_only``). The figure draws that curve dashed where it differs and the diagnostic
+in a lower panel; the table's rows say from which epoch a model's spectral radius reaches 1 or its
 training had such steps: the epochs where the curve is outside what second-order TAP and
-converged training describe.
+converged training describe. The legend sits below the panels, clear of the curves.
 
 With ``exact_files`` (``tapmachine exact-curve``: models whose hidden layer can be enumerated,
 after chosen epochs), each such model's exact log-likelihood of the same rows is drawn as
 crosses in its colour and carried in the CSV (``exact_ll``, ``exact_ll_stderr``). Its rows judge
-"the log-likelihood rises" on the exact values as well, give the epoch of the exact peak and
-how far TAP's estimate lies above the exact value, and the title names both.
+"the log-likelihood rises" on the exact values as well, and give the epoch of the exact peak and
+how far TAP's estimate lies above the exact value.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 
 from tapmachine.figures.common import (
+    COLUMN,
+    PAGE,
     FigureError,
     FigureResult,
     claim,
@@ -45,6 +47,7 @@ from tapmachine.figures.common import (
     model_info,
     new_figure,
     size_note,
+    styled,
     table,
 )
 from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
@@ -83,15 +86,12 @@ def segment_fit(epochs: np.ndarray, values: np.ndarray) -> tuple[float, float]:
 
 
 def _title_note(curves) -> str:
-    """Further title lines: the shortest run below the paper's 100 epochs, and epochs without a
-    TAP solution."""
-    notes = [size_note(min(int(df["epoch"].max()) for df in curves))]
-    gaps = sum(int(df["tap_ll"].isna().sum()) for df in curves)
-    if gaps:
-        notes.append(f"{gaps} epoch(s) without a converged TAP solution: gaps in the curves")
-    return "".join(f"\n{n}" for n in notes if n)
+    """The title's second line: the shortest run below the paper's 100 epochs, or ""."""
+    note = size_note(min(int(df["epoch"].max()) for df in curves))
+    return f"\n{note}" if note else ""
 
 
+@styled
 def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult:
     """Fig. 3 for the models whose ``metrics.csv`` and ``model.pt`` are given (same order), with
     the exact curves of ``exact_files`` (CSVs of ``likelihood.exact_curve``, any of the models)."""
@@ -111,9 +111,9 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
     exact = _read_exact(exact_files, [i.name for i in infos])
 
     datasets = list(dict.fromkeys(i.dataset for i in infos))
-    fig = new_figure(4.6 * len(datasets), 5.6)
+    fig = new_figure(min(PAGE, COLUMN * len(datasets)), 3.8)
     grid = fig.subplots(2, len(datasets), squeeze=False, height_ratios=[2.2, 1.0], sharex="col")
-    drawn, claims, limits = [], [], []
+    drawn, claims = [], []
     for ax, low, dataset in zip(grid[0], grid[1], datasets, strict=True):
         substitute = ""
         for info, df in zip(infos, curves, strict=True):
@@ -150,7 +150,6 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
                     ls="none",
                     label=f"{info.name} exact",
                 )
-                limits.append(_exact_note(info.name, e, m, ex))
             for i, (ei, mi, si) in enumerate(zip(e, m, s, strict=True)):
                 drawn.append(
                     {
@@ -170,29 +169,17 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
             claims += _diagnostic_claims(info.name, e, m, extra)
             if ex is not None:
                 claims += _exact_claims(info.name, e, m, ex)
-            limits.append(_limit_note(info.name, e, extra))
-        ax.set_title(dataset_label(dataset, substitute), fontsize=9)
-        ax.set_ylabel("TAP log-likelihood per unit")
-        ax.legend(fontsize=7)
+        ax.set_title(dataset_label(dataset, substitute))
         ax.grid(alpha=0.3)
         low.axhline(1.0, color="0.4", lw=0.8, ls=":")
         low.set_xlabel("epoch")
-        low.set_ylabel("TAP validity", fontsize=7)
         low.set_yscale("symlog", linthresh=1.0)
         low.grid(alpha=0.3)
-    substitutes = sorted({i.substitute for i in infos if i.substitute})
-    fig.suptitle(
-        "Fig. 3: normalised TAP log-likelihood (mean +- standard error over training images)\n"
-        f"models {', '.join(i.name for i in infos)} on {', '.join(datasets)}"
-        + (f" [SUBSTITUTE data: {'; '.join(substitutes)}]" if substitutes else "")
-        + "\ndashed: without the fixed points only the second pass (retry_damping) reached; "
-        "below: TAP validity, largest over the solutions of the spectral radius of "
-        "c_i W_ij^2 c_j (solid; >= 1: outside Plefka's condition) and of its bound "
-        "max_i c_i sum_j W_ij^2 c_j (dotted)"
-        + _title_note(curves)
-        + "".join(f"\n{n}" for n in limits if n),
-        fontsize=9,
-    )
+    grid[0][0].set_ylabel("TAP log-likelihood per unit")
+    grid[1][0].set_ylabel("TAP validity")
+    fig.align_ylabels(grid[:, 0])
+    _legend(fig, grid[0])
+    fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(curves))
     return FigureResult(
         fig,
         table(drawn, claims),
@@ -306,27 +293,13 @@ def _exact_claims(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> 
     return rows + _ais_claim(model, curve)
 
 
-def _exact_note(model: str, epochs: np.ndarray, tap_ll: np.ndarray, curve) -> str:
-    """A title line: where the exact curve peaks and how far TAP lies above it."""
-    e, x = curve["epoch"].to_numpy(int), curve["exact_ll"].to_numpy(float)
-    gap, at = _exact_gap(epochs, tap_ll, curve)
-    note = f"{model} exact (x, enumerated): peak at epoch {int(e[int(np.argmax(x))])}"
-    if at is not None:
-        note += f"; TAP above it by up to {gap:.3g} per unit (epoch {at})"
-    return note
-
-
-def _limit_note(model: str, epochs: np.ndarray, extra: dict) -> str:
-    """A title line naming the first epoch at which a model's TAP-validity diagnostic reaches 1
-    and the first at which its training had steps without a converged row; "" if neither."""
-    parts = []
-    invalid = epochs[extra["tap_validity_rho"] >= 1.0]
-    if invalid.size:
-        parts.append(f"spectral radius of c_i W_ij^2 c_j >= 1 from epoch {int(invalid.min())}")
-    fallback = epochs[extra["train_unconverged_steps"] > 0]
-    if fallback.size:
-        parts.append(f"training steps without a converged row from epoch {int(fallback.min())}")
-    return f"{model}: {'; '.join(parts)}" if parts else ""
+def _legend(fig, axes) -> None:
+    """One legend of every panel's curves, below the panels, where it covers none of them."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), loc="outside lower center", ncols=3)
 
 
 def _converged_steps_claim(model: str, epochs: np.ndarray, share: np.ndarray) -> list[dict]:

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from tapmachine.figures.common import (
+    PAGE,
     FigureError,
     FigureResult,
     claim,
@@ -50,6 +51,7 @@ from tapmachine.figures.common import (
     load_model_file,
     model_info,
     new_figure,
+    styled,
     table,
 )
 from tapmachine.figures.montage import tile
@@ -210,6 +212,7 @@ def rejudge(figure_table):
     )
 
 
+@styled
 def make(
     model_files: list,
     data_files: list,
@@ -226,7 +229,7 @@ def make(
         raise FigureError(f"fig4 spread must be one of {SPREADS}, not {spread!r}")
     if len(model_files) != len(data_files) or not model_files:
         raise FigureError("fig4 needs one dataset file per model.pt (and at least one model)")
-    infos, rows, claims, few = [], [], [], []
+    infos, rows, claims = [], [], []
     panels, fractions = [], {}
     for pfile, dfile in zip(model_files, data_files, strict=True):
         info = model_info(pfile)
@@ -320,7 +323,14 @@ def make(
         infos.append((info, float(np.median(measure) / nv), W.shape[1]))
         fractions[info.name] = occupied
         if info.substitute:
-            few.append(f"{info.name}: {ds.x_train.shape[0]} substitute training images")
+            claims.append(
+                claim(
+                    "substitute_training_images",
+                    ds.x_train.shape[0],
+                    info.name,
+                    "too few for the paper's varied fields (fields share the mean image; README)",
+                )
+            )
 
     models = [
         (i.dataset, nh, spread_median, float(np.median(fractions[i.name])))
@@ -330,7 +340,7 @@ def make(
 
     n = len(panels)
     height = 0.9 + 0.78 * n
-    fig = new_figure(8.5, height)
+    fig = new_figure(PAGE, height)
     fig.set_layout_engine(None)  # explicit margins: row labels sit left of the axes
     top = 1.0 - 0.75 / height
     fig.subplots_adjust(left=0.2, right=0.86, top=top, bottom=0.15 / height, hspace=0.12)
@@ -343,20 +353,13 @@ def make(
         image = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_ylabel(f"{info.name}\n{group}", rotation=0, ha="right", va="center", fontsize=7)
+        ax.set_ylabel(f"{info.name}\n{group}", rotation=0, ha="right", va="center")
     cax = fig.add_axes((0.89, 0.5 - 1.5 / height, 0.02, 3.0 / height))
     fig.colorbar(image, cax=cax, label="w / max|w|")
     datasets = ", ".join(dict.fromkeys(dataset_label(i.dataset, i.substitute) for i, _, _ in infos))
     fig.suptitle(
         f"Fig. 4: receptive fields ranked by l_0.1 spread ({spread} fields) and by mean "
         f"activation\n{datasets}"
-        + (
-            f"\n{'; '.join(few)}: too few for the paper's varied fields (fields share the mean "
-            "image; see README)"
-            if few
-            else ""
-        ),
-        fontsize=9,
     )
     return FigureResult(
         fig,

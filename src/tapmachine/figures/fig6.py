@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
-from tapmachine.figures.solutions import load_epochs, title_note
+from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
+from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
@@ -105,6 +105,7 @@ def _linear_r2(Y: np.ndarray, F: np.ndarray) -> float:
     return float(1.0 - (resid**2).sum() / ((F - F.mean()) ** 2).sum())
 
 
+@styled
 def make(
     solution_files: list,
     method: str = "isomap",
@@ -203,9 +204,9 @@ def make(
     )
 
     n = len(points)
-    ncols = min(4, n)
+    ncols = min(2, n)
     nrows = math.ceil(n / ncols)
-    fig = new_figure(3.3 * ncols, 3.0 * nrows + 0.5)
+    fig = new_figure(PAGE, 2.6 * nrows + 0.4)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     every = np.concatenate([c for c in coords if c.size] or [np.zeros((1, 2))])
     lo, hi = every.min(0), every.max(0)
@@ -224,27 +225,21 @@ def make(
             cb = fig.colorbar(sc, ax=ax, shrink=0.8)
             cb.formatter.set_useOffset(False)
             cb.update_ticks()
-            cb.ax.tick_params(labelsize=6)
-            cb.set_label("F", fontsize=7)
+            cb.set_label("F")
         ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
         ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
-        ax.set_title(f"epoch {e}: {X.shape[0]} unique", fontsize=8)
-        ax.tick_params(labelsize=6)
+        fitted = " (fitted)" if e == points[-1][0] else ""
+        ax.set_title(f"epoch {e}{fitted}: {X.shape[0]} unique")
     for ax in axes[n:]:
         ax.set_axis_off()
-    fig.suptitle(
-        f"Fig. 6: {einfo['method']} of TAP solutions (a_v, a_h), fitted on epoch {points[-1][0]}, "
-        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
-        fontsize=9,
-    )
-    return FigureResult(
+    return result(
         fig,
-        table(drawn, claims),
-        [info],
-        params={
-            "epochs": [p[0] for p in points],
-            "embedding": method,
-            "embedding_used": einfo["method"],
-            "n_neighbors": n_neighbors,
-        },
+        f"Fig. 6: {einfo['method']} of the TAP solutions (a_v, a_h)",
+        drawn,
+        claims,
+        info,
+        sols,
+        embedding=method,
+        embedding_used=einfo["method"],
+        n_neighbors=n_neighbors,
     )

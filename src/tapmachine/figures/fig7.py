@@ -8,12 +8,25 @@ One panel per harvested epoch; under each, the solutions reached from the most i
 The initialisations and their solutions come from the harvest (its init -> solution map), so
 ``n_images`` must not exceed the harvest's ``n_init``.
 
-Claim (docs/claims.md): the solutions act as attractors inside dense regions of the data. Per
-epoch the table gives the mean distance from each solution to its nearest and to its
-``K_DENSITY`` nearest initialisation images, divided by the same distances between the
-initialisation images themselves (below 1: the solutions sit where the data are dense), and the
-basin purity: the share of initialisations whose label is the majority label of their solution's
-basin, against the chance level (largest label share). Distances are RMS per pixel.
+Claim (docs/claims.md): the solutions act as attractors inside dense regions of the data. Two
+verdicts per epoch, each against answers that are not attractors:
+
+- ``solutions_in_dense_regions``: each point is moved to its nearest initialisation image (its
+  anchor), and the density there is the mean distance from the anchor to its ``K_DENSITY``
+  nearest other initialisations (``anchored_density``). Anchoring compares binary images with
+  binary images (grey magnetisations are close to everything: the mean image beats the data on
+  raw distances), and it favours dense regions for any query, so the baselines are anchored
+  too: the mean initialisation image, and held-out images of the same labels (random images of
+  the data, ``N_RANDOM`` test images). Held when the solutions' anchors are denser than both's,
+  by more than 2 standard errors of the difference; an epoch with one solution has no verdict.
+- ``basin_label_purity``: the share of initialisations whose label is the majority label of their
+  solution's basin, against the same share with the labels shuffled over the basins
+  (``N_SHUFFLES`` times; basins of one image each are pure whatever the labels). Held when it
+  exceeds the shuffled mean by more than ``PURITY_SIGMAS`` standard deviations; an epoch with one
+  basin has no verdict.
+
+Context: the distances of the solutions to their nearest and ``K_DENSITY`` nearest
+initialisations over the data's own (RMS per pixel), and the same in the embedding.
 """
 
 from __future__ import annotations
@@ -23,15 +36,19 @@ from pathlib import Path
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, describe, new_figure, table
+from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
 from tapmachine.figures.montage import tile
-from tapmachine.figures.solutions import load_epochs, title_note
+from tapmachine.figures.solutions import load_epochs, result
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
 
 K_DENSITY = 10
 N_SHOWN = 6
+#: Held-out images of the selected labels that stand for random images of the data.
+N_RANDOM = 500
+N_SHUFFLES = 200
+PURITY_SIGMAS = 3.0
 
 
 def select_initialisations(sol: dict, n_images: int | None, digits) -> np.ndarray:
@@ -80,6 +97,84 @@ def _purity(labels: np.ndarray, basins: np.ndarray) -> float:
     return agree / labels.size
 
 
+def shuffled_purity(labels: np.ndarray, basins: np.ndarray, seed: int = 0) -> tuple:
+    """Mean and standard deviation of ``_purity`` with the labels shuffled over the initialisations
+    (``N_SHUFFLES`` times): what basins of these sizes give labels that ignore them."""
+    rng = np.random.default_rng(seed)
+    values = [_purity(rng.permutation(labels), basins) for _ in range(N_SHUFFLES)]
+    return float(np.mean(values)), float(np.std(values))
+
+
+def purity_claim(labels: np.ndarray, basins: np.ndarray, model: str, epoch) -> dict:
+    """The basin label purity of one epoch, judged against shuffled labels (module docstring)."""
+    purity = _purity(labels, basins)
+    n_basins = len(np.unique(basins[basins >= 0]))
+    mean, sd = shuffled_purity(labels, basins)
+    held = purity > mean + PURITY_SIGMAS * sd if n_basins > 1 else None
+    return claim(
+        "basin_label_purity",
+        purity,
+        model,
+        f"share of inits with their basin's majority label, {n_basins} basins; labels shuffled "
+        f"over the basins: {mean:.3f} +- {sd:.3f}; held when above it by > {PURITY_SIGMAS:g} sd",
+        epoch,
+        held=held,
+    )
+
+
+def held_out_images(ds, digits) -> np.ndarray:
+    """Up to ``N_RANDOM`` test images with a label in ``digits`` (all labels if None): random
+    images of the data that are not initialisations."""
+    keep = np.isin(ds.y_test, list(digits)) if digits else np.ones(len(ds.y_test), dtype=bool)
+    return ds.x_test[keep][:N_RANDOM].astype(np.float64)
+
+
+def anchored_density(points: np.ndarray, data: np.ndarray, k: int = K_DENSITY) -> np.ndarray:
+    """The data's density at each point's anchor, its nearest row of ``data``: the mean
+    distance from the anchor to its ``k`` nearest other rows (RMS per pixel; lower is denser),
+    one value per point."""
+    from sklearn.neighbors import NearestNeighbors
+
+    if points.shape[0] == 0 or data.shape[0] < 2:
+        return np.full(points.shape[0], np.nan)
+    anchors = NearestNeighbors(n_neighbors=1).fit(data).kneighbors(points)[1][:, 0]
+    spread = knn_distance(data, data, k, exclude_self=True)
+    return spread[anchors] / math.sqrt(data.shape[1])
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error (NaN for fewer than two values)."""
+    n = values.size
+    se = float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return float(values.mean()) if n else math.nan, se
+
+
+def density_claim(solutions, data, baselines: dict, model: str, epoch) -> dict:
+    """The solutions' anchored density against each baseline's (``baselines``: name -> points),
+    as ratios to the data's own density (module docstring). Held when the solutions' mean is
+    below each baseline's by more than 2 standard errors of the difference; no verdict with
+    fewer than two solutions (no spread to judge the difference by)."""
+    own = float(anchored_density(data, data).mean())
+    mean, se = _mean_se(anchored_density(solutions, data))
+    below, text = [], []
+    for name, points in baselines.items():
+        other, other_se = _mean_se(anchored_density(points, data))
+        gap = other - mean
+        below.append(gap > 2 * math.hypot(se, 0.0 if math.isnan(other_se) else other_se))
+        text.append(f"{name} {other / own:.3f}")
+    return claim(
+        "solutions_in_dense_regions",
+        mean / own if own > 0 else math.nan,
+        model,
+        f"density at the solutions' anchors (nearest initialisation) over the data's, mean "
+        f"distance to {K_DENSITY} nearest (< 1: denser; +- {se / own:.3f}); baselines anchored "
+        f"alike: {', '.join(text)}; held when below every baseline by > 2 se",
+        epoch,
+        held=(bool(below) and all(below)) if np.isfinite(se) else None,
+    )
+
+
+@styled
 def make(
     solution_files: list,
     data_file,
@@ -126,10 +221,11 @@ def make(
     data_nn1 = float(knn_distance(X0, X0, 1, exclude_self=True).mean()) * scale
     data_nnk = float(knn_distance(X0, X0, K_DENSITY, exclude_self=True).mean()) * scale
     emb_nn1 = float(knn_distance(Y0, Y0, 1, exclude_self=True).mean())
-    # Baseline: the centroid of the initialisations, a grey image like the magnetisations, which
-    # are closer to binary data than binary images are to each other for that reason alone.
+    # The mean image is grey like the magnetisations, which are closer to binary data than binary
+    # images are to each other for that reason alone: on raw distances it beats the data.
     centroid = X0.mean(0, keepdims=True)
     centroid_nnk = float(knn_distance(centroid, X0, K_DENSITY).mean()) * scale
+    baselines = {"mean image": centroid, "held-out images": held_out_images(ds, digits)}
     _, label_counts = np.unique(labels, return_counts=True)
     chance = float(label_counts.max() / labels.size)
     drawn = [
@@ -154,7 +250,7 @@ def make(
             f"nn{K_DENSITY}_ratio_centroid_over_data",
             centroid_nnk / data_nnk if data_nnk > 0 else math.nan,
             info.name,
-            "baseline: the mean initialisation image; solutions in dense regions beat it",
+            "the mean initialisation image on raw distances: < 1, a grey image is near all data",
         ),
         claim(
             "embedding_method",
@@ -199,10 +295,11 @@ def make(
                 "nn1_ratio_solution_over_data",
                 sol_nn1 / data_nn1 if data_nn1 > 0 else math.nan,
                 info.name,
-                "< 1: solutions inside dense regions of the data",
+                "raw distances, which favour grey points (the mean image's: "
+                f"nn{K_DENSITY}_ratio_centroid_over_data); solutions_in_dense_regions judges",
                 e,
-                held=data_nn1 > 0 and sol_nn1 / data_nn1 < 1,
             ),
+            density_claim(Xs, X0, baselines, info.name, e),
             claim(
                 f"nn{K_DENSITY}_ratio_solution_over_data",
                 sol_nnk / data_nnk if data_nnk > 0 else math.nan,
@@ -218,19 +315,13 @@ def make(
                 e,
             ),
             claim("init_to_solution_distance", pull, info.name, "RMS/pixel", e),
-            claim(
-                "basin_label_purity",
-                _purity(labels, inv),
-                info.name,
-                f"share of inits with their basin's majority label; chance {chance:.3f}",
-                e,
-            ),
+            purity_claim(labels, inv, info.name, e),
         ]
 
     import matplotlib
 
     n = len(per_epoch)
-    fig = new_figure(3.4 * n, 4.6)
+    fig = new_figure(PAGE, 3.4)
     gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
     cmap = matplotlib.colormaps["tab10"]
     classes = sorted(set(labels.tolist()))
@@ -257,8 +348,7 @@ def make(
                 marker="o",
                 label="TAP solutions",
             )
-        ax.set_title(f"epoch {e}: {len(groups)} solutions", fontsize=8)
-        ax.tick_params(labelsize=6)
+        ax.set_title(f"epoch {e}: {len(groups)} solutions")
         if j == 0:
             from matplotlib.lines import Line2D
 
@@ -269,7 +359,7 @@ def make(
             if len(classes) == 1:
                 handles[0].set_label("initialisations")
             handles.append(Line2D([], [], ls="", marker="o", ms=6, color="black", label="TAP"))
-            ax.legend(handles=handles, fontsize=6, loc="best")
+            ax.legend(handles=handles, loc="best")
         strip = fig.add_subplot(gs[1, j])
         strip.set_axis_off()
         if len(Xs):
@@ -277,24 +367,17 @@ def make(
             strip.imshow(
                 tile(Xs[order], ds.image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
             )
-    what = f"labels {list(digits)}" if digits else "all images"
-    fig.suptitle(
-        f"Fig. 7: {einfo['method']} of {rows.size} initialisations ({what}, first "
-        f"{n_images or sols[0]['inverse'].shape[0]}) and their TAP solutions (black), "
-        f"{describe(info)}" + title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0])),
-        fontsize=9,
-    )
-    return FigureResult(
+    return result(
         fig,
-        table(drawn, claims),
-        [info],
-        params={
-            "epochs": [p[0] for p in per_epoch],
-            "digits": list(digits) if digits else None,
-            "n_images": n_images,
-            "embedding": method,
-            "embedding_used": einfo["method"],
-            "n_neighbors": n_neighbors,
-            "data_file": str(Path(data_file)),
-        },
+        "Fig. 7: TAP solutions (black) among their initialisations",
+        drawn,
+        claims,
+        info,
+        sols,
+        digits=list(digits) if digits else None,
+        n_images=n_images,
+        embedding=method,
+        embedding_used=einfo["method"],
+        n_neighbors=n_neighbors,
+        data_file=str(Path(data_file)),
     )

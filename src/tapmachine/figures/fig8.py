@@ -8,8 +8,14 @@ baselines``. The table is long form (``method, p, mcc, mcc_se``) with the paper'
 - ``tap_beats_ope`` (per TAP model): share of the p in (0, 0.5) at which the mean per-image MCC
   difference TAP - OPE exceeds twice its paired standard error; ``detail`` lists the p; held
   when at every such p, judged for the plain models with Nh <= 100 only (the paper's claim);
-- ``tap_tracks_1nn`` (per TAP model): |MCC_TAP - MCC_1NN| at the largest p below 0.5, held
-  when at most 0.1 (the paper: "closely mirrors that of the 1-NN as p -> 0.5");
+- ``recovers_at_p0`` (the OPE and each TAP model): the mean MCC at p = 0 is at least
+  ``RECOVER_MIN`` (the paper: "in every case, for p = 0, the true signal is recovered");
+- ``1nn_recovers_at_p0`` (1-NN, its own row): the paper says the opposite of 1-NN, which "will
+  not yield the true signal at p = 0 unless the true signal is itself contained within the
+  training data": held when its mean MCC at p = 0 is below ``RECOVER_MIN``; the detail gives the
+  share of digits it returns exactly (those whose image is a training image);
+- ``tap_tracks_1nn`` (per TAP model): MCC_TAP - MCC_1NN at the largest p below 0.5 (signed),
+  held when at most 0.1 in size (the paper: "closely mirrors that of the 1-NN as p -> 0.5");
 - ``nh500_degrades``: the largest plain model's MCC minus the best smaller model's, averaged over
   p >= 0.3 (held when below -2 se: worse at large p), with its advantage at the smallest p > 0;
 - ``noiseaug_vs_plain`` (beyond the paper): a model trained with ``train_noise`` minus the plain
@@ -25,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tapmachine.figures.common import (
+    COLUMN,
     PAPER_EPOCHS,
     FigureError,
     FigureResult,
@@ -32,6 +39,7 @@ from tapmachine.figures.common import (
     model_info,
     new_figure,
     size_note,
+    styled,
     table,
 )
 from tapmachine.io.modelfile import ModelFile
@@ -42,6 +50,8 @@ LARGE_P = 0.3
 TRACK_TOL = 0.1
 #: "Recovers the signal": the mean MCC at p = 0 (no flips) is at least this.
 RECOVER_MIN = 0.99
+#: The row of a Fig. 8 whose models trained with fixed TAP iterations (``reduced_note``).
+ITERATIONS_NOTE = "TAP's lead over the OPE at large p needs more training iterations, not epochs"
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -87,6 +97,7 @@ def load_curves(tap_files: list, labels: list, baselines_file) -> tuple[np.ndarr
     return ps, mcc, info
 
 
+@styled
 def make(tap_files: list, baselines_file, model_files: list, labels: list | None = None):
     """Fig. 8 from the denoising results; ``labels`` name the TAP methods (tap_nh25, ...)."""
     if labels is None:
@@ -104,9 +115,10 @@ def make(tap_files: list, baselines_file, model_files: list, labels: list | None
         for m, v in mcc.items()
         for i, p in enumerate(ps)
     ]
-    claims = _claims(ps, mcc, info, knn)
+    trained = [ModelFile.load(f) for f in model_files]
+    claims = _claims(ps, mcc, info, knn) + _iterations_claims(trained)
 
-    fig = new_figure(6.4, 4.4)
+    fig = new_figure(COLUMN, 3.6)
     ax = fig.subplots()
     for m, v in mcc.items():
         mean = v.mean(1)
@@ -121,24 +133,21 @@ def make(tap_files: list, baselines_file, model_files: list, labels: list | None
                 " (noise-augmented training)" if i["noiseaug"] else ""
             )
             style = dict(ls=":" if i["noiseaug"] else "-", marker=".", label=label)
-        ax.errorbar(ps, mean, yerr=se, capsize=2, **style)
+        ax.errorbar(ps, mean, yerr=se, **style)
     n_img = next(iter(mcc.values())).shape[1]
     ax.set_xlabel("flip probability p")
     ax.set_ylabel(f"mean MCC over {n_img} test digits")
-    note = reduced_note([ModelFile.load(f) for f in model_files])
-    ax.set_title(
-        "Fig. 8: denoising the binary symmetric channel (binary MNIST)"
-        + (f"\n{note}" if note else ""),
-        fontsize=9 if note else None,
-    )
-    ax.legend(fontsize=7)
+    note = reduced_note(trained)
+    fig.suptitle("Fig. 8: denoising the binary symmetric channel" + (f"\n{note}" if note else ""))
+    fig.legend(loc="outside lower center", ncols=2)
     ax.grid(alpha=0.3)
     params = {"ps": [float(p) for p in ps], "n_images": int(n_img), "methods": list(mcc)}
     return FigureResult(fig, table(drawn, claims), models, params)
 
 
 def reduced_note(model_files: list) -> str:
-    """The title line of a Fig. 8 below the paper's settings, or "" at them.
+    """The title line of a Fig. 8 below the paper's settings, or "" at them (``ITERATIONS_NOTE``
+    says what it means in the table).
 
     TAP's lead over the OPE at large p comes with the TAP iterations training took, not with the
     epochs: bmnist_h100 trained 20 epochs with 3 iterations a step falls below the OPE from p =
@@ -147,43 +156,107 @@ def reduced_note(model_files: list) -> str:
     degradation at large p is a claim about the paper's 100-epoch model.
     """
     epochs = min((m.n_epochs for m in model_files), default=None)
-    fixed = sorted(
-        {
-            n
-            for m in model_files
-            if isinstance(n := (m.spec.get("tap") or {}).get("train_iterations"), int)
-        }
-    )
+    fixed = _fixed_iterations(model_files)
     if not fixed:
         return size_note(epochs)
     short = [f"{epochs} of {PAPER_EPOCHS} epochs"] if epochs and epochs < PAPER_EPOCHS else []
-    short.append(f"training's TAP {'/'.join(map(str, fixed))} iterations a step, paper: converged")
-    return (
-        f"REDUCED ({'; '.join(short)}):\nTAP's lead over the OPE at large p needs more "
-        "training iterations, not epochs"
-    )
+    short.append(f"TAP {'/'.join(map(str, fixed))} iterations a step")
+    return f"REDUCED ({'; '.join(short)})"
 
 
-def _recovery_claim(ps, method: str, mcc: np.ndarray, nearest_neighbour: bool) -> dict:
-    """The verdict on "every method recovers the signal at p = 0": the mean MCC over the test
-    digits at p = 0 is at least ``RECOVER_MIN``. Without p = 0 among the flip probabilities the
-    row is context only."""
+def _fixed_iterations(model_files: list) -> list[int]:
+    """The fixed numbers of TAP iterations a training step of the models took (the paper:
+    iterated to convergence)."""
+    spec = [(m.spec.get("tap") or {}).get("train_iterations") for m in model_files]
+    return sorted({n for n in spec if isinstance(n, int)})
+
+
+def _iterations_claims(model_files: list) -> list[dict]:
+    """A row when some model trained with a fixed number of TAP iterations (``reduced_note``)."""
+    fixed = _fixed_iterations(model_files)
+    if not fixed:
+        return []
+    return [
+        claim(
+            "training_tap_iterations",
+            min(fixed),
+            "",
+            f"training's TAP {'/'.join(map(str, fixed))} iterations a step (paper: converged): "
+            + ITERATIONS_NOTE,
+        )
+    ]
+
+
+def _at_p0(ps, mcc: np.ndarray):
+    """The per-image MCCs at p = 0, or None without p = 0 among the flip probabilities."""
     zero = [j for j, p in enumerate(ps) if p == 0]
-    if not zero:
+    return np.asarray(mcc[zero[0]], dtype=np.float64) if zero else None
+
+
+def recovery_claim(ps, method: str, mcc: np.ndarray) -> dict:
+    """The verdict on "for p = 0, the true signal is recovered" for the OPE or a TAP model: the
+    mean MCC over the test digits at p = 0 is at least ``RECOVER_MIN``. Without p = 0 among the
+    flip probabilities the row is context only."""
+    at0 = _at_p0(ps, mcc)
+    if at0 is None:
         return claim("recovers_at_p0", math.nan, method, "p = 0 not among the flip probabilities")
-    value = float(mcc[zero[0]].mean())
+    value = float(at0.mean())
     return claim(
         "recovers_at_p0",
         value,
         method,
-        f"mean MCC at p = 0 over {mcc.shape[1]} digits; held when >= {RECOVER_MIN}"
-        + ("; 1-NN returns the nearest training image, not the digit" if nearest_neighbour else ""),
+        f"mean MCC at p = 0 over {at0.size} digits; held when >= {RECOVER_MIN}",
         held=value >= RECOVER_MIN,
     )
 
 
+def knn_recovery_claim(ps, method: str, mcc: np.ndarray) -> dict:
+    """1-NN at p = 0, its own row: the paper says it "will not yield the true signal at p = 0
+    unless the true signal is itself contained within the training data", since it returns a
+    training image. Held when its mean MCC at p = 0 is below ``RECOVER_MIN``; the detail gives
+    the share of digits returned exactly (MCC 1: the digit's image is a training image)."""
+    name = f"{method}_recovers_at_p0"
+    at0 = _at_p0(ps, mcc)
+    if at0 is None:
+        return claim(name, math.nan, method, "p = 0 not among the flip probabilities")
+    value = float(at0.mean())
+    exact = float((at0 >= 1.0).mean())
+    return claim(
+        name,
+        value,
+        method,
+        f"mean MCC at p = 0 over {at0.size} digits; {exact:.1%} returned exactly (their image is "
+        f"a training image); paper: not recovered unless in the training set: held when < "
+        f"{RECOVER_MIN}",
+        held=value < RECOVER_MIN,
+    )
+
+
+def tracking_claim(ps, label: str, tap: np.ndarray, knn_label: str, knn: np.ndarray):
+    """The verdict on "TAP closely mirrors 1-NN as p -> 0.5": the paired mean difference
+    MCC_TAP - MCC_1NN at the largest p below 0.5 (the value, signed) is at most ``TRACK_TOL``
+    in size; None without a p below 0.5."""
+    below = [j for j, p in enumerate(ps) if p < 0.5]
+    if not below:
+        return None
+    j = below[-1]
+    diff, se = paired(tap[j], knn[j])
+    held = abs(diff) <= TRACK_TOL
+    return claim(
+        "tap_tracks_1nn",
+        diff,
+        label,
+        f"MCC_TAP - MCC_{knn_label} = {diff:+.4f} +- {se:.4f} at p = {ps[j]:g}; "
+        f"{'held' if held else 'not held'} (|diff| <= {TRACK_TOL})",
+        held=held,
+    )
+
+
 def _claims(ps, mcc, info, knn) -> list[dict]:
-    claims = [_recovery_claim(ps, method, v, method == knn) for method, v in mcc.items()]
+    claims = [
+        knn_recovery_claim(ps, method, v) if method == knn else recovery_claim(ps, method, v)
+        for method, v in mcc.items()
+    ]
     interior = [i for i, p in enumerate(ps) if 0 < p < 0.5]
     large = [i for i, p in enumerate(ps) if p >= LARGE_P]
     for label, i in info.items():
@@ -202,20 +275,11 @@ def _claims(ps, mcc, info, knn) -> list[dict]:
                 held=(frac == 1) if i["nh"] <= 100 and not i["noiseaug"] and interior else None,
             )
         )
-        below = [j for j, p in enumerate(ps) if p < 0.5]
-        if below:
-            j = below[-1]
-            diff, se = paired(mcc[label][j], mcc[knn][j])
-            claims.append(
-                claim(
-                    "tap_tracks_1nn",
-                    abs(diff),
-                    label,
-                    f"MCC_TAP - MCC_{knn} = {diff:+.3f} +- {se:.3f} at p = {ps[j]:g}; "
-                    f"{'held' if abs(diff) <= TRACK_TOL else 'not held'} (|diff| <= {TRACK_TOL})",
-                    held=None if i["noiseaug"] else bool(abs(diff) <= TRACK_TOL),
-                )
-            )
+        tracks = tracking_claim(ps, label, mcc[label], knn, mcc[knn])
+        if tracks is not None:
+            if i["noiseaug"]:
+                tracks["held"] = ""  # beyond the paper: context
+            claims.append(tracks)
         claims.append(
             claim(
                 "converged_fraction",

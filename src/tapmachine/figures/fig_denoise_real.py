@@ -16,11 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from tapmachine.figures.common import (
+    PAGE,
     FigureError,
     FigureResult,
     claim,
     model_info,
     new_figure,
+    styled,
     table,
 )
 from tapmachine.figures.fig8 import paired
@@ -28,6 +30,7 @@ from tapmachine.figures.fig8 import paired
 __all__ = ["make"]
 
 
+@styled
 def make(results_file, model_file) -> FigureResult:
     path = Path(results_file)
     if not path.exists():
@@ -70,7 +73,7 @@ def make(results_file, model_file) -> FigureResult:
                 f"TAP MSE below {other} by > 2 paired se at sigma = {wins}; above at {losses}",
             )
         )
-    fig = new_figure(10.0, 3.6 + 1.0 * len(methods))
+    fig = new_figure(PAGE, 2.6 + 0.7 * len(methods))
     grid = fig.add_gridspec(2, 1, height_ratios=[3.0, 1.0 * len(methods)])
     top = grid[0].subgridspec(1, 2)
     ax_mse, ax_psnr = fig.add_subplot(top[0]), fig.add_subplot(top[1])
@@ -90,7 +93,7 @@ def make(results_file, model_file) -> FigureResult:
     ax_mse.set_ylabel("MSE per pixel")
     ax_psnr.set_xlabel("noise std sigma")
     ax_psnr.set_ylabel("PSNR (dB)")
-    ax_mse.legend(fontsize=7)
+    ax_mse.legend()
     for ax in (ax_mse, ax_psnr):
         ax.grid(alpha=0.3)
     strip = grid[1].subgridspec(len(methods), len(sigmas) + 1)
@@ -102,10 +105,10 @@ def make(results_file, model_file) -> FigureResult:
             ax.set_xticks([])
             ax.set_yticks([])
             if c == 0:
-                ax.set_ylabel(m, fontsize=7)
+                ax.set_ylabel(m)
             if r == 0:
-                ax.set_title("clean" if c == 0 else f"sigma = {sigmas[c - 1]:g}", fontsize=7)
+                ax.set_title("clean" if c == 0 else f"sigma = {sigmas[c - 1]:g}")
     info = model_info(model_file)
-    fig.suptitle(f"Gaussian-channel denoising with {info.name} ({info.dataset})", fontsize=9)
+    fig.suptitle(f"Gaussian-channel denoising with {info.name} ({info.dataset})")
     params = {"sigmas": [float(s) for s in sigmas], "methods": methods}
     return FigureResult(fig, table(drawn, claims), [info], params)

@@ -22,11 +22,13 @@ import math
 import pandas as pd
 
 from tapmachine.figures.common import (
+    PAGE,
     FigureError,
     FigureResult,
     claim,
     model_info,
     new_figure,
+    styled,
     table,
 )
 
@@ -96,6 +98,7 @@ def method_label(method: str, steps) -> str:
     return f"{method.upper()}-{k}"
 
 
+@styled
 def make(
     score_csvs: list, model_files: list, reference: bool = True, data_files: list | None = None
 ) -> FigureResult:
@@ -154,7 +157,7 @@ def make(
         rows.append(dict(REFERENCE))
     drawn = pd.DataFrame(rows)
 
-    fig = new_figure(7.5, 0.9 + 0.55 * len(rows))
+    fig = new_figure(PAGE, 0.9 + 0.45 * len(rows))
     ax = fig.subplots()
     labels = []
     for y, r in enumerate(rows):
@@ -173,45 +176,34 @@ def make(
             ax.annotate(
                 f"{value:.2f} [{lo:.2f}, {hi:.2f}]",
                 (value, y),
-                xytext=(-4, 7),
+                xytext=(0, 5),
                 textcoords="offset points",
-                ha="left",
-                fontsize=7,
+                ha="center",
             )
             shape = f"{r['n_train']} img x {r['epochs']} ep = {r['updates']} updates"
             binary = "stochastic" if _is_stochastic(r["binarisation"]) else r["binarisation"]
             labels.append(f"{r['method_label']}: {r['model']}\n{shape}; {binary.split(':')[0]}")
         else:
-            ax.plot(value, y, marker="*", markersize=12, color="0.3", linestyle="none")
+            ax.plot(value, y, marker="*", markersize=8, color="0.3", linestyle="none")
             ax.annotate(
                 f"{value:.2f} (published)",
                 (value, y),
-                xytext=(4, 7),
+                xytext=(0, 6),
                 textcoords="offset points",
-                ha="right",
-                fontsize=7,
+                ha="center",
             )
             labels.append("Salakhutdinov & Murray 2008\nCD-25, Nh=500 (published)")
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.margins(x=0.12)
+    ax.margins(x=0.2)
     ax.invert_yaxis()
     ax.set_xlabel("AIS test log-likelihood (nats per image); bars: ln Z +- 3 stderr")
     ax.grid(axis="x", alpha=0.3)
-    schedules = sorted({str(r["ais"]) for r in rows if r["computed"]})
     n_test = sorted({int(r["n_test_images"]) for r in rows if r["computed"]})
     fig.suptitle(
         "RBMs trained by TAP, CD and PCD: mean AIS log-likelihood of "
         f"{' / '.join(str(n) for n in n_test)} MNIST test images\n"
-        f"AIS: {'; '.join(schedules)}; training lengths differ (updates shown); binarisation "
-        "per row: only stochastic rows compare like for like with the published value"
-        + (
-            ""
-            if any(_is_stochastic(r["binarisation"]) for r in rows if r["computed"])
-            else "\nno row here on stochastically binarised MNIST (workflow/config/paper.yaml "
-            "trains sbmnist_h500 and sbmnist_h500_cd25 for them)"
-        ),
-        fontsize=9,
+        "only stochastically binarised rows compare like for like with the published value"
     )
     claims = [
         claim(

@@ -63,5 +63,5 @@ def montage(
     ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.set_axis_off()
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title)
     return atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=100))

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from tapmachine.figures.common import FigureError, ModelInfo, size_note
+from tapmachine.figures.common import (
+    FigureError,
+    FigureResult,
+    ModelInfo,
+    describe,
+    size_note,
+    table,
+)
 
-__all__ = ["load_epochs", "title_note"]
+__all__ = ["load_epochs", "title_note", "result"]
 
 
 def load_epochs(solution_files) -> tuple[list[dict], ModelInfo]:
@@ -39,3 +46,17 @@ def title_note(last_epoch: int, initialisations: int) -> str:
     """Fig. 5-7 title line for runs below the paper's 100 epochs / 10,000 initialisations."""
     note = size_note(last_epoch, initialisations)
     return f"\n{note}" if note else ""
+
+
+def result(fig, title: str, drawn, claims, info: ModelInfo, sols, **params) -> FigureResult:
+    """The FigureResult of a Fig. 5-7 drawn from the solutions ``sols`` of the model ``info``.
+
+    The figure's title is ``title``, the model and its dataset (``describe``), and the harvest's
+    size note on a second line (``title_note``);
+    the table holds the ``drawn`` rows and the ``claims``; the params name the harvested epochs,
+    then ``params``.
+    """
+    note = title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0]))
+    fig.suptitle(f"{title}, {describe(info)}{note}")
+    epochs = [s["epoch"] for s in sols]
+    return FigureResult(fig, table(drawn, claims), [info], params={"epochs": epochs, **params})

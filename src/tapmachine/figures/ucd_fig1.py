@@ -20,7 +20,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from tapmachine.figures.common import FigureError, FigureResult, claim, new_figure, table
+from tapmachine.figures.common import (
+    PAGE,
+    FigureError,
+    FigureResult,
+    claim,
+    new_figure,
+    styled,
+    table,
+)
 
 __all__ = ["make", "summarise", "METHOD_STYLE"]
 
@@ -184,11 +192,12 @@ def _claims(s: pd.DataFrame) -> list[dict]:
     return rows
 
 
+@styled
 def make(steps_csvs) -> FigureResult:
     """Fig. 1 from the step files of one or more methods."""
     df = _read(steps_csvs)
     s = summarise(df)
-    fig = new_figure(11.5, 4.2)
+    fig = new_figure(PAGE, 3.0)
     ax_a, ax_b = fig.subplots(1, 2)
     for method, (label, colour, marker) in METHOD_STYLE.items():
         sub = s[s["method"] == method]
@@ -210,7 +219,7 @@ def make(steps_csvs) -> FigureResult:
         yscale="log",
         title="(a) steps to an unbiased estimate" + cap_note,
     )
-    ax_a.legend(fontsize=8)
+    ax_a.legend()
     lmi = s[s["method"] == "mh_lmi"]
     if not lmi.empty:
         d = lmi["d"].to_numpy(float)
@@ -220,12 +229,11 @@ def make(steps_csvs) -> FigureResult:
         ):
             ax_b.plot(d, lmi[f"{key}_mean"], "o-", color=colour, label=label)
             ax_b.fill_between(d, lmi[f"{key}_q10"], lmi[f"{key}_q90"], color=colour, alpha=0.15)
-        ax_b.legend(fontsize=8)
+        ax_b.legend()
     ax_b.set(xlabel="dimension d", ylabel="steps", title="(b) MH + LMI: T and tau")
     reps = ", ".join(str(r) for r in sorted(set(s["reps"].astype(int))))
     fig.suptitle(
         f"Random d x d RBMs with orthogonal W, {reps} repetitions per point; mean and 10-90% range",
-        fontsize=10,
     )
     drawn = df.astype({c: "Int64" for c in ("d", "rep", "tau", "T", "capped")})
     result_table = table(drawn, _claims(s))

@@ -8,7 +8,15 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["SCHEMA_FILE", "child", "defaults", "load_schema", "resolve", "schema_default"]
+__all__ = [
+    "SCHEMA_FILE",
+    "check_entry",
+    "child",
+    "defaults",
+    "load_schema",
+    "resolve",
+    "schema_default",
+]
 
 #: The config schema (JSON Schema, draft 2020-12), shipped inside the package.
 SCHEMA_FILE = Path(str(resources.files("tapmachine.io").joinpath("config.schema.yaml")))
@@ -91,3 +99,18 @@ def defaults(definition: str) -> dict:
     import copy
 
     return copy.deepcopy(_cached(definition))
+
+
+def check_entry(entry: dict, definition: str) -> None:
+    """Raise ValueError at the key of ``entry`` that ``$defs/<definition>`` refuses (the best
+    match of jsonschema's errors, as the workflow's config validation reports it): an estimator's
+    parameters are checked by the schema its config entry is checked by."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    schema = _schema()
+    node = {**schema["$defs"][definition], "$defs": schema["$defs"]}
+    error = best_match(jsonschema.Draft202012Validator(node).iter_errors(entry))
+    if error is not None:
+        key = ".".join(str(k) for k in error.absolute_path) or "the entry"
+        raise ValueError(f"{key}: {error.message} (schema $defs/{definition})")

@@ -3,10 +3,10 @@
 One concept per module, from the bottom: ``settings`` (a run's settings, defaults from the config
 schema), ``update`` (Alg. 2's parameter update), ``tap_gradient`` (TAP machines' gradient),
 ``methods`` (the registry of gradient methods: tap, cd, pcd here, and those other packages
-register, as ``tapmachine.ucd`` its DBM methods), ``evaluation``
-(the per-epoch TAP log-likelihood), ``resume`` (fingerprint and checkpoints), ``loop`` (the one
-training loop), ``build`` (config entry -> initial machine), ``pretrain`` (Alg. 4's greedy
-pretraining) and ``job`` (config entry -> ``model.pt``).
+register, as ``tapmachine.ucd`` its DBM methods), ``evaluation`` (the per-epoch TAP
+log-likelihood), ``resume`` (fingerprint and checkpoints), ``loop`` (the one training loop, built
+from one epoch, ``run_epoch``, on a ``Carried`` state), ``build`` (config entry -> initial
+machine), ``pretrain`` (Alg. 4's greedy pretraining) and ``job`` (config entry -> ``model.pt``).
 """
 
 from tapmachine.train.build import build_machine, load_model
@@ -16,7 +16,7 @@ from tapmachine.train.evaluation import (
     expected_signature,
 )
 from tapmachine.train.job import Prepared, initial_machine, prepare, train_from_spec
-from tapmachine.train.loop import train
+from tapmachine.train.loop import Carried, run_epoch, train
 from tapmachine.train.methods import METHODS, GradientMethod, register
 from tapmachine.train.settings import PretrainSettings, TrainingError, TrainSettings
 
@@ -34,6 +34,8 @@ __all__ = [
     "evaluation_signature",
     "expected_signature",
     "train",
+    "Carried",
+    "run_epoch",
     "Prepared",
     "prepare",
     "train_from_spec",

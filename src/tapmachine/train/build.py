@@ -35,7 +35,9 @@ def visible_prior(spec: dict, x: Tensor) -> Prior:
         return Spin(torch.atanh(mean.clamp(-0.999, 0.999)))
     lower, upper = float(spec.get("lower", 0.0)), float(spec.get("upper", 1.0))
     if kind == "truncated_gaussian":
-        V = 1.0 / x.var(0).clamp_min(1e-2)
+        # one row has no sample variance (NaN): the floor then, as for a constant column
+        var = x.var(0) if x.shape[0] > 1 else torch.zeros_like(mean)
+        V = 1.0 / var.clamp_min(1e-2)
         return priors_module.TruncatedGaussian(V * mean, V, lower, upper)
     if kind == "truncated_gauss_bernoulli":
         nonzero = (x != 0).to(x.dtype)

@@ -4,7 +4,9 @@ PCD-k, and the DBM methods of the second paper (UCD-LMI and its PCD baselines).
 The loop owns everything around the gradient: minibatches, the update of Alg. 2
 (``train.update``), per-epoch evaluation (``train.evaluation``), checkpoints that make an
 interrupted run resume with identical results (``train.resume``) and divergence checks. It
-knows nothing of tracking: callers pass callbacks.
+knows nothing of tracking: callers pass callbacks. ``train`` runs ``run_epoch`` on a ``Carried``
+state (machine, momentum, the method's state, the history) that a caller may also hold and
+continue one epoch at a time (the estimators' ``partial_fit``, ``tapmachine.learn``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,36 @@ from tapmachine.train.settings import TrainSettings
 from tapmachine.train.tap_gradient import check_train_noise
 from tapmachine.train.update import apply_update, check_finite, learning_rate
 
-__all__ = ["train"]
+__all__ = ["Carried", "train", "run_epoch"]
+
+
+@dataclasses.dataclass
+class Carried:
+    """What one epoch hands the next: the machine, the momentum of every coupling matrix, the
+    gradient method's state (PCD chains, centering offsets; ``GradientMethod.init_state``), the
+    metrics of the epochs done and their count. ``train`` starts one, or continues one it is
+    given (``carried=``) and advances it in place: the estimators' ``partial_fit`` runs one
+    epoch at a time on the state of the epochs before (``tapmachine.learn``)."""
+
+    machine: BoltzmannMachine
+    velocity: list[Tensor]
+    state: object
+    history: list[dict]
+    epoch: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        machine: BoltzmannMachine,
+        x_train: Tensor,
+        settings: TrainSettings,
+        generator: torch.Generator,
+    ) -> Carried:
+        """Epoch 0: zero momentum and the method's initial state (drawn from ``generator``)."""
+        check_train_noise(machine, settings.train_noise)
+        velocity = [torch.zeros_like(W) for W in machine.weights]
+        state = method(settings.method).init_state(machine, x_train, settings, generator)
+        return cls(machine, velocity, state, [])
 
 
 def train(
@@ -49,28 +80,33 @@ def train(
     on_epoch=None,
     progress: bool = True,
     on_step=None,
+    carried: Carried | None = None,
+    until: int | None = None,
 ) -> tuple[BoltzmannMachine, list[dict]]:
     """Train ``machine`` on the rows of ``x_train``; returns the final machine and metrics.
 
-    Every epoch: shuffled minibatches of ``batch_size`` rows, one update per batch, then the TAP
-    log-likelihood of ``x_eval`` (default: the first ``eval_samples`` training rows), weight
-    statistics and timings. With ``checkpoint_dir``, the full state (machine, momentum, the
-    method's state, generator, metrics) is saved after every epoch and a later call resumes
-    from the last one, giving results identical to an uninterrupted run.
+    Every epoch (``run_epoch``): shuffled minibatches of ``batch_size`` rows, one update per
+    batch, then the TAP log-likelihood of ``x_eval`` (default: the first ``eval_samples``
+    training rows), weight statistics and timings. With ``checkpoint_dir``, the full state
+    (machine, momentum, the method's state, generator, metrics) is saved after every epoch and a
+    later call resumes from the last one, giving results identical to an uninterrupted run.
     ``on_epoch(epoch, metrics, machine)`` is called after each epoch (logging);
     ``on_step(step, metrics)`` after each update with the method's per-step metrics (the DBM
     methods': tau, T, corrected fraction, start energy gap, norm).
-    """
-    from tqdm import tqdm
 
+    ``carried`` (a ``Carried``, without ``checkpoint_dir``): continue from it instead of from
+    ``machine`` at epoch 0, advancing it in place. ``until``: the last epoch to run (default
+    ``settings.epochs``, which stays the horizon of a decaying step size).
+    """
     gradient = method(settings.method)
-    check_train_noise(machine, settings.train_noise)
     if x_eval is None:
         x_eval = x_train[: settings.eval_samples]
-    velocity = [torch.zeros_like(W) for W in machine.weights]
-    state = gradient.init_state(machine, x_train, settings, generator)
-    history: list[dict] = []
-    start = 1
+    if carried is None:
+        carried = Carried.start(machine, x_train, settings, generator)
+    elif checkpoint_dir is not None:
+        raise ValueError("train: a carried state does not resume from checkpoints")
+    else:
+        check_train_noise(carried.machine, settings.train_noise)
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt_dir is not None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -79,75 +115,105 @@ def train(
         found = resume_checkpoint(ckpt_dir, identity)
         if found is not None:
             last, ckpt = found
-            machine = ckpt.machine(machine.device, machine.dtype)
-            velocity = [v.to(machine.device) for v in ckpt.velocity]
+            carried.machine = ckpt.machine(machine.device, machine.dtype)
+            carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
             generator.set_state(ckpt.generator)
             if ckpt.state is not None:
-                state = gradient.load_state(ckpt.state, machine.device)
-            history = ckpt.history
-            start = ckpt.epoch + 1
+                carried.state = gradient.load_state(ckpt.state, machine.device)
+            carried.history = ckpt.history
+            carried.epoch = ckpt.epoch
             print(resume_message(last, ckpt.epoch), file=sys.stderr)
             if settings.evaluate and not evaluated_alike(ckpt, settings):
                 # A pass rewrites the latest checkpoint last: if it is alike, all are.
-                history = reevaluate_history(ckpt_dir, history, machine, x_eval, settings, progress)
-            for row in history:
-                if on_epoch is not None:
-                    on_epoch(row["epoch"], row, machine)
-
-    n = x_train.shape[0]
-    n_batches = max(1, n // settings.batch_size)
-    # the whole job's ETA, a line per epoch (the bar below is the epoch's)
-    job = eta.Progress(settings.epochs, f"training {settings.method}", 0.0, start - 1)
-    for epoch in range(start, settings.epochs + 1):
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
-        order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
-        bar = tqdm(
-            range(n_batches),
-            desc=f"epoch {epoch}/{settings.epochs}",
-            file=sys.stderr,
-            disable=not progress,
-            mininterval=5.0,
-        )
-        step_stats: dict = {}
-        for b in bar:
-            x = x_train[order[b * settings.batch_size : (b + 1) * settings.batch_size]]
-            grads = gradient.gradients(machine, x, settings, state, generator, step_stats)
-            machine = apply_update(machine, grads, velocity, lr, settings)
-            check_finite(machine, epoch, b)
-            if on_step is not None:
-                on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
-        metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
-        if settings.evaluate:
-            metrics.update(
-                evaluate_tap_log_likelihood(
-                    machine, x_eval, settings.solver_settings, settings.dedup_tol
+                carried.history = reevaluate_history(
+                    ckpt_dir, carried.history, carried.machine, x_eval, settings, progress
                 )
-            )
-        metrics.update(weight_stats(machine))
-        metrics["epoch_seconds"] = time.perf_counter() - t0
-        # CPU time as well: on a shared machine the wall time says more about the load than the job
-        metrics["epoch_cpu_seconds"] = time.process_time() - cpu0
-        history.append(metrics)
-        if settings.evaluate:
-            print(_evaluation_line(epoch, metrics, x_eval.shape[0]), file=sys.stderr)
+            for row in carried.history:
+                if on_epoch is not None:
+                    on_epoch(row["epoch"], row, carried.machine)
+
+    last_epoch = settings.epochs if until is None else until
+    # the whole job's ETA, a line per epoch (the bar below is the epoch's)
+    job = eta.Progress(last_epoch, f"training {settings.method}", 0.0, carried.epoch)
+    while carried.epoch < last_epoch:
+        metrics = run_epoch(carried, x_train, settings, generator, x_eval, progress, on_step)
         if ckpt_dir is not None:
             checkpoint = Checkpoint(
-                machine_state=machine_state(machine),
-                epoch=epoch,
-                history=history,
-                velocity=[v.cpu() for v in velocity],
+                machine_state=machine_state(carried.machine),
+                epoch=carried.epoch,
+                history=carried.history,
+                velocity=[v.cpu() for v in carried.velocity],
                 generator=generator.get_state(),
                 fingerprint=identity,
                 settings=dataclasses.asdict(settings),
-                state=None if state is None else gradient.save_state(state),
+                state=None if carried.state is None else gradient.save_state(carried.state),
             )
-            save_checkpoint(checkpoint, ckpt_dir / f"epoch_{epoch}.pt")
+            save_checkpoint(checkpoint, ckpt_dir / f"epoch_{carried.epoch}.pt")
         if on_epoch is not None:
-            on_epoch(epoch, metrics, machine)
+            on_epoch(carried.epoch, metrics, carried.machine)
         if progress:
             job.advance()
-    return machine, history
+    return carried.machine, carried.history
+
+
+def run_epoch(
+    carried: Carried,
+    x_train: Tensor,
+    settings: TrainSettings,
+    generator: torch.Generator,
+    x_eval: Tensor | None = None,
+    progress: bool = False,
+    on_step=None,
+) -> dict:
+    """One epoch of Alg. 2 from ``carried`` (advanced in place): the step size of epoch
+    ``carried.epoch + 1`` (``update.learning_rate``), shuffled minibatches of ``batch_size``
+    rows drawn from ``generator``, the method's gradient and the update per batch, then the
+    evaluation (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default the first
+    ``eval_samples`` rows), weight statistics and timings; returns the epoch's metrics, also
+    appended to ``carried.history``."""
+    from tqdm import tqdm
+
+    gradient = method(settings.method)
+    if x_eval is None:
+        x_eval = x_train[: settings.eval_samples]
+    epoch = carried.epoch + 1
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
+    n = x_train.shape[0]
+    n_batches = max(1, n // settings.batch_size)
+    order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
+    bar = tqdm(
+        range(n_batches),
+        desc=f"epoch {epoch}/{settings.epochs}",
+        file=sys.stderr,
+        disable=not progress,
+        mininterval=5.0,
+    )
+    step_stats: dict = {}
+    machine, velocity, state = carried.machine, carried.velocity, carried.state
+    for b in bar:
+        x = x_train[order[b * settings.batch_size : (b + 1) * settings.batch_size]]
+        grads = gradient.gradients(machine, x, settings, state, generator, step_stats)
+        machine = apply_update(machine, grads, velocity, lr, settings)
+        check_finite(machine, epoch, b)
+        if on_step is not None:
+            on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
+    metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
+    if settings.evaluate:
+        metrics.update(
+            evaluate_tap_log_likelihood(
+                machine, x_eval, settings.solver_settings, settings.dedup_tol
+            )
+        )
+    metrics.update(weight_stats(machine))
+    metrics["epoch_seconds"] = time.perf_counter() - t0
+    # CPU time as well: on a shared machine the wall time says more about the load than the job
+    metrics["epoch_cpu_seconds"] = time.process_time() - cpu0
+    carried.machine, carried.epoch = machine, epoch
+    carried.history.append(metrics)
+    if settings.evaluate:
+        print(_evaluation_line(epoch, metrics, x_eval.shape[0]), file=sys.stderr)
+    return metrics
 
 
 def _epoch_metrics(epoch: int, lr: float, train_seconds: float, step_stats: dict) -> dict:

@@ -19,13 +19,14 @@ def learning_rate(schedule: float | dict, epoch: int, epochs: int) -> float:
     """Step size at ``epoch`` (1-based): constant, or geometric from ``start`` to ``end``.
 
     Table 1 gives real-MNIST a step size from 1e-2 down to 1e-5; a geometric decay over the
-    epochs is the monotone schedule Alg. 2 allows.
+    epochs is the monotone schedule Alg. 2 allows. An epoch past ``epochs`` (an estimator's
+    further ``partial_fit``) keeps the last step size, ``end``.
     """
     if not isinstance(schedule, dict):
         return float(schedule)
     if epochs == 1:
         return float(schedule["start"])
-    frac = (epoch - 1) / (epochs - 1)
+    frac = min(epoch - 1, epochs - 1) / (epochs - 1)
     return float(schedule["start"] * (schedule["end"] / schedule["start"]) ** frac)
 
 

@@ -47,6 +47,13 @@ class Prior(abc.ABC):
             if f.name not in self.param_names
         }
 
+    #: The values a unit takes, as an error message writes them.
+    support = ""
+
+    def in_support(self, x: Tensor) -> Tensor:
+        """Elementwise: whether x is a value the units take (NaN is not)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its support")
+
     @abc.abstractmethod
     def moments(self, B: Tensor, A: Tensor) -> tuple[Tensor, Tensor]:
         """Mean f_a and variance f_c of Q(x; B, A)."""

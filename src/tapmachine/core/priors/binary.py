@@ -18,6 +18,10 @@ class Bernoulli(Prior):
 
     U: Tensor
     param_names = ("U",)
+    support = "{0, 1}"
+
+    def in_support(self, x):
+        return (x == 0) | (x == 1)
 
     def _field(self, B: Tensor, A: Tensor) -> Tensor:
         # x^2 = x on {0, 1}, so the quadratic tilt is a shift of the field (eq. 113).
@@ -65,6 +69,10 @@ class Spin(Prior):
 
     U: Tensor
     param_names = ("U",)
+    support = "{-1, 1}"
+
+    def in_support(self, x):
+        return (x == -1) | (x == 1)
 
     def moments(self, B, A):
         a = torch.tanh(self.U + B)

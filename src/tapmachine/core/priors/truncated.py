@@ -60,6 +60,13 @@ class TruncatedGaussian(Prior):
             raise ValueError(f"need lower < upper, got [{self.lower}, {self.upper}]")
 
     @property
+    def support(self) -> str:
+        return f"[{self.lower:g}, {self.upper:g}]"
+
+    def in_support(self, x):
+        return (x >= self.lower) & (x <= self.upper)
+
+    @property
     def width(self) -> float:
         return self.upper - self.lower
 
@@ -234,6 +241,13 @@ class TruncatedGaussBernoulli(Prior):
             raise ValueError(
                 f"need lower <= 0 <= upper, lower < upper, got [{self.lower}, {self.upper}]"
             )
+
+    @property
+    def support(self) -> str:
+        return f"[{self.lower:g}, {self.upper:g}]"
+
+    def in_support(self, x):
+        return (x >= self.lower) & (x <= self.upper)
 
     @property
     def gaussian(self) -> TruncatedGaussian:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, new_figure
+from tapmachine.figures.common import (
+    COLUMN,
+    PAGE,
+    FigureError,
+    FigureResult,
+    ModelInfo,
+    claim,
+    new_figure,
+    styled,
+)
 from tapmachine.figures.common import table as make_table
 
 __all__ = ["PAPER_SIZES", "completion", "image_grid", "sample_claims", "samples"]
@@ -14,8 +23,7 @@ PAPER_SIZES = (6272, 6272, 6272)
 
 
 def _size_note(blob) -> str:
-    """'784-200-200, 200 steps\n(reduced; paper size: paper.yaml)' for titles (two lines, so that
-    neighbouring panels' titles do not overlap)."""
+    """'784-200-200, 200 steps (reduced; paper size: paper.yaml)' for the table's rows."""
     from tapmachine.ucd.dbm import size_label
 
     sizes = blob["sizes"]
@@ -23,7 +31,7 @@ def _size_note(blob) -> str:
     if blob.get("steps"):
         text += f", {blob['steps']} steps"
     if sizes != PAPER_SIZES:
-        text += "\n(reduced; paper size: paper.yaml)"
+        text += " (reduced; paper size: paper.yaml)"
     return text
 
 
@@ -34,15 +42,22 @@ COLLAPSE_FRACTION = 0.5
 DIVERSE_FRACTION = 0.9
 HAMMING_FRACTION = 0.5
 
-#: The title line naming the panels that collapsed (fewer than ``COLLAPSE_FRACTION`` distinct).
-COLLAPSE_NOTE = "collapsed (fewer than half distinct): {models}"
+
+def _title(fig, title: str, blobs: list) -> None:
+    """The figure's title, with a second line when some DBM is below the paper's size (each
+    one's size and steps are in the table's rows)."""
+    from tapmachine.ucd.dbm import size_label
+
+    small = sorted({size_label(b["sizes"]) for b in blobs if b["sizes"] != PAPER_SIZES})
+    note = f"\nREDUCED size ({', '.join(small)}; paper: {size_label(PAPER_SIZES)})" if small else ""
+    fig.suptitle(title + note)
 
 
-def _title(fig, title: str, collapsed: list) -> None:
-    """The figure's title, with ``COLLAPSE_NOTE`` naming the ``collapsed`` models
-    (``common.save`` wraps it to the figure's width)."""
-    note = "\n" + COLLAPSE_NOTE.format(models=", ".join(collapsed)) if collapsed else ""
-    fig.suptitle(title + note, fontsize=9)
+def _distinct_title(name: str, n_distinct: int, n: int, what: str) -> str:
+    """A panel's two-line title: the model, and how many of its images are distinct (marked
+    collapsed below ``COLLAPSE_FRACTION``)."""
+    collapsed = " (collapsed)" if n_distinct < COLLAPSE_FRACTION * n else ""
+    return f"{name}\n{n_distinct} of {n} {what} distinct{collapsed}"
 
 
 def _load(path, device="cpu"):
@@ -101,6 +116,7 @@ def _info(blob) -> ModelInfo:
     )
 
 
+@styled
 def samples(
     model_paths, data_paths=None, seed: int = 0, n: int = 36, device: str = "cpu"
 ) -> FigureResult:
@@ -118,10 +134,10 @@ def samples(
 
     if data_paths is not None and len(data_paths) != len(model_paths):
         raise FigureError("give one dataset file per model")
-    fig = new_figure(2.6 * len(model_paths), 3.2)
+    fig = new_figure(max(COLUMN, min(PAGE, 1.75 * len(model_paths))), 2.4)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = []
+    blobs = []
     for i_model, (ax, path) in enumerate(zip(axes, model_paths, strict=True)):
         blob, machine = _load(path, device)
         info = _info(blob)
@@ -131,8 +147,6 @@ def samples(
         images = dbm.to_unit_interval(machine, x).cpu()
         n_distinct = diversity.distinct(images)
         spread = diversity.mean_pairwise_hamming(images)
-        if n_distinct / n < COLLAPSE_FRACTION:
-            collapsed.append(info.name)
         nearest = torch.full((n,), float("nan"), dtype=torch.float64)
         data_spread = float("nan")
         if data_paths is not None:
@@ -142,11 +156,8 @@ def samples(
             nearest = diversity.nearest_hamming(images, torch.as_tensor(ds.x_train))
             data_spread = diversity.mean_pairwise_hamming(torch.as_tensor(ds.x_test[:n]))
         ax.imshow(_grid(images.numpy(), blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(
-            f"{blob['dataset']}: {blob['name']} ({blob['method']})\n{_size_note(blob)}\n"
-            f"{n_distinct} distinct of {n}; Hamming {spread:.0f} (data {data_spread:.0f})",
-            fontsize=7,
-        )
+        ax.set_title(_distinct_title(info.name, n_distinct, n, "samples"))
+        blobs.append(blob)
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -160,7 +171,7 @@ def samples(
                 }
             )
         claims += sample_claims(blob, info.name, n, n_distinct, spread, data_spread, nearest)
-    _title(fig, "DBM samples by local search from noise (Fig. 2)", collapsed)
+    _title(fig, "Fig. 2 (2nd paper): samples by local search", blobs)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})
 
 
@@ -218,6 +229,7 @@ def _all_nan(x) -> bool:
     return bool(np.isnan(np.asarray(x, dtype=float)).all())
 
 
+@styled
 def completion(
     model_paths, data_paths, seed: int = 0, n: int = 8, device: str = "cpu"
 ) -> FigureResult:
@@ -230,10 +242,10 @@ def completion(
 
     if len(model_paths) != len(data_paths):
         raise FigureError("give one dataset file per model")
-    fig = new_figure(2.4 * len(model_paths), 4.0)
+    fig = new_figure(max(COLUMN, min(PAGE, 1.75 * len(model_paths))), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(model_paths)))
     drawn, claims, infos = [], [], []
-    collapsed = []
+    blobs = []
     for ax, path, dpath in zip(axes, model_paths, data_paths, strict=True):
         blob, machine = _load(path, device)
         info = _info(blob)
@@ -256,13 +268,8 @@ def completion(
         ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
         halves = filled[:, mask].cpu().numpy()
         n_distinct = len({halves[i].tobytes() for i in range(n)})
-        if n_distinct / n < COLLAPSE_FRACTION:
-            collapsed.append(info.name)
-        ax.set_title(
-            f"{info.name}\n{_size_note(blob)}\n{n_distinct} distinct completions of {n}\n"
-            "masked | completed | truth",
-            fontsize=7,
-        )
+        ax.set_title(_distinct_title(info.name, n_distinct, n, "completions"))
+        blobs.append(blob)
         ax.axis("off")
         for i in range(n):
             drawn.append(
@@ -297,5 +304,5 @@ def completion(
         claims.append(
             claim("distinct_completion_fraction", n_distinct / n, info.name, "distinct halves / n")
         )
-    _title(fig, "Completion of the lower half by local search (Fig. 3)", collapsed)
+    _title(fig, "Fig. 3 (2nd paper): lower halves completed", blobs)
     return FigureResult(fig, make_table(drawn, claims), infos, {"n": n, "seed": seed})

@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, new_figure
+from tapmachine.figures.common import FigureError, FigureResult, ModelInfo, claim, styled
 from tapmachine.figures.common import table as make_table
 from tapmachine.figures.ucd_dbm.images import PAPER_SIZES
+from tapmachine.figures.ucd_dbm.table_image import table_figure
 
 __all__ = ["FID_LABEL", "FLOOR_MODEL", "table1", "table2"]
 
@@ -59,22 +60,6 @@ def _kendall(a, b) -> float:
     return s / pairs if pairs else float("nan")
 
 
-def _table_figure(df: pd.DataFrame, columns, title):
-    """The table as a figure; NaN cells (no value: the floor row's likelihoods) drawn as '-'."""
-    fig = new_figure(min(12, 1.6 * len(columns) + 1), 0.25 * (len(df) + 1) + 0.7)
-    ax = fig.subplots()
-    ax.axis("off")
-    cells = [
-        [("-" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
-        for row in df[columns].itertuples(index=False)
-    ]
-    t = ax.table(cellText=cells, colLabels=columns, loc="center", bbox=(0, 0, 1, 1))
-    t.auto_set_font_size(False)
-    t.set_fontsize(7)
-    ax.set_title(title, fontsize=9)
-    return fig
-
-
 #: The AIS column's label: the data term is a variational bound, so the value is a lower bound.
 AIS_LABEL = "ais_ll_lower_bound"
 
@@ -91,6 +76,7 @@ def _rank_agreement(sub: pd.DataFrame, a: str, b: str, a_lower_better: bool) -> 
     return _kendall(x, -sub.loc[ok, b])
 
 
+@styled
 def table1(score_paths) -> FigureResult:
     """Table 1 + beyond the paper: classifier FID, TAP log-likelihood and AIS log-likelihood
     (mean-field lower bound on the data term minus AIS ln Z, nats per image) per DBM, with the
@@ -152,12 +138,11 @@ def table1(score_paths) -> FigureResult:
         AIS_LABEL,
     ]
     cols.insert(3, "sizes")
-    fig = _table_figure(
+    fig = table_figure(
         _with_floor(df),
         cols,
-        f"DBMs at the config's size: {FID_LABEL}; TAP log-likelihood per unit (App. E);\n"
-        "AIS log-likelihood, nats/image: mean-field lower bound on ln sum_h e^-E minus AIS ln Z "
-        "(S&H 2009), an estimated lower bound" + _table_size_note(df),
+        "Table 1 (second paper): classifier FID (not Inception FID) and log-likelihoods of "
+        "every DBM" + _table_size_note(df),
     )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(_with_floor(df), claims), infos, {"fid": FID_LABEL})
@@ -307,6 +292,7 @@ def _matters_most_claims(df: pd.DataFrame, reference: str, full) -> list:
     ]
 
 
+@styled
 def table2(score_paths) -> FigureResult:
     """Table 2: the ablation (MNIST), each component removed in turn; classifier FID. Verdicts:
     the unbiased gradient's removal raises the FID most (the paper's claim,
@@ -347,6 +333,8 @@ def table2(score_paths) -> FigureResult:
     # The model's name says which component is removed; its full spec stays in the CSV (a JSON
     # cell would overflow the drawn table).
     cols = ["dataset", "model", "method", "sizes", "classifier_fid", "tap_ll", AIS_LABEL]
-    fig = _table_figure(df, cols, f"Ablation (Table 2): {FID_LABEL}" + _table_size_note(df))
+    fig = table_figure(
+        df, cols, "Table 2 (second paper): ablation, classifier FID" + _table_size_note(df)
+    )
     infos = [ModelInfo(name=f"{r.dataset}/{r.model}", dataset=r.dataset) for r in df.itertuples()]
     return FigureResult(fig, make_table(df, claims), infos, {"fid": FID_LABEL})

@@ -202,6 +202,12 @@ def _record(run_name, params, tags, series: dict, files, model_file=None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _packed(means) -> np.ndarray:
+    """Rounded estimates (rows of posterior means, p-major) as bits, 8 pixels a byte: what Fig. 9's
+    classifier reads (``figures.fig9``; ``np.unpackbits(..., count=n_visible)``)."""
+    return np.packbits(means.round().cpu().numpy().astype(np.uint8), axis=-1)
+
+
 def run_bsc(
     model_file,
     data_path,
@@ -255,6 +261,7 @@ def run_bsc(
         "fig9_means": means[idx].numpy(),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
+        "estimates": _packed(means),
         "image_shape": np.asarray(ds.image_shape),
         "model": np.asarray(name),
         "train_noise": np.asarray(json.dumps((record.spec or {}).get("train_noise"))),
@@ -343,6 +350,8 @@ def run_baselines(
         **{f"mcc_{k}": v for k, v in mccs.items()},
         "fig9_ope": ope[idx].numpy(),
         "fig9_knn": knn[idx].numpy(),
+        "estimates_ope": _packed(ope),
+        f"estimates_{label}": _packed(knn),
         "fig9_noisy": y[idx].numpy(),
         "fig9_clean": x[settings["fig9_image"]].numpy(),
         "image_shape": np.asarray(ds.image_shape),

@@ -73,7 +73,7 @@ def _fig8(m, a):
 
 
 def _fig9(m, a):
-    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels)
+    return m.make(a.tap, a.baselines, a.model_files, a.ps, a.labels, a.classifier, a.data)
 
 
 def _fig_denoise_real(m, a):
@@ -170,6 +170,8 @@ def _denoise_bsc_args(f) -> None:
 def _fig9_args(f) -> None:
     _denoise_bsc_args(f)
     f.add_argument("--ps", nargs="*", type=float, default=None, help="p shown (default: all)")
+    f.add_argument("--classifier", default=None, help="MNIST classifier (`ucd classifier`)")
+    f.add_argument("--data", default=None, help="dataset .npz the digits came from (labels)")
 
 
 def _fig_denoise_real_args(f) -> None:

@@ -83,13 +83,13 @@ def test_every_error_class_is_a_tapmachine_error_printed_as_one_line(capsys, mon
                     plain.append(f"{path.relative_to(package)}:{node.name}")
     assert not plain, plain
 
-    def fail(args):
+    from tapmachine.pipeline.stages import train
+
+    def fail(*args, **kwargs):
         raise common.UsageError("first line\n  second line")
 
-    from tapmachine.pipeline.stages import train as train_stage
-
-    # the stage holds its own name for the function (bound when it was first imported)
-    monkeypatch.setattr(train_stage, "parse_json", lambda *a: fail(None))
+    # looked up in the stage's module when the command runs, whichever test imported it first
+    monkeypatch.setattr(train, "train_model", fail)
     code = cli.main(["train", "--model", "m", "--spec", "{}", "--data", "d", "--outdir", "o"])
     err = capsys.readouterr().err
     assert code == 2 and err == "tapmachine: error: first line second line\n", err

@@ -28,7 +28,7 @@ from tiny_models import SPEC, bars_and_stripes, settings
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import ModelFile
-from tapmachine.pipeline.tracking import mlflow_model
+from tapmachine.pipeline.tracking import environment, mlflow_model
 from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.train import build_machine, train
 
@@ -71,8 +71,9 @@ def logged(tmp_path_factory, monkeypatch_module):
     tmp = tmp_path_factory.mktemp("mlflow_model")
     monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch_module.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
-    monkeypatch_module.setenv(tracking.ENV_CONFIG_DIGEST, CONFIG_DIGEST)
-    monkeypatch_module.setenv(tracking.ENV_RUN_NAME, "default")
+    monkeypatch_module.setenv(
+        environment.VARIABLE, json.dumps({"config_digest": CONFIG_DIGEST, "run_name": "default"})
+    )
     x = bars_and_stripes().repeat(3, 1).float()
     g = seeded_generator(4, "mlflow")
     machine = build_machine(SPEC, x, 0.01, g)

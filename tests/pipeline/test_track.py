@@ -11,6 +11,7 @@ from mlflow_runs import dump
 
 from tapmachine.pipeline import cli
 from tapmachine.pipeline.stages.track import ordered
+from tapmachine.pipeline.tracking import environment
 from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.pipeline.tracking.recorder import publish, recording
 from tapmachine.pipeline.tracking.records import (
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
 def _fresh_process_state(monkeypatch):
     monkeypatch.setattr(tracking, "_DISABLED", {})
     monkeypatch.setattr(tracking, "_IDS", {})
-    monkeypatch.setenv(tracking.ENV_PARENT_RUNS, "")
+    monkeypatch.setenv(environment.VARIABLE, "{}")  # restored after the test
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
@@ -49,8 +50,7 @@ def _live_store(tmp_path, monkeypatch):
     store = tmp_path / "live"
     manifest = store / "experiments.json"
     tracking.init_store(store, manifest)
-    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
-    monkeypatch.setenv(tracking.ENV_CONFIG_DIGEST, "abc123")
+    environment.update(run_name="tiny", config_digest="abc123")
     return store, manifest
 
 
@@ -197,7 +197,7 @@ def test_replay_gives_the_live_runs_and_adds_nothing_twice(tmp_path, monkeypatch
     assert fig_tags["harvest_runs.m"] == {"2": ("harvest", "m/epoch_2"), "3": ""}
     assert want["figures", "fig5"][2] == {"ll_rises.m": [(3, 0.2)], "count": [(0, 7.0)]}
 
-    monkeypatch.delenv(tracking.ENV_CONFIG_DIGEST)
+    environment.update(config_digest=None)
     store = tmp_path / "replayed"
     out = _track(results, store, capsys)
     assert "4 runs replayed, 0 already in the store" in out

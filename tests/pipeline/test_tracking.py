@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tapmachine.pipeline.tracking import invocation
+from tapmachine.pipeline.tracking import environment, invocation
 from tapmachine.pipeline.tracking import store as tracking
 
 pytestmark = pytest.mark.slow  # real MLflow stores: seconds per test
@@ -17,7 +17,7 @@ def _fresh_process_state(monkeypatch):
     """Each test starts as a new job would: nothing disabled, no cached experiment ids."""
     monkeypatch.setattr(tracking, "_DISABLED", {})
     monkeypatch.setattr(tracking, "_IDS", {})
-    monkeypatch.setenv(tracking.ENV_PARENT_RUNS, "")  # restored (unset) after the test
+    monkeypatch.setenv(environment.VARIABLE, "{}")  # restored (unset) after the test
 
 
 @pytest.fixture
@@ -136,9 +136,7 @@ def test_runs_carry_provenance_tags_and_nest_under_the_invocation(store, monkeyp
     import mlflow
 
     manifest, info = store
-    monkeypatch.setenv(tracking.ENV_RUN_NAME, "tiny")
-    monkeypatch.setenv(tracking.ENV_CONFIG_DIGEST, "abc123")
-    monkeypatch.delenv(tracking.ENV_INVOCATION, raising=False)
+    environment.update(run_name="tiny", config_digest="abc123", invocation=None)
     record = invocation.open_invocation(manifest.parent, manifest, "snakemake tiny")
     assert invocation.invocation_parents() == {}  # none until an experiment gets a run
     run_ids = []

@@ -6,13 +6,16 @@ import hashlib
 import os
 
 from tapmachine.pipeline.tracking import invocation as _invocation
+from tapmachine.pipeline.tracking import environment as _environment
 from tapmachine.pipeline.tracking import store as _tracking
 
 # Every job (local or through SLURM, which passes the environment on) sees these.
-os.environ[_tracking.ENV_RUN_NAME] = RUN_NAME
-os.environ[_tracking.ENV_CONFIG_DIGEST] = hashlib.sha256(
-    json.dumps(config, sort_keys=True, default=str).encode()
-).hexdigest()[:16]
+_environment.update(
+    run_name=RUN_NAME,
+    config_digest=hashlib.sha256(
+        json.dumps(config, sort_keys=True, default=str).encode()
+    ).hexdigest()[:16],
+)
 for _key, _value in _tracking.HTTP_LIMITS.items():
     os.environ.setdefault(_key, _value)
 

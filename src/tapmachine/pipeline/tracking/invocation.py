@@ -10,6 +10,7 @@ import os
 import uuid
 from pathlib import Path
 
+from tapmachine.pipeline.tracking import environment
 from tapmachine.pipeline.tracking import store as tracking
 
 __all__ = [
@@ -30,9 +31,9 @@ def open_invocation(
     The first run an experiment gets in this invocation opens its parent run there
     (``tracking.invocation_parent``), so parents exist only in the experiments the
     invocation uses. The record is a JSON file beside the manifest
-    (``invocations/<id>.json``, experiment -> parent run id), exported as
-    ``$TAPMACHINE_INVOCATION`` so that every job started afterwards (locally or through SLURM,
-    which passes the environment on, over the shared file system) finds it.
+    (``invocations/<id>.json``, experiment -> parent run id), exported as ``invocation`` of the
+    job environment (``environment``) so that every job started afterwards (locally or through
+    SLURM, which passes the environment on, over the shared file system) finds it.
     Returns its path; best effort: on failure prints one line and returns None.
     """
     uri = None
@@ -46,13 +47,13 @@ def open_invocation(
     except Exception as err:  # noqa: BLE001
         tracking.disable(uri, "opening the invocation's record of parent runs", err)
         return None
-    os.environ[tracking.ENV_INVOCATION] = str(record)
+    environment.update(invocation=str(record))
     return record
 
 
 def invocation_parents() -> dict[str, str]:
     """This invocation's parent runs so far, experiment -> run id."""
-    record = os.environ.get(tracking.ENV_INVOCATION)
+    record = environment.get("invocation")
     try:
         return dict(json.loads(Path(record).read_text())["parents"]) if record else {}
     except (OSError, ValueError, KeyError):
@@ -63,7 +64,7 @@ def close_invocation(manifest: str | os.PathLike, status: str) -> dict[str, str]
     """Mark this invocation's parent runs FINISHED or FAILED and remove its record; returns
     them (experiment -> run id)."""
     parents = invocation_parents()
-    record = os.environ.get(tracking.ENV_INVOCATION)
+    record = environment.get("invocation")
     uri = None
     try:
         if parents:

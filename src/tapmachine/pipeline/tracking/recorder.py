@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from tapmachine.pipeline.tracking import environment
 from tapmachine.pipeline.tracking import store as tracking
 from tapmachine.pipeline.tracking.records import RunRecord, write_record
 
@@ -70,9 +70,10 @@ def resolve_links(record: RunRecord, lookup) -> dict[str, str]:
 
 def _live_lookup(manifest):
     """``resolve_links``'s lookup in the store of ``manifest``, for the config run of this job
-    (``$TAPMACHINE_RUN_NAME``). Best effort, as the run itself: the first failure disables
-    tracking for the rest of the job (``tracking.disable``) and leaves the links absent."""
-    run_name = os.environ.get(tracking.ENV_RUN_NAME) or None
+    (``run_name`` of the job environment, ``environment``). Best effort, as the run itself: the
+    first failure disables tracking for the rest of the job (``tracking.disable``) and leaves
+    the links absent."""
+    run_name = environment.get("run_name")
     try:
         uri = tracking.store_uri(manifest)
     except (OSError, ValueError, KeyError) as err:
@@ -116,8 +117,8 @@ class Recorder:
     def start(self, params: Mapping | None = None, tags: Mapping | None = None, *_) -> str | None:
         self.record.params.update(params or {})
         self.record.tags.update(tags or {})
-        if os.environ.get(tracking.ENV_CONFIG_DIGEST):  # so that a replay carries it too
-            self.record.tags.setdefault("config_digest", os.environ[tracking.ENV_CONFIG_DIGEST])
+        if environment.get("config_digest"):  # so that a replay carries it too
+            self.record.tags.setdefault("config_digest", environment.get("config_digest"))
         for tag in list(self.record.links) + list(self.record.link_groups):
             self.record.tags.pop(tag, None)
         tags = dict(self.record.tags)

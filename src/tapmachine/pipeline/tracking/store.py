@@ -14,9 +14,9 @@ effort and cheap:
   experiment of another;
 - every run carries the git commit, user, source, config digest and config run name, and is
   nested under the parent run of its ``snakemake`` invocation in its experiment, opened by the
-  experiment's first run (``invocation.open_invocation``, the Snakefile's ``onstart``, exports
-  ``TAPMACHINE_INVOCATION``; ``TAPMACHINE_PARENT_RUNS``, experiment -> run id, names parents
-  explicitly);
+  experiment's first run (``invocation.open_invocation``, the Snakefile's ``onstart``, sets
+  ``invocation`` in the job environment, ``environment``; its ``parent_runs``, experiment -> run
+  id, names parents explicitly);
 - SIGTERM inside ``start_run`` marks the run KILLED instead of leaving it RUNNING.
 
 The store is created once, by ``init_store`` (a local rule and the Snakefile's ``onstart``), before
@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tapmachine.io.files import atomic_write
+from tapmachine.pipeline.tracking import environment
 from tapmachine.pipeline.tracking.records import flat_params
 
 __all__ = [
@@ -76,12 +77,6 @@ PROBE_TIMEOUT_S = 5.0
 #: with ``STAGE_RUNS`` as ``filter_string`` to leave the parents out.
 KIND_TAG = "tapmachine.kind"
 STAGE_RUNS = "tags.`tapmachine.kind` = 'stage'"
-#: Environment variables the Snakefile sets for every job.
-ENV_PARENT_RUNS = "TAPMACHINE_PARENT_RUNS"
-ENV_INVOCATION = "TAPMACHINE_INVOCATION"
-ENV_RUN_NAME = "TAPMACHINE_RUN_NAME"
-ENV_CONFIG_DIGEST = "TAPMACHINE_CONFIG_DIGEST"
-ENV_GIT_COMMIT = "TAPMACHINE_GIT_COMMIT"
 
 # Tracking URIs that failed in this process: every later call to them is skipped.
 _DISABLED: dict[str, str] = {}
@@ -250,20 +245,18 @@ def standard_tags() -> dict[str, str]:
         user = str(os.getuid())
     command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:2]))
     tags = {"mlflow.user": user, "mlflow.source.type": "JOB", "mlflow.source.name": command}
-    commit = os.environ.get(ENV_GIT_COMMIT) or _git_commit()
+    commit = environment.get("git_commit") or _git_commit()
     if commit:
         tags["mlflow.source.git.commit"] = commit
-    for env, key in ((ENV_RUN_NAME, "tapmachine.run_name"), (ENV_CONFIG_DIGEST, "config_digest")):
-        if os.environ.get(env):
-            tags[key] = os.environ[env]
+    for key, tag in (("run_name", "tapmachine.run_name"), ("config_digest", "config_digest")):
+        if environment.get(key):
+            tags[tag] = environment.get(key)
     return tags
 
 
 def parent_from_env(experiment: str) -> str | None:
-    try:
-        return json.loads(os.environ.get(ENV_PARENT_RUNS) or "{}").get(experiment)
-    except (json.JSONDecodeError, AttributeError):
-        return None
+    parents = environment.get("parent_runs")
+    return parents.get(experiment) if isinstance(parents, dict) else None
 
 
 class Run:
@@ -376,7 +369,7 @@ def start_run(
 
     ``manifest=None`` disables tracking (a library user without a store): the body still runs.
     Without ``parent_run_id`` the run is nested under this invocation's parent run of
-    ``experiment`` (``$TAPMACHINE_PARENT_RUNS``, else ``$TAPMACHINE_INVOCATION``'s, opened by
+    ``experiment`` (``parent_runs`` of ``environment``, else its ``invocation``'s, opened by
     the experiment's first run), if any.
     """
     client, run_id, uri = None, None, None
@@ -451,7 +444,7 @@ def _terminate(run: Run, status: str, monitor=None) -> None:
 def invocation_parent(client, experiment: str, exp_id: str) -> str | None:
     """This invocation's parent run in ``experiment``, opened now if it is the experiment's first
     run (under an exclusive lock on the record: parallel jobs open one parent, not several)."""
-    record = os.environ.get(ENV_INVOCATION)
+    record = environment.get("invocation")
     if not record or not Path(record).exists():
         return None
     import fcntl

@@ -32,7 +32,7 @@ FIG_BUDGET = [f"models.{m}.epochs" for m in FIG10_MODELS] + [
     f"models.{m}.{key}" for m in ("bmnist_dbm2", "bmnist_dbm3") for key in ("hidden", "epochs")
 ]
 #: Settings an overlay changed after that commit (dotted paths), each in the old file: converged
-#: training's cap went from 100 to 500 with the newton_sor solver (docs/departures.md); Figs. 3
+#: training's cap went from 100 to 2000 with the newton_sor solver (docs/departures.md); Figs. 3
 #: and 4 gained the real-MNIST and faces models; ``FIG_BUDGET``.
 CHANGED_SINCE = {
     "workflow/config/paper.yaml": [f"models.{m}.tap.train_max_iter" for m in CONVERGED_NEWTON_SOR]

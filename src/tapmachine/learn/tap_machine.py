@@ -23,7 +23,7 @@ __all__ = ["TAPMachine"]
 _MODEL = defaults("model")
 _TAP, _PRE, _EVAL = _MODEL["tap"], _MODEL["pretrain"], _MODEL["eval"]
 _BOUNDS = defaults("prior")
-_DTYPE = schema_default("dtype")
+_DTYPE, _DEVICE = schema_default("dtype"), schema_default("device")
 
 
 class TAPMachine(BoltzmannEstimator):
@@ -33,7 +33,8 @@ class TAPMachine(BoltzmannEstimator):
     Every default is the config schema's (``models.<name>`` entries, ``$defs/model``), except
     where the schema has none: ``n_components`` (required there; 256 as scikit-learn's
     ``BernoulliRBM``), the priors (required; bernoulli) and the estimator's own switches
-    (``log_z``, ``binarize``, ``evaluate``, ``random_state``, ``verbose``).
+    (``log_z``, ``binarize``, ``evaluate``, ``random_state``, ``verbose``); ``dtype`` and
+    ``device`` are the schema's top-level keys.
 
     Parameters
     ----------
@@ -72,6 +73,11 @@ n_solutions, rho_step, inference
         The workflow's per-epoch TAP log-likelihood into ``history_``.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the machine (the schema's top-level ``dtype``).
+    device : str, default="cpu"
+        Torch device of the machine and of training: "cpu", "cuda" or "cuda:N" (the schema's
+        top-level ``device``). The training stream stays on the CPU, so a machine starts from the
+        same weights on every device; ``transform``, ``score_samples`` and ``sample`` return
+        NumPy arrays whatever the device.
     random_state : int or None, default=None
         Seeds the torch generators of training (stream (seed, "TAPMachine", "train")) and of
         ``sample``; None draws a fresh seed.
@@ -146,6 +152,7 @@ n_solutions, rho_step, inference
         binarize=None,
         evaluate=False,
         dtype=_DTYPE,
+        device=_DEVICE,
         random_state=None,
         verbose=False,
     ):
@@ -184,6 +191,7 @@ n_solutions, rho_step, inference
         self.binarize = binarize
         self.evaluate = evaluate
         self.dtype = dtype
+        self.device = device
         self.random_state = random_state
         self.verbose = verbose
 
@@ -261,7 +269,10 @@ n_solutions, rho_step, inference
         """
         check_is_fitted(self)
         machine, g = self.machine_, self._sample_generator()
-        zeros = [torch.zeros(n_samples, n, dtype=machine.dtype) for n in machine.sizes]
+        zeros = [
+            torch.zeros(n_samples, n, dtype=machine.dtype, device=machine.device)
+            for n in machine.sizes
+        ]
         xs = [p.sample(z, z, generator=g) for p, z in zip(machine.priors, zeros, strict=True)]
         for _ in range(int(n_steps)):
             xs = machine.gibbs_step(xs, generator=g)

@@ -23,7 +23,7 @@ __all__ = ["UCDDBM"]
 
 _DBM = defaults("dbm_model")
 _UCD = _DBM["ucd"]
-_DTYPE = schema_default("dtype")
+_DTYPE, _DEVICE = schema_default("dtype"), schema_default("device")
 
 
 class UCDDBM(BoltzmannEstimator):
@@ -32,8 +32,8 @@ class UCDDBM(BoltzmannEstimator):
 
     Every default is the config schema's (``$defs/dbm_model``), except where the schema has
     none: ``n_components`` and ``method`` (required there; two layers of 256 units, ucd_lmi) and
-    the estimator's own switches (``log_z``, ``binarize``, ``dtype``, ``random_state``,
-    ``verbose``).
+    the estimator's own switches (``log_z``, ``binarize``, ``random_state``, ``verbose``);
+    ``dtype`` and ``device`` are the schema's top-level keys.
 
     Rows are {0, 1} whatever the units: with ``centering`` (simplified centering, Sec. 4.1) the
     machine's units are {-1, +1} and the rows are mapped by 2x - 1 (``ucd.dbm.data_for``);
@@ -59,6 +59,12 @@ class UCDDBM(BoltzmannEstimator):
     binarize : float or None, default=None
         Rows mapped to {0, 1} by ``x > binarize``; None: every value must be 0 or 1.
     dtype : {"float32", "float64"}, default="float32"
+        Precision of the machine (the schema's top-level ``dtype``).
+    device : str, default="cpu"
+        Torch device of the machine and of training: "cpu", "cuda" or "cuda:N" (the schema's
+        top-level ``device``). The machine is built on the CPU and moved; on CUDA, training draws
+        from a CUDA generator seeded from the CPU stream (``ucd.training.start``), so its
+        numbers differ from the CPU's. Outputs are NumPy arrays whatever the device.
     random_state : int or None, default=None
         Seeds the torch generators: training's stream (seed, "ucd_dbm", "estimator/UCDDBM",
         "train") and ``sample``'s; None draws a fresh seed.
@@ -103,6 +109,7 @@ class UCDDBM(BoltzmannEstimator):
         log_z="auto",
         binarize=None,
         dtype=_DTYPE,
+        device=_DEVICE,
         random_state=None,
         verbose=False,
     ):
@@ -127,6 +134,7 @@ class UCDDBM(BoltzmannEstimator):
         self.log_z = log_z
         self.binarize = binarize
         self.dtype = dtype
+        self.device = device
         self.random_state = random_state
         self.verbose = verbose
 

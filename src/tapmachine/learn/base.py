@@ -261,7 +261,8 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
         Returns
         -------
-        self
+        self : object
+            The fitted estimator.
         """
         x = self._rows(X, reset=True)
         self._run(self._start(x), until=None)
@@ -281,12 +282,14 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training rows, as for ``fit``.
         y : None
             Ignored.
 
         Returns
         -------
-        self
+        self : object
+            The fitted estimator.
         """
         first = not hasattr(self, "_carried")
         x = self._rows(X, reset=first)
@@ -330,10 +333,12 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, each value in the visible units' support (or binarized first).
 
         Returns
         -------
-        H : ndarray of shape (n_samples, n_components) (the last hidden layer's size)
+        H : ndarray of shape (n_samples, n_components)
+            The means of the last hidden layer (its size for a tuple ``n_components``).
         """
         xs = self._fitted_rows(X)
         clamped = tap.clamped_state(self.machine_, xs, **self._solve_kwargs())
@@ -346,10 +351,12 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, each value in the visible units' support (or binarized first).
 
         Returns
         -------
-        scores : ndarray of shape (n_samples,), float64
+        scores : ndarray of shape (n_samples,)
+            ln P(x) of each row, float64.
         """
         xs = self._fitted_rows(X)
         data = tap.data_log_term(self.machine_, xs, **self._solve_kwargs())
@@ -361,12 +368,14 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, as for ``score_samples``.
         y : None
             Ignored.
 
         Returns
         -------
         score : float
+            The mean log-likelihood of the rows.
         """
         return float(np.mean(self.score_samples(X)))
 

@@ -78,18 +78,37 @@ def test_cuda_without_cuda_is_refused_before_training(starts, monkeypatch, name)
     assert starts == []
 
 
+#: TAPMachines whose training draws only from the CPU stream (weights, batch order, and CD's and
+#: PCD's Gibbs draws, made on the CPU and moved: ``core.priors.base.draw_device``).
+ON_CUDA = {
+    "tap": {},
+    "cd": {"method": "cd"},
+    "pcd": {"method": "pcd"},
+    "cd_truncated": {"method": "cd", "hidden": "truncated_gauss_bernoulli"},
+}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
-def test_on_cuda_a_tap_machine_trains_the_cpu_s_machine():
-    """TAP training (fixed iterations) draws only from the CPU stream (weights, batch order), so
-    in float64 the CUDA machine is the CPU's up to round-off, and so are its exact scores."""
+@pytest.mark.parametrize("name", sorted(ON_CUDA))
+def test_on_cuda_a_tap_machine_trains_the_cpu_s_machine(name):
+    """In float64 the CUDA machine is the CPU's up to round-off, and so are its scores."""
     x = two_prototypes()
-    cpu, cuda = tap().fit(x), tap(device="cuda").fit(x)
+    cpu, cuda = tap(**ON_CUDA[name]).fit(x), tap(device="cuda", **ON_CUDA[name]).fit(x)
     assert cuda.machine_.device.type == "cuda"
     np.testing.assert_allclose(cuda.components_, cpu.components_, atol=1e-10)
     np.testing.assert_allclose(cuda.score_samples(x), cpu.score_samples(x), atol=1e-8)
     np.testing.assert_allclose(cuda.transform(x), cpu.transform(x), atol=1e-10)
     samples = cuda.sample(5, n_steps=10)
     assert isinstance(samples, np.ndarray) and set(np.unique(samples)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("name", sorted(ON_CUDA))
+def test_those_machines_train_on_the_cpu(name):
+    """The CUDA test's configurations, on the CPU: they train and score (what a machine without
+    CUDA can check of them)."""
+    x = two_prototypes()
+    rbm = tap(**ON_CUDA[name]).fit(x)
+    assert np.isfinite(rbm.score_samples(x)).all() and rbm.n_iter_ == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)

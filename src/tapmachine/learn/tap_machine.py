@@ -117,9 +117,9 @@ class TAPMachine(BoltzmannEstimator):
         Precision of the machine (the schema's top-level ``dtype``).
     device : str, default="cpu"
         Torch device of the machine and of training: "cpu", "cuda" or "cuda:N" (the schema's
-        top-level ``device``). The training stream stays on the CPU, so a machine starts from the
-        same weights on every device; ``transform``, ``score_samples`` and ``sample`` return
-        NumPy arrays whatever the device.
+        top-level ``device``). The training stream stays on the CPU (weights, batches, CD's and
+        PCD's Gibbs draws), so a machine trains the same on every device up to round-off;
+        ``transform``, ``score_samples`` and ``sample`` return NumPy arrays whatever the device.
     random_state : int or None, default=None
         Seeds the torch generators of training (stream (seed, "TAPMachine", "train")) and of
         ``sample``; None draws a fresh seed.

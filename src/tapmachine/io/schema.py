@@ -16,6 +16,7 @@ __all__ = [
     "load_schema",
     "resolve",
     "schema_default",
+    "schema_property",
 ]
 
 #: The config schema (JSON Schema, draft 2020-12), shipped inside the package.
@@ -59,10 +60,9 @@ def child(node: dict, key: str, schema: dict) -> tuple[dict | None, bool]:
     return None, False
 
 
-def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
-    """The default the schema gives the key at ``path`` (property names from the top, e.g.
-    ``schema_default("ucd", "fig1", "cap")``): defaults are defined once, in the schema, and the
-    stages' command-line options read theirs from it."""
+def schema_property(*path: str, schema_file: str | Path = SCHEMA_FILE) -> dict:
+    """The subschema of the key at ``path`` (property names from the top, e.g. ``("device",)``),
+    ``$ref`` resolved; a fresh copy."""
     import copy
 
     schema = _cached_schema(Path(schema_file).resolve())
@@ -71,9 +71,17 @@ def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
         node, _ = child(node, key, schema)
         if node is None:
             raise KeyError(f"no key {'.'.join(path)} in {schema_file}")
+    return copy.deepcopy(node)
+
+
+def schema_default(*path: str, schema_file: str | Path = SCHEMA_FILE):
+    """The default the schema gives the key at ``path`` (property names from the top, e.g.
+    ``schema_default("ucd", "fig1", "cap")``): defaults are defined once, in the schema, and the
+    stages' command-line options read theirs from it."""
+    node = schema_property(*path, schema_file=schema_file)
     if "default" not in node:
         raise KeyError(f"{'.'.join(path)} has no default in {schema_file}")
-    return copy.deepcopy(node["default"])
+    return node["default"]
 
 
 def _defaults_of(node: dict, schema: dict) -> dict:

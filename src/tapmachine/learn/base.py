@@ -10,6 +10,7 @@ most ``EXACT_UNITS`` units, else TAP's (``log_z``).
 
 from __future__ import annotations
 
+import re
 import secrets
 import warnings
 
@@ -25,12 +26,17 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
 from tapmachine.io import data
 from tapmachine.io.data import Dataset
-from tapmachine.io.schema import check_entry
+from tapmachine.io.schema import check_entry, schema_property
 from tapmachine.train.build import hidden_prior
 from tapmachine.train.loop import Carried, train
 from tapmachine.train.methods import method
 from tapmachine.train.pretrain import pretrain
-from tapmachine.train.settings import PretrainSettings, TrainingError, TrainSettings
+from tapmachine.train.settings import (
+    PretrainSettings,
+    TrainingError,
+    TrainSettings,
+    device_problem,
+)
 
 __all__ = [
     "BoltzmannEstimator",
@@ -41,6 +47,7 @@ __all__ = [
     "first_outside",
     "check_support",
     "binarized",
+    "torch_device",
     "seed_of",
     "tap_log_partition",
 ]
@@ -98,6 +105,19 @@ def binarized(x: np.ndarray, threshold: float, prior: Prior) -> np.ndarray:
     return 2.0 * ones - 1.0 if isinstance(prior, Spin) else ones
 
 
+def torch_device(device, owner: str) -> torch.device:
+    """``device`` checked as the config's ``device`` is (its schema pattern: "cpu", "cuda",
+    "cuda:N"; CUDA only where torch sees it, ``train.settings.device_problem``); ValueError
+    naming ``owner`` else."""
+    pattern = schema_property("device")["pattern"]
+    if not isinstance(device, str) or re.fullmatch(pattern, device) is None:
+        raise ValueError(f"{owner}: device must match {pattern} (the config's), not {device!r}")
+    problem = device_problem(device)
+    if problem is not None:
+        raise ValueError(f"{owner}: device={problem}")
+    return torch.device(device)
+
+
 def seed_of(random_state: int | None) -> int:
     """The seed of the torch generators: ``random_state``, or fresh entropy for None (no global
     random state is read or moved)."""
@@ -127,8 +147,8 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
     Subclasses set their hyper-parameters in ``__init__`` and give ``_spec`` (the config entry,
     schema ``_definition``: ``model`` or ``dbm_model``), ``_visible_template``, ``_units`` and
-    ``sample``, and have the parameters ``log_z``, ``binarize``, ``dtype``, ``random_state`` and
-    ``verbose``.
+    ``sample``, and have the parameters ``log_z``, ``binarize``, ``dtype``, ``device``,
+    ``random_state`` and ``verbose``.
     """
 
     # -- what the subclasses give -------------------------------------------------------------
@@ -160,8 +180,8 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         check_support(template, X, type(self).__name__)
         return X
 
-    def _tensor(self, x: np.ndarray) -> Tensor:
-        return torch.tensor(x, dtype=getattr(torch, self.dtype))
+    def _tensor(self, x: np.ndarray, device="cpu") -> Tensor:
+        return torch.tensor(x, dtype=getattr(torch, self.dtype), device=device)
 
     # -- training -----------------------------------------------------------------------------
 
@@ -184,6 +204,7 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         (Alg. 4), and epoch 0 of the loop (``Carried.start``); returns the rows in the
         machine's units."""
         spec, settings = self._spec(), self._settings()
+        device = torch_device(self.device, type(self).__name__)
         n, d = x.shape
         labels = np.zeros(n, dtype=np.int64)
         dataset = Dataset(x, labels, x[:0], labels[:0], (1, d), {}, "estimator")
@@ -191,7 +212,7 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         self.__dict__.pop("pretrain_history_", None)  # of an earlier fit
         try:
             machine, xs, generator = method(settings.method).start(
-                type(self).__name__, spec, dataset, self._tensor(x), settings, self.seed_, "cpu"
+                type(self).__name__, spec, dataset, self._tensor(x), settings, self.seed_, device
             )
             if spec.get("pretrain"):
                 pre = PretrainSettings.from_spec(spec["pretrain"])
@@ -240,7 +261,8 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
         Returns
         -------
-        self
+        self : object
+            The fitted estimator.
         """
         x = self._rows(X, reset=True)
         self._run(self._start(x), until=None)
@@ -260,19 +282,22 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training rows, as for ``fit``.
         y : None
             Ignored.
 
         Returns
         -------
-        self
+        self : object
+            The fitted estimator.
         """
         first = not hasattr(self, "_carried")
         x = self._rows(X, reset=first)
         if first:
             xs = self._start(x)
         else:
-            xs = self._units(self._carried.machine, self._tensor(x))
+            machine = self._carried.machine
+            xs = self._units(machine, self._tensor(x, machine.device))
         self._run(xs, until=self._carried.epoch + 1)
         return self
 
@@ -298,7 +323,8 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
     def _fitted_rows(self, X) -> Tensor:
         check_is_fitted(self)
-        return self._units(self.machine_, self._tensor(self._rows(X, reset=False)))
+        machine = self.machine_
+        return self._units(machine, self._tensor(self._rows(X, reset=False), machine.device))
 
     def transform(self, X):
         """The means of the top hidden layer given each row (the clamped TAP solution, App. E:
@@ -307,10 +333,12 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, each value in the visible units' support (or binarized first).
 
         Returns
         -------
-        H : ndarray of shape (n_samples, n_components) (the last hidden layer's size)
+        H : ndarray of shape (n_samples, n_components)
+            The means of the last hidden layer (its size for a tuple ``n_components``).
         """
         xs = self._fitted_rows(X)
         clamped = tap.clamped_state(self.machine_, xs, **self._solve_kwargs())
@@ -323,10 +351,12 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, each value in the visible units' support (or binarized first).
 
         Returns
         -------
-        scores : ndarray of shape (n_samples,), float64
+        scores : ndarray of shape (n_samples,)
+            ln P(x) of each row, float64.
         """
         xs = self._fitted_rows(X)
         data = tap.data_log_term(self.machine_, xs, **self._solve_kwargs())
@@ -338,19 +368,22 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows, as for ``score_samples``.
         y : None
             Ignored.
 
         Returns
         -------
         score : float
+            The mean log-likelihood of the rows.
         """
         return float(np.mean(self.score_samples(X)))
 
     def _sample_generator(self) -> torch.Generator:
         from tapmachine.core.seeding import seeded_generator
 
-        return seeded_generator(self.seed_, type(self).__name__, "sample")
+        device = self.machine_.device  # torch draws on a device only from its own generators
+        return seeded_generator(self.seed_, type(self).__name__, "sample", device=device)
 
     @property
     def _n_features_out(self) -> int:
@@ -365,13 +398,15 @@ class BoltzmannEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
     def __getstate__(self):
         state = super().__getstate__()
-        if "_generator" in state:  # a torch.Generator does not pickle; its state does
-            state = {**state, "_generator": state["_generator"].get_state()}
+        if "_generator" in state:  # a torch.Generator does not pickle; its device and state do
+            g = state["_generator"]
+            state = {**state, "_generator": (str(g.device), g.get_state())}
         return state
 
     def __setstate__(self, state):
         if "_generator" in state:
-            generator = torch.Generator()
-            generator.set_state(state["_generator"])
+            device, generator_state = state["_generator"]
+            generator = torch.Generator(device=device)
+            generator.set_state(generator_state)
             state = {**state, "_generator": generator}
         super().__setstate__(state)

@@ -23,7 +23,7 @@ __all__ = ["TAPMachine"]
 _MODEL = defaults("model")
 _TAP, _PRE, _EVAL = _MODEL["tap"], _MODEL["pretrain"], _MODEL["eval"]
 _BOUNDS = defaults("prior")
-_DTYPE = schema_default("dtype")
+_DTYPE, _DEVICE = schema_default("dtype"), schema_default("device")
 
 
 class TAPMachine(BoltzmannEstimator):
@@ -33,34 +33,77 @@ class TAPMachine(BoltzmannEstimator):
     Every default is the config schema's (``models.<name>`` entries, ``$defs/model``), except
     where the schema has none: ``n_components`` (required there; 256 as scikit-learn's
     ``BernoulliRBM``), the priors (required; bernoulli) and the estimator's own switches
-    (``log_z``, ``binarize``, ``evaluate``, ``random_state``, ``verbose``).
+    (``log_z``, ``binarize``, ``evaluate``, ``random_state``, ``verbose``); ``dtype`` and
+    ``device`` are the schema's top-level keys.
 
     Parameters
     ----------
     n_components : int or tuple of int, default=256
         Hidden units; a tuple gives one hidden layer per entry from the visible side up (a deep
         TAP machine, App. E).
-    visible, hidden : {"bernoulli", "spin", "truncated_gaussian", "truncated_gauss_bernoulli"}
+    visible, hidden : {"bernoulli", "spin", "truncated_gaussian", \
+"truncated_gauss_bernoulli"}, default="bernoulli"
         Unit priors of the visible and of every hidden layer (App. C).
     visible_bounds, hidden_bounds : tuple of float, default=(0.0, 1.0)
         Support [lower, upper] of truncated priors (schema ``prior.lower``, ``prior.upper``).
     method : {"tap", "cd", "pcd"}, default="tap"
         Gradient: TAP (Alg. 2), CD-k or PCD-k (``sampling_steps`` = k).
-    sampling_steps, epochs, batch_size, learning_rate, momentum, l2, weight_init_std, \
-n_solutions, rho_step, inference
-        As the config keys of the same names (``docs/config.md``); ``learning_rate`` a number or
-        ``{"start": ..., "end": ...}`` (geometric decay over ``epochs``).
+    sampling_steps : int, default=1
+        k of CD-k and PCD-k.
+    epochs : int, default=100
+        Passes over the rows (joint training of a deep machine, after pretraining).
+    batch_size : int, default=100
+        Rows per gradient step (M).
+    learning_rate : float or dict, default=0.005
+        Step size, or ``{"start": ..., "end": ...}``: geometric decay from the first epoch to the
+        last.
+    momentum : float, default=0.5
+        eta of Alg. 2, as heavy-ball momentum on the whole previous step.
+    l2 : float, default=0.001
+        epsilon of the l2 penalty on the couplings.
+    weight_init_std : float, default=0.001
+        Standard deviation of the N(0, s^2) initial couplings (Table 1); biases start at 0.
+    n_solutions : int or None, default=None
+        K TAP solutions per step; None: one per row of the mini-batch, started from it.
+    rho_step : {"plain", "logit"}, default="logit"
+        Step of the Gauss-Bernoulli mixture weight rho: on rho, clipped into (0, 1) (Alg. 2), or
+        on logit(rho) rescaled by rho (1 - rho) (a departure: never leaves (0, 1)).
+    inference : {"tap", "adatap"}, default="tap"
+        Solver of the model term of the TAP gradient: TAP (Alg. 1) or adaTAP (App. D, Alg. 3;
+        binary RBMs only).
     train_iterations : int or "converge", default=3
         TAP iterations per training step, or Alg. 1 until convergence (``train_tol``,
         ``train_max_iter``, ``train_unique``).
-    damping, solver, tol, max_iter, retry_damping, dedup_tol
-        The TAP solver (``tap.SolverSettings``) of converged steps, of the TAP ln Z and of the
-        clamped solutions of deep machines.
-    eval_samples : int
+    train_tol : float, default=1e-08
+        Converged steps: mean squared change of the magnetisations at which a row has converged.
+    train_max_iter : int, default=100
+        Converged steps: iterations at most; rows not converged by then are left out.
+    train_unique : bool, default=True
+        Converged steps: average the model term of eq. 40 over the unique solutions.
+    damping : float, default=0.5
+        Damping of Alg. 1's iteration.
+    solver : {"damped", "anderson", "newton_damped", "newton_sor"}, default="damped"
+        TAP solver of converged steps, of the TAP ln Z and of the clamped solutions of deep
+        machines (``tap.SolverSettings``).
+    tol : float, default=1e-12
+        Convergence tolerance of that solver.
+    max_iter : int, default=500
+        Its iterations at most.
+    retry_damping : float or None, default=0.95
+        Damping of the second pass over rows not converged within ``max_iter``; None: none.
+    dedup_tol : float, default=0.01
+        Max-abs distance of magnetisations under which two solutions are the same (eq. 39).
+    eval_samples : int, default=1000
         Rows (the first of each ``fit``) TAP's ln Z and the per-epoch evaluation start from.
     pretrain : bool, default=True
-        Greedy pretraining (Alg. 4) before joint training, for several hidden layers only,
-        by ``pretrain_epochs``, ``pretrain_learning_rate``, ``pretrain_inputs``.
+        Greedy pretraining (Alg. 4) before joint training, for several hidden layers only.
+    pretrain_epochs : int, default=50
+        Epochs of each greedy RBM.
+    pretrain_learning_rate : float, default=0.001
+        Step size of each greedy RBM.
+    pretrain_inputs : {"magnetisations", "samples"}, default="magnetisations"
+        What the RBM of layer l + 1 trains on: the clamped TAP magnetisations of layer l, or one
+        draw of binary states from them (Alg. 4).
     log_z : {"auto", "exact", "tap"}, default="auto"
         ln Z of ``score_samples``: enumeration (``core.estimators.exact_log_partition``) or TAP
         (eq. 39); "auto" enumerates RBMs with a binary layer of at most ``EXACT_UNITS`` (20)
@@ -72,6 +115,11 @@ n_solutions, rho_step, inference
         The workflow's per-epoch TAP log-likelihood into ``history_``.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the machine (the schema's top-level ``dtype``).
+    device : str, default="cpu"
+        Torch device of the machine and of training: "cpu", "cuda" or "cuda:N" (the schema's
+        top-level ``device``). The training stream stays on the CPU (weights, batches, CD's and
+        PCD's Gibbs draws), so a machine trains the same on every device up to round-off;
+        ``transform``, ``score_samples`` and ``sample`` return NumPy arrays whatever the device.
     random_state : int or None, default=None
         Seeds the torch generators of training (stream (seed, "TAPMachine", "train")) and of
         ``sample``; None draws a fresh seed.
@@ -97,6 +145,7 @@ n_solutions, rho_step, inference
     seed_ : int
         The seed the generators were drawn from.
     n_features_in_ : int
+        Columns of the rows seen by ``fit``.
 
     Examples
     --------
@@ -146,6 +195,7 @@ n_solutions, rho_step, inference
         binarize=None,
         evaluate=False,
         dtype=_DTYPE,
+        device=_DEVICE,
         random_state=None,
         verbose=False,
     ):
@@ -184,6 +234,7 @@ n_solutions, rho_step, inference
         self.binarize = binarize
         self.evaluate = evaluate
         self.dtype = dtype
+        self.device = device
         self.random_state = random_state
         self.verbose = verbose
 
@@ -252,16 +303,21 @@ n_solutions, rho_step, inference
         Parameters
         ----------
         n_samples : int, default=1
+            Rows to draw.
         n_steps : int, default=1000
             Gibbs sweeps per chain.
 
         Returns
         -------
         X : ndarray of shape (n_samples, n_features)
+            The drawn rows, in the values of the visible units.
         """
         check_is_fitted(self)
         machine, g = self.machine_, self._sample_generator()
-        zeros = [torch.zeros(n_samples, n, dtype=machine.dtype) for n in machine.sizes]
+        zeros = [
+            torch.zeros(n_samples, n, dtype=machine.dtype, device=machine.device)
+            for n in machine.sizes
+        ]
         xs = [p.sample(z, z, generator=g) for p, z in zip(machine.priors, zeros, strict=True)]
         for _ in range(int(n_steps)):
             xs = machine.gibbs_step(xs, generator=g)

@@ -23,7 +23,7 @@ __all__ = ["UCDDBM"]
 
 _DBM = defaults("dbm_model")
 _UCD = _DBM["ucd"]
-_DTYPE = schema_default("dtype")
+_DTYPE, _DEVICE = schema_default("dtype"), schema_default("device")
 
 
 class UCDDBM(BoltzmannEstimator):
@@ -32,8 +32,8 @@ class UCDDBM(BoltzmannEstimator):
 
     Every default is the config schema's (``$defs/dbm_model``), except where the schema has
     none: ``n_components`` and ``method`` (required there; two layers of 256 units, ucd_lmi) and
-    the estimator's own switches (``log_z``, ``binarize``, ``dtype``, ``random_state``,
-    ``verbose``).
+    the estimator's own switches (``log_z``, ``binarize``, ``random_state``, ``verbose``);
+    ``dtype`` and ``device`` are the schema's top-level keys.
 
     Rows are {0, 1} whatever the units: with ``centering`` (simplified centering, Sec. 4.1) the
     machine's units are {-1, +1} and the rows are mapped by 2x - 1 (``ucd.dbm.data_for``);
@@ -46,35 +46,84 @@ class UCDDBM(BoltzmannEstimator):
     method : {"ucd_lmi", "dbm_pcd", "centered_pcd"}, default="ucd_lmi"
         UCD-LMI; PCD without pretraining (mean-field positive phase); the centered DBM of
         Montavon & Mueller (2012) by PCD.
-    epochs, batch_size, learning_rate, momentum, l2, sampling_steps, weight_init_std
-        As the config keys of the same names (``docs/config.md``).
-    marginalise, centering, orthogonal, logistic_bias : bool, default=True
-        UCD-LMI's switches (eq. 27; Sec. 4.1; Sec. 4.3; App. B), Table 2's ablation.
-    cap, search_cap, n_chains, mean_field_steps, offset_rate
-        Coupling and local-search caps, negative-phase chains (None: ``batch_size``), PCD's
-        mean-field sweeps and the centering offsets' rate.
+    epochs : int, default=2
+        Passes over the rows.
+    batch_size : int, default=100
+        Rows per step.
+    learning_rate : float, default=0.01
+        SGD step, without decay (App. C).
+    momentum : float, default=0.0
+        Heavy-ball momentum; 0 is the paper's plain SGD.
+    l2 : float, default=0.0
+        Weight decay (the paper uses none).
+    sampling_steps : int, default=1
+        Gibbs sweeps per PCD step.
+    weight_init_std : float, default=0.01
+        Standard deviation of N(0, s^2) couplings when ``orthogonal`` is False.
+    marginalise : bool, default=True
+        The marginalised estimator (eq. 27).
+    centering : bool, default=True
+        Simplified centering: {-1, +1} units (Sec. 4.1); False: {0, 1} units.
+    orthogonal : bool, default=True
+        Orthogonal initial couplings (Sec. 4.3); False: Gaussian.
+    logistic_bias : bool, default=True
+        Logistic(0, 0.5) initial biases (App. B); False: zero. The four switches are Table 2's
+        ablation.
+    cap : int, default=1000
+        Coupling steps at most (the unbiased estimator's chains, Alg. 2).
+    search_cap : int, default=10000
+        Local-search steps at most (Alg. 1), in training and in ``sample``.
+    n_chains : int or None, default=None
+        Negative-phase chains of PCD; None: ``batch_size``.
+    mean_field_steps : int, default=10
+        Mean-field sweeps of the PCD positive phase.
+    offset_rate : float, default=0.01
+        Moving-average rate of the centering offsets (``centered_pcd``).
     log_z : {"auto", "exact", "tap"}, default="auto"
         ln Z of ``score_samples``: enumeration for one hidden layer of at most 20 units, else
         TAP (eq. 39 and App. E's clamped solutions, by the schema's ``model.tap`` solver).
     binarize : float or None, default=None
         Rows mapped to {0, 1} by ``x > binarize``; None: every value must be 0 or 1.
     dtype : {"float32", "float64"}, default="float32"
+        Precision of the machine (the schema's top-level ``dtype``).
+    device : str, default="cpu"
+        Torch device of the machine and of training: "cpu", "cuda" or "cuda:N" (the schema's
+        top-level ``device``). The machine is built on the CPU and moved; on CUDA, training draws
+        from a CUDA generator seeded from the CPU stream (``ucd.training.start``), so its
+        numbers differ from the CPU's. Outputs are NumPy arrays whatever the device.
     random_state : int or None, default=None
         Seeds the torch generators: training's stream (seed, "ucd_dbm", "estimator/UCDDBM",
         "train") and ``sample``'s; None draws a fresh seed.
     verbose : bool, default=False
+        Progress bars.
 
     Attributes
     ----------
     machine_ : BoltzmannMachine
+        The trained machine (``tapmachine.core.machine``), in its own units.
     components_ : ndarray of shape (n_components[0], n_features)
         The first coupling matrix, transposed.
     log_partition_ : float
+        ln Z used by ``score_samples``.
     score_method_ : {"exact", "tap"}
+        How ``log_partition_`` was found.
     history_ : list of dict
+        The training loop's metrics per epoch.
     n_iter_ : int
+        Epochs trained.
     seed_ : int
+        The seed the generators were drawn from.
     n_features_in_ : int
+        Columns of the rows seen by ``fit``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tapmachine import UCDDBM
+    >>> X = (np.random.default_rng(0).random((200, 6)) < 0.3).astype(float)
+    >>> dbm = UCDDBM(4, epochs=2, batch_size=50, random_state=0).fit(X)
+    >>> dbm.transform(X).shape, dbm.score_method_, dbm.sample(3).shape
+    ((200, 4), 'exact', (3, 6))
     """
 
     _definition = "dbm_model"
@@ -103,6 +152,7 @@ class UCDDBM(BoltzmannEstimator):
         log_z="auto",
         binarize=None,
         dtype=_DTYPE,
+        device=_DEVICE,
         random_state=None,
         verbose=False,
     ):
@@ -127,6 +177,7 @@ class UCDDBM(BoltzmannEstimator):
         self.log_z = log_z
         self.binarize = binarize
         self.dtype = dtype
+        self.device = device
         self.random_state = random_state
         self.verbose = verbose
 
@@ -171,10 +222,12 @@ class UCDDBM(BoltzmannEstimator):
         Parameters
         ----------
         n_samples : int, default=1
+            Rows to draw.
 
         Returns
         -------
         X : ndarray of shape (n_samples, n_features)
+            The drawn rows, {0, 1}.
         """
         check_is_fitted(self)
         machine = self.machine_

@@ -383,23 +383,15 @@ def _check_harvest_and_figures(config: dict) -> None:
 
 
 def check_device(device: str) -> None:
-    """ConfigError (one line) when ``device`` is cuda and this machine's torch sees no CUDA device.
+    """ConfigError (one line) when ``device`` is cuda and this machine's torch sees no CUDA device
+    (``train.settings.device_problem``, which the estimators' ``device`` is checked by too).
 
     The workflow calls it where jobs run on this machine, so the run fails before any job.
     """
     if not device.startswith("cuda"):
         return
-    import torch
+    from tapmachine.train.settings import device_problem
 
-    if not torch.cuda.is_available():
-        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
-        raise ConfigError(
-            f"config error at device: {device!r}, but torch {torch.__version__} ({build} build) "
-            "sees no CUDA device here; set device: cpu or run on a GPU node"
-        )
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if index >= torch.cuda.device_count():
-        raise ConfigError(
-            f"config error at device: {device!r}, but only {torch.cuda.device_count()} CUDA "
-            "device(s) are visible"
-        )
+    problem = device_problem(device)
+    if problem is not None:
+        raise ConfigError(f"config error at device: {problem}")

@@ -9,7 +9,14 @@ from tapmachine.core import tap
 from tapmachine.core.errors import TapmachineError
 from tapmachine.io.schema import defaults
 
-__all__ = ["METHODS", "TrainingError", "TrainSettings", "PretrainSettings", "RHO_STEPS"]
+__all__ = [
+    "METHODS",
+    "TrainingError",
+    "TrainSettings",
+    "PretrainSettings",
+    "RHO_STEPS",
+    "device_problem",
+]
 
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
 RHO_STEPS = ("plain", "logit")
@@ -25,6 +32,25 @@ METHODS: dict = {}
 
 class TrainingError(TapmachineError):
     """Training cannot go on (divergence, inconsistent resume state, bad settings)."""
+
+
+def device_problem(device: str) -> str | None:
+    """Why this machine's torch cannot train on ``device`` ("cpu", "cuda" or "cuda:N", the
+    config's ``device``), in one line starting with the device's name; None when it can."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        return (
+            f"{device!r}, but torch {torch.__version__} ({build} build) sees no CUDA device "
+            "here; set device: cpu or run on a GPU node"
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        return f"{device!r}, but only {torch.cuda.device_count()} CUDA device(s) are visible"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

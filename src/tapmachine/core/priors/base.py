@@ -9,6 +9,16 @@ import torch
 from torch import Tensor
 
 
+def draw_device(generator: torch.Generator | None, like: Tensor) -> torch.device:
+    """Where a prior draws its random numbers: on ``generator``'s device, else on ``like``'s.
+
+    torch draws only from a generator of the output's device, and the training stream of an RBM
+    is a CPU generator whatever the machine's device (its weights and batches are the same on
+    every device); its draws are made on the CPU and moved.
+    """
+    return like.device if generator is None else generator.device
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Prior(abc.ABC):
     """Interface shared by every unit prior.

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import logsigmoid, softplus
 
-from tapmachine.core.priors.base import Prior
+from tapmachine.core.priors.base import Prior, draw_device
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,7 +56,7 @@ class Bernoulli(Prior):
 
     def sample(self, B, A, generator=None):
         p = torch.sigmoid(self._field(B, A))
-        return torch.bernoulli(p, generator=generator)
+        return torch.bernoulli(p.to(draw_device(generator, p)), generator=generator).to(p.device)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -97,7 +97,8 @@ class Spin(Prior):
 
     def sample(self, B, A, generator=None):
         p = torch.sigmoid(2.0 * (self.U + B)) + 0.0 * A
-        return 2.0 * torch.bernoulli(p, generator=generator) - 1.0
+        ones = torch.bernoulli(p.to(draw_device(generator, p)), generator=generator)
+        return 2.0 * ones.to(p.device) - 1.0
 
 
 def _log_cosh(z: Tensor) -> Tensor:

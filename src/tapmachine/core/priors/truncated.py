@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from tapmachine.core.priors import truncnorm as tn
-from tapmachine.core.priors.base import Prior
+from tapmachine.core.priors.base import Prior, draw_device
 
 
 class _Tilted(NamedTuple):
@@ -185,8 +185,9 @@ class TruncatedGaussian(Prior):
         """
         dtype = torch.promote_types(self.U.dtype, B.dtype)
         b, s = torch.broadcast_tensors(tn.wide(self.U) + B, tn.wide(self.V) + A)
-        u_side = torch.rand(b.shape, generator=generator, dtype=dtype, device=b.device)
-        w = 1.0 - torch.rand(b.shape, generator=generator, dtype=dtype, device=b.device)
+        at = draw_device(generator, b)
+        u_side = torch.rand(b.shape, generator=generator, dtype=dtype, device=at).to(b.device)
+        w = 1.0 - torch.rand(b.shape, generator=generator, dtype=dtype, device=at).to(b.device)
         t = tn.anchored(b, s, self.lower, self.upper, dtype, False, False)
         h = 0.5 * self.width
         f, g1, g2, width, _ = tn.closed_setup(t.rate, torch.add(t.rate, s, alpha=2.0 * h), s, h)
@@ -330,5 +331,7 @@ class TruncatedGaussBernoulli(Prior):
         pi = self._mix(self.gaussian._stats_wide(B, A, moments=False).log_z)[1]
         x = self.gaussian.sample(B, A, generator=generator)
         pi = pi.to(x.dtype)
-        on = torch.rand(pi.shape, generator=generator, dtype=pi.dtype, device=pi.device) < pi
+        at = draw_device(generator, pi)
+        u = torch.rand(pi.shape, generator=generator, dtype=pi.dtype, device=at).to(pi.device)
+        on = u < pi
         return torch.where(on, x, 0.0)

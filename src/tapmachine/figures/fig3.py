@@ -42,12 +42,14 @@ from tapmachine.figures.common import (
     PAGE,
     FigureError,
     FigureResult,
+    ModelInfo,
     claim,
     dataset_label,
     model_info,
     new_figure,
     size_note,
     styled,
+    substitute_claims,
     table,
 )
 from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
@@ -155,6 +157,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
                     {
                         "model": info.name,
                         "dataset": dataset,
+                        "substitute": info.substitute,
                         "hidden_units": nh,
                         "epoch": int(ei),
                         "tap_ll": mi,
@@ -182,7 +185,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
     fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(curves))
     return FigureResult(
         fig,
-        table(drawn, claims),
+        table(drawn, claims + substitute_claims(infos)),
         infos,
         params={"metrics_files": [str(Path(f)) for f in metrics_files]},
     )
@@ -473,4 +476,9 @@ def rejudge(figure_table):
         if "exact_ll" in curve and curve["exact_ll"].notna().any():
             known = curve[curve["exact_ll"].notna()]
             claims += _exact_claims(model, e, m, known.reset_index(drop=True))
-    return table(drawn.drop(columns="kind"), claims)
+    infos = [
+        ModelInfo(str(model), str(c["dataset"].iloc[0]), str(c["substitute"].iloc[0]))
+        for model, c in drawn.groupby("model", sort=False)
+        if "substitute" in c and isinstance(c["substitute"].iloc[0], str)
+    ]
+    return table(drawn.drop(columns="kind"), claims + substitute_claims(infos))

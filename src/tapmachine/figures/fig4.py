@@ -52,6 +52,7 @@ from tapmachine.figures.common import (
     model_info,
     new_figure,
     styled,
+    substitute_claims,
     table,
 )
 from tapmachine.figures.montage import tile
@@ -336,7 +337,7 @@ def make(
         (i.dataset, nh, spread_median, float(np.median(fractions[i.name])))
         for i, spread_median, nh in infos
     ]
-    claims += trend_claims(models)
+    claims += trend_claims(models) + substitute_claims(i for i, _, _ in infos)
 
     n = len(panels)
     height = 0.9 + 0.78 * n

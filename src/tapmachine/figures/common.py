@@ -40,6 +40,7 @@ __all__ = [
     "table",
     "describe",
     "dataset_label",
+    "model_colours",
     "substitute_claims",
     "save",
     "style",
@@ -160,6 +161,22 @@ def substitute_claims(infos: Iterable[ModelInfo]) -> list[dict]:
         for info in infos
         if info.substitute
     ]
+
+
+def model_colours(names: Iterable[str]) -> dict[str, str]:
+    """Model name -> its colour: the style's colour cycle (``STYLE``'s ``axes.prop_cycle``) in the
+    order of ``names``, repeated names taking their first colour.
+
+    Figures that draw the same models (Figs. 3 and 4) are given the same ``names`` (their
+    ``palette``), so that a model keeps its colour from one figure to the next; every model of a
+    figure has its own colour while the names are no more than the cycle's colours.
+    """
+    import matplotlib
+
+    with style():
+        cycle = [c["color"] for c in matplotlib.rcParams["axes.prop_cycle"]]
+    names = list(dict.fromkeys(names))
+    return {name: cycle[i % len(cycle)] for i, name in enumerate(names)}
 
 
 def claim(

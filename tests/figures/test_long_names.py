@@ -112,3 +112,96 @@ def test_model_colours_come_from_the_style_in_order():
     assert got == {"b": cycle[0], "a": cycle[1], "c": cycle[2]}
     many = common.model_colours([f"m{i}" for i in range(12)])
     assert many["m10"] == cycle[0]
+
+
+def test_figs_8_and_9_with_the_configs_longest_method_label(run, tmp_path):
+    """Fig. 9 writes each method beside its row: "tap_nh500_noiseaug" is longer than the row is
+    high, and written up the row it ran past the figure's edge."""
+    from tapmachine.figures import fig8, fig9
+    from tapmachine.pipeline.stages import denoise as stage
+
+    model = renamed_model(run["model"], tmp_path, *long_names.BINARY)
+    s = stage.bsc_settings('{"ps": [0.0, 0.1, 0.3, 0.5], "n_images": 20, "fig9_image": 3}')
+    stage.run_bsc(model, run["data"], s, tmp_path / "b.csv", tmp_path / "b.npz")
+    stage.run_baselines(run["data"], s, tmp_path / "o.csv", tmp_path / "o.npz")
+    label = "tap_nh500_noiseaug"
+    eight = fig8.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [label])
+    assert label in set(eight.table["method"].dropna())
+    nine = fig9.make([tmp_path / "b.npz"], tmp_path / "o.npz", [model], [0.1, 0.5], [label])
+    assert label in {ax.get_ylabel() for ax in nine.figure.axes}
+
+
+def test_figs_10_to_12_and_the_likelihood_table_with_real_names(run, tmp_path):
+    import torch
+
+    from tapmachine.core.machine import BoltzmannMachine
+    from tapmachine.core.priors import Bernoulli
+    from tapmachine.figures import fig10, fig11, fig12, likelihood_table
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.tap_paper import likelihood
+
+    name, dataset, _ = long_names.LIKE_FOR_LIKE
+    model = renamed_model(run["model"], tmp_path, name, dataset, FACES[2])
+    e = pd.Series(range(1, 5))
+    base = -150 + 8 * e.map(float).map(__import__("math").log)
+    scores = {"model": name, "epoch": e, "log_z_ais": -base, "log_z_ais_stderr": 0.1}
+    scores.update(log_z_tap=-base, ais_n_betas=1451, ais_description="S&M, 1451 betas", pl_sites=9)
+    for split in ("test", "train"):
+        scores.update(
+            {
+                f"tap_ll_{split}": base + 5,
+                f"tap_ll_per_unit_{split}": (base + 5) / 44,
+                f"ais_ll_{split}": base,
+                f"ais_ll_{split}_lower": base - 0.3,
+                f"ais_ll_{split}_upper": base + 0.3,
+                f"pl_{split}": base + 10,
+                f"n_{split}_images": 20,
+            }
+        )
+    pd.DataFrame(scores).to_csv(tmp_path / "scores.csv", index=False)
+    twelve = fig12.make(tmp_path / "scores.csv", model)
+    assert f"{name} on {dataset} (substitute)" in twelve.figure.get_suptitle()
+
+    settings = likelihood.ScoreSettings(
+        ais_runs=20, n_betas=100, pl_sites=4, n_train=0, n_test=None, tap_inits=20
+    )
+    likelihood.score_model(model, run["data"], tmp_path / "final.csv", settings, seed=3)
+    cd = pd.read_csv(tmp_path / "final.csv").assign(method="cd", sampling_steps=25)
+    cd.to_csv(tmp_path / "cd.csv", index=False)
+    table = likelihood_table.make([tmp_path / "final.csv", tmp_path / "cd.csv"], [model, model])
+    assert {"TAP", "CD-25"} <= set(table.table["method_label"].dropna())
+
+    fig10_models, curves = [], []
+    for inference, its in (("tap", 3), ("adatap", 3), ("adatap", 100)):
+        fig10_models.append(
+            renamed_model(run["model"], tmp_path, f"bmnist_fig10_{inference}{its}", "binary_mnist")
+        )
+        curves.append(tmp_path / f"{inference}{its}.csv")
+        pd.DataFrame({"epoch": [1, 2, 3], "pl": [-12.0, -11.0, -10.0], "pl_stderr": 0.1}).assign(
+            inference=inference, train_iterations=its
+        ).to_csv(curves[-1], index=False)
+    timing = tmp_path / "timing.csv"
+    pd.DataFrame(
+        {"batch_size": [1, 100], "tap_seconds": [1e-4, 1e-3], "adatap_seconds": [1e-2, 2.0]}
+    ).assign(ratio=lambda d: d.adatap_seconds / d.tap_seconds, n_visible=36, n_hidden=8).assign(
+        threads=1, dtype="float32"
+    ).to_csv(timing, index=False)
+    fig10.make(curves, fig10_models, timing)
+
+    deep, deep_curves = [], []
+    for deep_name, sizes in (("bmnist_dbm2", (36, 8, 4)), ("bmnist_dbm3", (36, 8, 4, 2))):
+        machine = BoltzmannMachine(
+            tuple(Bernoulli(torch.zeros(n)) for n in sizes),
+            tuple(torch.zeros(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)),
+        )
+        path = tmp_path / deep_name / "model.pt"
+        path.parent.mkdir()
+        ModelFile.from_machine(machine, deep_name, dataset="binary_mnist").save(path)
+        deep.append(path)
+        deep_curves.append(tmp_path / f"{deep_name}.csv")
+        pd.DataFrame({"epoch": [1, 2, 3], "tap_ll_train": [-0.3, -0.29, -0.28]}).assign(
+            tap_ll_test=lambda d: d.tap_ll_train - 0.01,
+            tap_ll_train_stderr=0.01,
+            tap_ll_test_stderr=0.01,
+        ).to_csv(deep_curves[-1], index=False)
+    fig11.make(deep_curves, deep)

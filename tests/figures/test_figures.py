@@ -32,7 +32,12 @@ def _save(result, tmp_path, name):
     assert {"drawn", "claim"} <= set(table["kind"])
     titles = " ".join([result.figure.get_suptitle()] + [a.get_title() for a in result.figure.axes])
     assert "tiny" in titles or "synth" in titles
-    assert "SUBSTITUTE" in titles, "the dataset is marked substitute: the figure must say so"
+    assert "(substitute)" in titles, "the dataset is marked substitute: the figure must say so"
+    assert "made-up faces" in set(table["detail"].dropna()) | set(
+        table.get("substitute", [])
+    ) or any("made-up faces" in d for d in table["detail"].dropna()), (
+        "and its CSV describes the substitute"
+    )
     assert not list(tmp_path.glob(".*.tmp"))
     return table
 

@@ -141,6 +141,15 @@ def derived_labels_arg(name):
 
 # Harvest stage and figures 3-7 (harvest.smk, figures.smk).
 FIGURES = config["figures"]
+# Figs. 3 and 4 colour their models in this order, so that a model has one colour in both.
+FIGURE_PALETTE = " ".join(
+    dict.fromkeys(
+        [
+            *(FIGURES.get("fig3") or {}).get("models", []),
+            *(FIGURES.get("fig4") or {}).get("models", []),
+        ]
+    )
+)
 
 
 def solution_file(model, epoch):

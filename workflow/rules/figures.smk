@@ -62,9 +62,11 @@ if "fig3" in FIGURES:
         resources:
             mem_mb=2000,
             runtime=10,
+        params:
+            palette=FIGURE_PALETTE,
         shell:
             "tapmachine figure fig3 --metrics {input.metrics} --model-files {input.models} "
-            "--exact {input.exact} --png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
+            "--exact {input.exact} --palette {params.palette} --png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"
 
 
@@ -91,10 +93,11 @@ if "fig4" in FIGURES:
             n_images=FIGURES["fig4"]["n_images"],
             per_group=FIGURES["fig4"]["per_group"],
             spread=FIGURES["fig4"]["spread"],
+            palette=FIGURE_PALETTE,
         shell:
             "tapmachine figure fig4 --model-files {input.models} --data {input.data} "
             "--n-images {params.n_images} --per-group {params.per_group} "
-            "--spread {params.spread} "
+            "--spread {params.spread} --palette {params.palette} "
             "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -39,6 +40,8 @@ __all__ = [
     "table",
     "describe",
     "dataset_label",
+    "model_colours",
+    "substitute_claims",
     "save",
     "style",
     "styled",
@@ -133,15 +136,47 @@ def load_model_file(model_file):
 
 
 def describe(info: ModelInfo) -> str:
-    """'model on dataset' with the substitute named, for titles."""
-    text = f"{info.name} on {info.dataset}"
-    if info.substitute:
-        text += f" [SUBSTITUTE data: {info.substitute}]"
-    return text
+    """'model on dataset', the dataset marked when it is a substitute (``dataset_label``), for
+    titles."""
+    return f"{info.name} on {dataset_label(info.dataset, info.substitute)}"
 
 
 def dataset_label(dataset: str, substitute: str) -> str:
-    return f"{dataset} [SUBSTITUTE: {substitute}]" if substitute else dataset
+    """The dataset's name, with "(substitute)" when the data stand in for the paper's: short
+    enough for a panel title; the substitute's description is in the CSV
+    (``substitute_claims``) and the report's caption."""
+    return f"{dataset} (substitute)" if substitute else dataset
+
+
+def substitute_claims(infos: Iterable[ModelInfo]) -> list[dict]:
+    """A context row per model trained on substitute data (``substitute_data``: the dataset and
+    the substitute's description, which titles only mark as "(substitute)")."""
+    return [
+        claim(
+            "substitute_data",
+            math.nan,
+            info.name,
+            f"{info.dataset} is a substitute for the paper's data: {info.substitute}",
+        )
+        for info in infos
+        if info.substitute
+    ]
+
+
+def model_colours(names: Iterable[str]) -> dict[str, str]:
+    """Model name -> its colour: the style's colour cycle (``STYLE``'s ``axes.prop_cycle``) in the
+    order of ``names``, repeated names taking their first colour.
+
+    Figures that draw the same models (Figs. 3 and 4) are given the same ``names`` (their
+    ``palette``), so that a model keeps its colour from one figure to the next; every model of a
+    figure has its own colour while the names are no more than the cycle's colours.
+    """
+    import matplotlib
+
+    with style():
+        cycle = [c["color"] for c in matplotlib.rcParams["axes.prop_cycle"]]
+    names = list(dict.fromkeys(names))
+    return {name: cycle[i % len(cycle)] for i, name in enumerate(names)}
 
 
 def claim(

@@ -29,6 +29,7 @@ from tapmachine.figures.common import (
     model_info,
     new_figure,
     styled,
+    substitute_claims,
     table,
 )
 
@@ -189,4 +190,5 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         + (f", {n_images} images scored" if n_images else "")
         + note,
     )
+    claims += substitute_claims(infos[:1])
     return FigureResult(fig, table(drawn, claims), infos, {"labels": labels})

@@ -28,6 +28,7 @@ from tapmachine.figures.common import (
     model_info,
     new_figure,
     styled,
+    substitute_claims,
     table,
 )
 
@@ -105,4 +106,5 @@ def make(curve_csvs, model_files) -> FigureResult:
         ("\nREDUCED sizes and epochs (paper: 50 pretraining + 3,000 joint epochs)") if small else ""
     )
     fig.suptitle(f"Fig. 11: deep TAP machines, {describe(infos[0]).split(' on ')[-1]}{note}")
+    claims += substitute_claims(infos[:1])
     return FigureResult(fig, table(drawn, claims), infos)

@@ -32,6 +32,7 @@ from tapmachine.figures.common import (
     new_figure,
     size_note,
     styled,
+    substitute_claims,
     table,
 )
 
@@ -230,7 +231,7 @@ def make(scores_csv, model_file) -> FigureResult:
     )
     return FigureResult(
         fig,
-        table(drawn, claims),
+        table(drawn, claims + substitute_claims([info])),
         [info],
         params={"scores_csv": str(scores_csv), "ais": description, "pl_sites": pl_sites},
     )

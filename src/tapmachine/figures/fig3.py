@@ -42,12 +42,15 @@ from tapmachine.figures.common import (
     PAGE,
     FigureError,
     FigureResult,
+    ModelInfo,
     claim,
     dataset_label,
+    model_colours,
     model_info,
     new_figure,
     size_note,
     styled,
+    substitute_claims,
     table,
 )
 from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
@@ -92,9 +95,11 @@ def _title_note(curves) -> str:
 
 
 @styled
-def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult:
+def make(metrics_files: list, model_files: list, exact_files=(), palette=()) -> FigureResult:
     """Fig. 3 for the models whose ``metrics.csv`` and ``model.pt`` are given (same order), with
-    the exact curves of ``exact_files`` (CSVs of ``likelihood.exact_curve``, any of the models)."""
+    the exact curves of ``exact_files`` (CSVs of ``likelihood.exact_curve``, any of the models);
+    each model in its own colour, ``model_colours`` of ``palette`` (model names; Fig. 4 is given
+    the same) followed by the models not in it."""
     if len(metrics_files) != len(model_files) or not metrics_files:
         raise FigureError("fig3 needs one metrics.csv per model.pt (and at least one model)")
     infos, curves = [], []
@@ -109,6 +114,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
         infos.append(info)
         curves.append(df.sort_values("epoch"))
     exact = _read_exact(exact_files, [i.name for i in infos])
+    colours = model_colours([*palette, *(i.name for i in infos)])
 
     datasets = list(dict.fromkeys(i.dataset for i in infos))
     fig = new_figure(min(PAGE, COLUMN * len(datasets)), 3.8)
@@ -124,7 +130,9 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
             m = df["tap_ll"].to_numpy(float)
             s = df["tap_ll_stderr"].to_numpy(float)
             nh = info.sizes[1] if len(info.sizes) > 1 else "?"
-            (line,) = ax.plot(e, m, marker="." if len(e) < 30 else None, label=f"{info.name}")
+            (line,) = ax.plot(
+                e, m, color=colours[info.name], marker="." if len(e) < 30 else None, label=info.name
+            )
             ax.fill_between(e, m - s, m + s, color=line.get_color(), alpha=0.25, linewidth=0)
             extra = {
                 c: df[c].to_numpy(float) if c in df else np.full(len(e), np.nan)
@@ -155,6 +163,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
                     {
                         "model": info.name,
                         "dataset": dataset,
+                        "substitute": info.substitute,
                         "hidden_units": nh,
                         "epoch": int(ei),
                         "tap_ll": mi,
@@ -182,7 +191,7 @@ def make(metrics_files: list, model_files: list, exact_files=()) -> FigureResult
     fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(curves))
     return FigureResult(
         fig,
-        table(drawn, claims),
+        table(drawn, claims + substitute_claims(infos)),
         infos,
         params={"metrics_files": [str(Path(f)) for f in metrics_files]},
     )
@@ -473,4 +482,9 @@ def rejudge(figure_table):
         if "exact_ll" in curve and curve["exact_ll"].notna().any():
             known = curve[curve["exact_ll"].notna()]
             claims += _exact_claims(model, e, m, known.reset_index(drop=True))
-    return table(drawn.drop(columns="kind"), claims)
+    infos = [
+        ModelInfo(str(model), str(c["dataset"].iloc[0]), str(c["substitute"].iloc[0]))
+        for model, c in drawn.groupby("model", sort=False)
+        if "substitute" in c and isinstance(c["substitute"].iloc[0], str)
+    ]
+    return table(drawn.drop(columns="kind"), claims + substitute_claims(infos))

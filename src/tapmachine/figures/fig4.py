@@ -49,9 +49,11 @@ from tapmachine.figures.common import (
     claim,
     dataset_label,
     load_model_file,
+    model_colours,
     model_info,
     new_figure,
     styled,
+    substitute_claims,
     table,
 )
 from tapmachine.figures.montage import tile
@@ -219,9 +221,12 @@ def make(
     n_images: int = 2000,
     per_group: int = 8,
     spread: str = "raw",
+    palette=(),
 ):
     """Fig. 4 for the models ``model_files`` with their datasets ``data_files`` (same order);
-    fields ranked by ``spread_l01(W, scale=spread)``."""
+    fields ranked by ``spread_l01(W, scale=spread)``. Each model's row labels are in its colour,
+    ``model_colours`` of ``palette`` (model names; Fig. 3 is given the same) followed by the
+    models not in it."""
 
     from tapmachine.io.data import load_dataset
 
@@ -336,7 +341,7 @@ def make(
         (i.dataset, nh, spread_median, float(np.median(fractions[i.name])))
         for i, spread_median, nh in infos
     ]
-    claims += trend_claims(models)
+    claims += trend_claims(models) + substitute_claims(i for i, _, _ in infos)
 
     n = len(panels)
     height = 0.9 + 0.78 * n
@@ -349,11 +354,18 @@ def make(
 
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
     image = None
+    colours = model_colours([*palette, *(i.name for i, _, _ in infos)])
     for ax, (info, group, grid) in zip(axes, panels, strict=True):
         image = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_ylabel(f"{info.name}\n{group}", rotation=0, ha="right", va="center")
+        ax.set_ylabel(
+            f"{info.name}\n{group}",
+            rotation=0,
+            ha="right",
+            va="center",
+            color=colours[info.name],
+        )
     cax = fig.add_axes((0.89, 0.5 - 1.5 / height, 0.02, 3.0 / height))
     fig.colorbar(image, cax=cax, label="w / max|w|")
     datasets = ", ".join(dict.fromkeys(dataset_label(i.dataset, i.substitute) for i, _, _ in infos))

@@ -267,7 +267,8 @@ def make(
         first.imshow(
             clean.reshape(shape) if r == 0 else np.zeros(shape), cmap="gray_r", vmin=0, vmax=1
         )
-        first.set_ylabel(method)
+        # across, beside its row: a method's name (tap_nh500_noiseaug) is longer than a row is high
+        first.set_ylabel(method, rotation=0, ha="right", va="center")
         if r == 0:
             first.set_title("clean")
         for c, j in enumerate(cols):

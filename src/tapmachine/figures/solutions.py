@@ -53,10 +53,15 @@ def result(fig, title: str, drawn, claims, info: ModelInfo, sols, **params) -> F
 
     The figure's title is ``title``, the model and its dataset (``describe``), and the harvest's
     size note on a second line (``title_note``);
-    the table holds the ``drawn`` rows and the ``claims``; the params name the harvested epochs,
+    the table holds the ``drawn`` rows (with the substitute's description, for substitute data)
+    and the ``claims``; the params name the harvested epochs,
     then ``params``.
     """
     note = title_note(sols[-1]["epoch"], int(sols[0]["converged"].shape[0]))
     fig.suptitle(f"{title}, {describe(info)}{note}")
     epochs = [s["epoch"] for s in sols]
+    if info.substitute:
+        import pandas as pd
+
+        drawn = pd.DataFrame(drawn).assign(substitute=info.substitute)
     return FigureResult(fig, table(drawn, claims), [info], params={"epochs": epochs, **params})

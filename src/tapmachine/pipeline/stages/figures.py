@@ -21,11 +21,20 @@ from tapmachine.pipeline.tracking.records import RunRecord, read_record, record_
 
 
 def _fig3(m, a):
-    return m.make(a.metrics, a.model_files, a.exact)
+    return m.make(a.metrics, a.model_files, a.exact, a.palette)
 
 
 def _fig4(m, a):
-    return m.make(a.model_files, a.data, a.n_images, a.per_group, a.spread)
+    return m.make(a.model_files, a.data, a.n_images, a.per_group, a.spread, a.palette)
+
+
+def _palette_arg(f) -> None:
+    f.add_argument(
+        "--palette",
+        nargs="*",
+        default=[],
+        help="model names in the order that gives them their colours (Figs. 3 and 4 alike)",
+    )
 
 
 def _fig5(m, a):
@@ -98,6 +107,7 @@ def _fig3_args(f) -> None:
     f.add_argument(
         "--exact", nargs="*", default=[], help="exact curves (tapmachine exact-curve CSVs)"
     )
+    _palette_arg(f)
 
 
 def _fig4_args(f) -> None:
@@ -107,6 +117,7 @@ def _fig4_args(f) -> None:
     f.add_argument("--n-images", type=int, default=fig("n_images"))
     f.add_argument("--per-group", type=int, default=fig("per_group"))
     f.add_argument("--spread", default=fig("spread"), choices=["raw", "peak"], help="l_0.1 measure")
+    _palette_arg(f)
 
 
 def _fig5_args(f) -> None:

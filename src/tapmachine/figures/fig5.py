@@ -221,6 +221,8 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
     ``slices``: the epochs with a histogram in every column (None: up to 4 spread over each
     model's harvest); ``per_model``: model -> {"slices": [...]}, a column's own.
     """
+    from matplotlib.ticker import MaxNLocator
+
     columns = load_columns(solution_files)
     drawn, claims, panels = [], [], []
     for sols, info in columns:
@@ -243,15 +245,20 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
         gs = sub.add_gridspec(2 + rows, across, height_ratios=[1.4, 0.8] + [1.0 / rows] * rows)
         top = sub.add_subplot(gs[0, :])
         _draw_solutions(top, sols, panel["epochs"], panel["helm"], panel["counts"], n == 1)
-        _draw_course(sub.add_subplot(gs[1, :]), panel["epochs"], panel["helm"], panel["energy"])
+        course = sub.add_subplot(gs[1, :])
+        _draw_course(course, panel["epochs"], panel["helm"], panel["energy"], wide=n == 1)
         by_epoch = {s["epoch"]: s for s in sols}
         for k, e in enumerate(panel["slices"]):
             ax = sub.add_subplot(gs[2 + k // across, k % across])
             hist_legend &= not _draw_histogram(ax, by_epoch[e], hist_legend)
             count = len(by_epoch[e]["unique_free_energy"])
             copies = panel["near_copies"][panel["epochs"].index(e)]
-            share = f", {copies:.0%} near copies" if np.isfinite(copies) and n == 1 else ""
-            ax.set_title(f"epoch {e}: {count} unique{share}")
+            if n == 1:
+                share = f", {copies:.0%} near copies" if np.isfinite(copies) else ""
+                ax.set_title(f"epoch {e}: {count} unique{share}")
+            else:  # narrow panels: the count alone (the caption says what it counts)
+                ax.set_title(f"epoch {e}: {count}")
+                ax.xaxis.set_major_locator(MaxNLocator(3, steps=[1, 2, 5, 10]))
     if n > 1:
         handles, labels = _top_legend(subfigs[0].axes[0])
         fig.legend(handles, labels, loc="outside lower center", ncols=3)
@@ -402,10 +409,11 @@ def _draw_solutions(ax, sols, epochs, helm, counts, legend: bool = True) -> None
         ax.legend(h1 + h2, l1 + l2, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=3)
 
 
-def _draw_course(ax, epochs, helm, helm_energy) -> None:
+def _draw_course(ax, epochs, helm, helm_energy, wide: bool = True) -> None:
     """The Helmholtz estimate in both conventions its verdicts use (``trend_claims``), each as
     its change since the first epoch: eq. (36)'s F and the binary RBM's usual free energy (F
-    minus the units' ln Z_B), which the paper may plot; each one's peak is marked."""
+    minus the units' ln Z_B), which the paper may plot; each one's peak is marked (the legend's
+    title shortened in a narrow column, not ``wide``)."""
     courses = [(helm, "eq. (36)", "tab:red")]
     if helm_energy and np.isfinite(helm_energy).all():
         courses.append((helm_energy, "usual RBM free energy", "tab:purple"))
@@ -422,7 +430,8 @@ def _draw_course(ax, epochs, helm, helm_energy) -> None:
     ax.set_xlabel("epoch")
     ax.set_ylabel("change of mean F")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", title="Helmholtz estimate (triangle: peak)")
+    title = "Helmholtz estimate (triangle: peak)" if wide else "triangle: peak"
+    ax.legend(loc="best", title=title)
 
 
 def _draw_histogram(ax, sol: dict, legend: bool) -> bool:

@@ -233,7 +233,7 @@ def make(
     for j, ((sols, info), sub, panel) in enumerate(zip(columns, subfigs, panels, strict=True)):
         if n > 1:
             sub.suptitle(column_title(info, sols, j, n), fontsize="medium")
-        _draw_column(sub, panel, datasets[info.dataset][0].image_shape, across=n == 1)
+        _draw_column(sub, panel, datasets[info.dataset][0].image_shape, n == 1, rows)
     used = {info.name: p["einfo"]["method"] for (_, info), p in zip(columns, panels, strict=True)}
     return result(
         fig,
@@ -395,10 +395,10 @@ def _column(sols, info, ds, data_file, own: dict, method, n_neighbors, seed):
     return drawn, claims, panel
 
 
-def _draw_column(fig, panel: dict, image_shape, across: bool) -> None:
+def _draw_column(fig, panel: dict, image_shape, across: bool, rows: int) -> None:
     """One model's epochs on ``fig`` (a figure or subfigure): each an embedding panel over a strip
     of the solutions reached from the most initialisations; side by side if ``across``, else one
-    under the other."""
+    under the other in ``rows`` slots (the columns' rows aligned)."""
     import matplotlib
 
     per_epoch, mapped, labels, Y0 = (panel[k] for k in ("per_epoch", "mapped", "labels", "Y0"))
@@ -406,7 +406,7 @@ def _draw_column(fig, panel: dict, image_shape, across: bool) -> None:
     if across:
         gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
     else:
-        gs = fig.add_gridspec(2 * n, 1, height_ratios=[4.0, 1.0] * n)
+        gs = fig.add_gridspec(2 * rows, 1, height_ratios=[4.0, 1.0] * rows)
     cmap = matplotlib.colormaps["tab10"]
     classes = sorted(set(labels.tolist()))
     colour = {c: cmap(i % 10) for i, c in enumerate(classes)}

@@ -187,10 +187,13 @@ def figure_solution_files(fig):
 
 
 def figure_per_model(fig, keys):
-    """'--per-model JSON' with the columns' own `keys` (figures.{fig}.per_model), or nothing."""
+    """'--per-model JSON' with the drawn columns' own `keys` (figures.{fig}.per_model), or
+    nothing."""
+    per_model = FIGURES[fig].get("per_model") or {}
     own = {
-        model: {k: v for k, v in entry.items() if k in keys}
-        for model, entry in (FIGURES[fig].get("per_model") or {}).items()
+        model: {k: v for k, v in per_model[model].items() if k in keys}
+        for model in FIGURES[fig]["models"]
+        if model in per_model
     }
     own = {model: entry for model, entry in own.items() if entry}
     return f"--per-model '{json.dumps(own, sort_keys=True)}'" if own else ""

@@ -228,7 +228,7 @@ def make(
         fig = new_figure(PAGE, 3.4)
         subfigs = [fig]
     else:
-        fig = new_figure(PAGE, 2.2 * rows + 0.8)
+        fig = new_figure(PAGE, 2.0 * rows + 0.8)
         subfigs = fig.subfigures(1, n, squeeze=False)[0]
     for j, ((sols, info), sub, panel) in enumerate(zip(columns, subfigs, panels, strict=True)):
         if n > 1:

@@ -254,7 +254,7 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
             count = len(by_epoch[e]["unique_free_energy"])
             copies = panel["near_copies"][panel["epochs"].index(e)]
             if n == 1:
-                share = f", {copies:.0%} near copies" if np.isfinite(copies) else ""
+                share = f"\n{copies:.0%} near copies" if np.isfinite(copies) else ""
                 ax.set_title(f"epoch {e}: {count} unique{share}")
             else:  # narrow panels: the count alone (the caption says what it counts)
                 ax.set_title(f"epoch {e}: {count}")

@@ -61,16 +61,20 @@ class Job:
         return f"train/{self.model}"
 
 
-def _figure_epochs(cfg: dict, fig: str) -> list[int]:
-    """The harvested epochs a figure of Figs. 5-7 reads (``figure_solution_files``)."""
-    spec = cfg["figures"][fig]
-    return sorted(spec.get("epochs") or cfg["harvest"][spec["model"]]["epochs"])
+def _figure_epochs(cfg: dict, fig: str) -> dict[str, list[int]]:
+    """The harvested epochs a figure of Figs. 5-7 reads, by model (``figure_solution_files``)."""
+    from tapmachine.pipeline.configuration import solution_columns
+
+    return {
+        m: sorted(column.get("epochs") or cfg["harvest"][m]["epochs"])
+        for m, column in solution_columns(cfg["figures"][fig]).items()
+    }
 
 
 def paper_jobs(cfg: dict, targets=PAPER_TARGETS, all_harvests: bool = True) -> list[Job]:
     """The jobs that ``targets`` make under ``cfg`` (a validated whole config), each once, in
     the order first needed. ``all_harvests`` adds every ``harvest`` entry's epochs (the
-    ``harvest`` target; Figs. 5-7 read one model's), so real MNIST's and the faces' are priced."""
+    ``harvest`` target; Figs. 5-7 read their columns' epochs only)."""
     jobs: dict[str, Job] = {}
 
     def add(job: Job) -> None:
@@ -89,10 +93,10 @@ def paper_jobs(cfg: dict, targets=PAPER_TARGETS, all_harvests: bool = True) -> l
             for m in exact.get("models", []) if target == "fig3" else []:
                 add(Job(f"likelihood/exact_curve_{m}", "exact_curve", m))
         elif target in ("fig5", "fig6", "fig7") and target in figures:
-            m = figures[target]["model"]
-            train([m])
-            for e in _figure_epochs(cfg, target):
-                add(Job(f"harvest/{m}/epoch_{e}", "harvest", m, e))
+            for m, epochs in _figure_epochs(cfg, target).items():
+                train([m])
+                for e in epochs:
+                    add(Job(f"harvest/{m}/epoch_{e}", "harvest", m, e))
         elif target == "fig12" and lik.get("fig12"):
             m = lik["fig12"]["model"]
             train([m])

@@ -20,7 +20,7 @@ CONVERGED_NEWTON_SOR = [
 ]
 #: Settings an overlay gained after that commit (dotted paths), each absent from the old file.
 ADDED_SINCE = {
-    "workflow/config/paper.yaml": ["figures.fig3.exact"]
+    "workflow/config/paper.yaml": ["figures.fig3.exact", "harvest.rmnist_h500"]
     + [f"models.{m}.tap.solver" for m in CONVERGED_NEWTON_SOR],
     "workflow/config/ucd_cpu.yaml": [],
 }
@@ -33,10 +33,12 @@ FIG_BUDGET = [f"models.{m}.epochs" for m in FIG10_MODELS] + [
 ]
 #: Settings an overlay changed after that commit (dotted paths), each in the old file: converged
 #: training's cap went from 100 to 2000 with the newton_sor solver (docs/departures.md); Figs. 3
-#: and 4 gained the real-MNIST and faces models; ``FIG_BUDGET``.
+#: and 4 gained the real-MNIST and faces models; Figs. 5-7 went from one model to a column per
+#: model (their whole entries); ``FIG_BUDGET``.
 CHANGED_SINCE = {
     "workflow/config/paper.yaml": [f"models.{m}.tap.train_max_iter" for m in CONVERGED_NEWTON_SOR]
     + ["figures.fig3.models", "figures.fig4.models"]
+    + ["figures.fig5", "figures.fig6", "figures.fig7"]
     + FIG_BUDGET,
     "workflow/config/ucd_cpu.yaml": [],
 }
@@ -44,7 +46,8 @@ CHANGED_SINCE = {
 
 def whole_config(name: str) -> dict:
     """The whole config ``name`` was at FULL_CONFIGS_COMMIT, with the settings its overlay gained
-    or changed since (``ADDED_SINCE``, ``CHANGED_SINCE``) copied in from the overlay."""
+    or changed since (``ADDED_SINCE``, ``CHANGED_SINCE``) copied in as a run sees them: the
+    overlay's, merged into config.yaml's where the overlay leaves them to it (``_as_run``)."""
     # YAML aliases load as one shared object; the JSON round trip gives each model its own
     old = _unshared(
         yaml.safe_load(
@@ -58,15 +61,36 @@ def whole_config(name: str) -> dict:
         )
     )
     overlay = yaml.safe_load((ROOT / name).read_text())
+    default = _unshared(yaml.safe_load((ROOT / "config.yaml").read_text()))
     for path in ADDED_SINCE[name] + CHANGED_SINCE[name]:
         *parents, key = path.split(".")
-        source, target = overlay, old
+        target = old
         for p in parents:
-            source, target = source[p], target[p]
+            target = target[p]
         added = path in ADDED_SINCE[name]
         assert (key in target) != added, f"{path}: {'in' if added else 'not in'} the whole config"
-        target[key] = copy.deepcopy(source[key])
+        target[key] = _as_run(_at(default, path), _at(overlay, path))
     return old
+
+
+def _at(config: dict, path: str):
+    """The value at the dotted ``path`` of ``config``, or None where it has none."""
+    for key in path.split("."):
+        if not isinstance(config, dict) or key not in config:
+            return None
+        config = config[key]
+    return config
+
+
+def _as_run(default, overlay):
+    """A setting as a run sees it: the overlay's value merged into config.yaml's (mappings key
+    by key, anything else replaced), for a setting the overlay leaves, wholly or in part, to
+    config.yaml."""
+    from tapmachine.pipeline.configuration import merge
+
+    if isinstance(default, dict) and isinstance(overlay, dict):
+        return merge(default, overlay)
+    return copy.deepcopy(default if overlay is None else overlay)
 
 
 def _unshared(config: dict) -> dict:

@@ -51,3 +51,15 @@ def renamed_solutions(files, folder, name: str, dataset: str, substitute: str = 
         np.savez_compressed(path, **arrays)
         out.append(path)
     return out
+
+
+def renamed_dataset(data_file, folder, dataset: str) -> Path:
+    """A copy of the dataset file ``data_file`` in ``folder/dataset.npz`` that names itself
+    ``dataset`` (Fig. 7 finds a column's data by the name its harvest records)."""
+    with np.load(data_file, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["name"] = np.asarray(dataset)
+    path = Path(folder) / f"{dataset}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    return path

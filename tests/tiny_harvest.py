@@ -27,13 +27,19 @@ def synthetic_images(n: int = 300) -> tuple[np.ndarray, np.ndarray]:
     return np.where(flip, 1 - protos[labels], protos[labels]).astype(np.uint8), labels
 
 
-def synthetic_dataset(path: Path, n: int = 300, substitute: str | None = None) -> Path:
-    """``synthetic_images`` saved as a dataset file (named "synth")."""
+def synthetic_dataset(
+    path: Path, n: int = 300, substitute: str | None = None, name: str = "synth", one_label=False
+) -> Path:
+    """``synthetic_images`` saved as a dataset file named ``name``; with ``one_label``, every
+    image labelled 1 and no test images (as the faces: one class, no test split)."""
     x, labels = synthetic_images(n)
     provenance = {"source": "synthetic prototypes"}
     if substitute:
         provenance["substitute"] = substitute
-    ds = data.Dataset(x, labels, x[:20], labels[:20], (SIDE, SIDE), provenance, "synth")
+    test = slice(0, 0) if one_label else slice(0, 20)
+    if one_label:
+        labels = np.ones_like(labels)
+    ds = data.Dataset(x, labels, x[test], labels[test], (SIDE, SIDE), provenance, name)
     data.save_dataset(ds, path)
     return path
 
@@ -52,16 +58,37 @@ SPEC = {
 }
 
 
-def build(root: Path, epochs=(1, 3, EPOCHS), n_init: int = 200, substitute=None) -> dict:
-    """Dataset, trained model (float64, checkpoints each epoch) and harvests at ``epochs``."""
+#: A second model for figures of several columns: truncated-Gaussian visible units (not binary),
+#: 12 hidden units, on a dataset of one label (as the faces).
+REAL_SPEC = {
+    **SPEC,
+    "dataset": "synth_one",
+    "visible": {"prior": "truncated_gaussian", "lower": 0.0, "upper": 1.0},
+    "hidden": [{"prior": "bernoulli", "units": 12}],
+}
+
+
+def build(
+    root: Path,
+    epochs=(1, 3, EPOCHS),
+    n_init: int = 200,
+    substitute=None,
+    name: str = "tiny",
+    spec: dict = SPEC,
+) -> dict:
+    """Dataset, trained model ``name`` (float64, checkpoints each epoch) and harvests at
+    ``epochs``; ``spec`` names its dataset (``REAL_SPEC``'s: one label, no test images)."""
     root.mkdir(parents=True, exist_ok=True)
-    data_file = synthetic_dataset(root / "synth.npz", substitute=substitute)
-    model_dir = root / "models" / "tiny"
-    train_from_spec("tiny", SPEC, str(data_file), str(model_dir), dtype="float64")
+    dataset = spec["dataset"]
+    data_file = synthetic_dataset(
+        root / f"{dataset}.npz", substitute=substitute, name=dataset, one_label=dataset != "synth"
+    )
+    model_dir = root / "models" / name
+    train_from_spec(name, spec, str(data_file), str(model_dir), dtype="float64")
     settings = harvest.HarvestSettings(n_init=n_init, max_iter=2000)
     files = []
     for e in epochs:
-        npz = root / "solutions" / "tiny" / f"epoch_{e}.npz"
+        npz = root / "solutions" / name / f"epoch_{e}.npz"
         harvest.run_harvest(
             model_dir / "model.pt",
             model_dir / "checkpoints" / f"epoch_{e}.pt",

@@ -7,7 +7,7 @@ import long_names
 import pandas as pd
 import pytest
 import tiny_harvest
-from long_names import DEFAULT_FIG3, FACES, renamed_model, renamed_solutions
+from long_names import DEFAULT_FIG3, FACES, renamed_dataset, renamed_model, renamed_solutions
 
 from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7
 
@@ -48,7 +48,9 @@ def test_figs_5_to_7_with_real_names(run, tmp_path, names):
     results = [
         fig5.make(solutions),
         fig6.make(solutions, "isomap", 5, 0),
-        fig7.make(solutions, run["data"], None, 100, "isomap", 5, 0),
+        fig7.make(
+            solutions, renamed_dataset(run["data"], tmp_path, names[1]), None, 100, "isomap", 5, 0
+        ),
     ]
     for result in results:
         assert names[0] in result.figure.get_suptitle()

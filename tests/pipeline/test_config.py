@@ -415,3 +415,51 @@ def test_solver_settings_have_one_schema_definition(default):
     assert trained == tap.SolverSettings.of(config["models"]["m"]["tap"])
     harvested = HarvestSettings.from_spec(config["harvest"]["m"]).solver_settings
     assert harvested == trained.replace(max_iter=2000, fuse=False)
+
+
+def test_figures_5_to_7_take_a_column_per_model_with_its_own_settings():
+    """figures.fig5-7 list their models, one column each; per_model gives a column its own
+    epochs, slices, digits or n_images over the figure's; each column is checked against its
+    model's harvest, and per_model may name only models of `models`."""
+    from tapmachine.pipeline.configuration import solution_columns
+
+    models = {name: {**copy.deepcopy(MINIMAL_MODEL), "epochs": 20} for name in ("a", "b")}
+    harvest = {"a": {"epochs": [1, 5, 20], "n_init": 500}, "b": {"epochs": [2, 20], "n_init": None}}
+
+    def config(**fig7):
+        spec = {"models": ["a", "b"], "epochs": [1, 20], "digits": [3], "n_images": 400, **fig7}
+        return {"models": copy.deepcopy(models), "harvest": harvest, "figures": {"fig7": spec}}
+
+    own = {"b": {"epochs": [2], "digits": None}}
+    checked = validate(config(per_model=own), SCHEMA)
+    assert solution_columns(checked["figures"]["fig7"]) == {
+        "a": {
+            "epochs": [1, 20],
+            "digits": [3],
+            "n_images": 400,
+            "embedding": "isomap",
+            "n_neighbors": 10,
+        },
+        "b": {
+            "epochs": [2],
+            "digits": None,
+            "n_images": 400,
+            "embedding": "isomap",
+            "n_neighbors": 10,
+        },
+    }
+    with pytest.raises(ConfigError, match=r"figures.fig7 \(b\): epochs \[1\] are not harvested"):
+        validate(config(), SCHEMA)
+    with pytest.raises(ConfigError, match=r"per_model: \['c'\] are not models of `models`"):
+        validate(config(per_model={**own, "c": {"epochs": [1]}}), SCHEMA)
+    # an entry for a model the figure does not draw (an overlay swapped it out) is unused
+    unused = validate(config(models=["a"], per_model=own), SCHEMA)["figures"]["fig7"]
+    assert list(solution_columns(unused)) == ["a"]
+    with pytest.raises(ConfigError, match=r"figures.fig7 \(a\): n_images 600 exceeds"):
+        validate(config(n_images=600, per_model=own), SCHEMA)
+    with pytest.raises(ConfigError, match="'z' has no `harvest` entry"):
+        validate(config(models=["a", "z"]), SCHEMA)
+    fig5 = {"models": ["a", "b"], "per_model": {"b": {"slices": [2, 20]}}}
+    assert validate({**config(per_model=own), "figures": {"fig5": fig5}}, SCHEMA)
+    with pytest.raises(ConfigError, match=r"figures.fig5 \(a\): slices \[2\]"):
+        validate({**config(), "figures": {"fig5": {"models": ["a", "b"], "slices": [2]}}}, SCHEMA)

@@ -127,7 +127,7 @@ def test_harvest_and_every_figure(finished_run):
     figure_runs = client.search_runs([experiments["figures"]], STAGE_RUNS)
     assert sorted(r.info.run_name for r in figure_runs) == sorted(FIGURES)
     assert all(r.info.status == "FINISHED" for r in figure_runs)
-    assert len(client.search_runs([experiments["harvest"]], STAGE_RUNS)) == 2
+    assert len(client.search_runs([experiments["harvest"]], STAGE_RUNS)) == 3
     ucd_runs = client.search_runs([experiments["ucd"]], STAGE_RUNS)
     dbms = ["ucd_lmi", "pcd", "no_centering"]
     assert sorted(r.info.run_name for r in ucd_runs) == sorted(
@@ -141,13 +141,45 @@ def test_harvest_and_every_figure(finished_run):
     )
     # Harvests are runs of their own, tagged with the training run, step = epoch; nothing was
     # written into the finished training run.
-    harvests = client.search_runs([experiments["harvest"]], STAGE_RUNS)
+    harvests = client.search_runs([experiments["harvest"]], f"{STAGE_RUNS} and tags.model = 'tiny'")
     assert {r.data.tags["model_run_id"] for r in harvests} == {train_run.info.run_id}
     steps = [m.step for r in harvests for m in client.get_metric_history(r.info.run_id, "n_unique")]
     assert sorted(steps) == [1, 2]
     assert not [k for k in train_run.data.metrics if k.startswith(("harvest_", "eval.", "final."))]
     scores = client.search_runs([experiments["likelihood"]], STAGE_RUNS)
     assert {r.data.tags["model_run_id"] for r in scores} == {train_run.info.run_id}
+    check_solution_figures(results / "figures", TINY)
+
+
+def check_solution_figures(figures, config):
+    """Figs. 5-7 of several models: each model's rows at its own epochs (the model's per_model
+    ones, else the figure's, else every harvested one), every verdict of a model named by it."""
+    import pandas as pd
+
+    for fig in ("fig5", "fig6", "fig7"):
+        spec = config["figures"][fig]
+        table = pd.read_csv(figures / f"{fig}.csv")
+        claims = table[table["kind"] == "claim"]
+        assert list(dict.fromkeys(claims["model"].dropna())) == spec["models"], fig
+        for model in spec["models"]:
+            own = (spec.get("per_model") or {}).get(model, {})
+            epochs = own.get("epochs", spec.get("epochs")) or config["harvest"][model]["epochs"]
+            rows = claims[claims["model"] == model]
+            name = "n_solutions" if fig == "fig7" else "n_unique"
+            assert sorted(rows[rows["claim"] == name]["epoch"].astype(int)) == epochs, (fig, model)
+            # each model's own verdict row (fig7's is per epoch; with one solution, no verdict)
+            verdict = rows[rows["claim"] == VERDICT_ROWS[fig]]
+            assert len(verdict) == (len(epochs) if fig == "fig7" else 1), (fig, model)
+        verdicts = claims[claims["held"].isin(["held", "not held"])]
+        assert verdicts["model"].isin(spec["models"]).all(), fig
+
+
+#: A row of each of Figs. 5-7 that carries a verdict on the paper's claim.
+VERDICT_ROWS = {
+    "fig5": "n_unique_grows",
+    "fig6": "correlation_falls_first_to_last",
+    "fig7": "solutions_in_dense_regions",
+}
 
 
 def test_ucd_dbm_training_scores_and_classifier_floor(finished_run):
@@ -287,6 +319,7 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     figures = {name: tags for (exp, name), (_, tags, *_) in replayed.items() if exp == "figures"}
     links = figures["fig5"]["harvest_runs.tiny"]
     assert links == {"1": ("harvest", "tiny/epoch_1"), "2": ("harvest", "tiny/epoch_2")}
+    assert figures["fig5"]["harvest_runs.tiny_real"] == {"1": ("harvest", "tiny_real/epoch_1")}
     assert figures["fig8"]["denoise_run.baselines"] == ("denoise", "baselines-bsc")
     assert figures["fig_denoise_real"]["denoise_run.tiny_real"] == ("denoise", "tiny_real-gaussian")
     assert figures["ucd_table1"]["train_run.binary_mnist/ucd_lmi"] == (
@@ -298,9 +331,9 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
         for (exp, _), (_, tags, *_) in replayed.items()
         if exp in ("harvest", "likelihood", "denoise") and "model" in tags
     ]
-    # harvests of epochs 1, 2; tiny-epochs, -final, -exact (Fig. 3's exact curve); two TAP
-    # denoising runs
-    assert len(derived) == 2 + 3 + 2
+    # harvests of tiny's epochs 1, 2 and tiny_real's 1; tiny-epochs, -final, -exact (Fig. 3's
+    # exact curve); two TAP denoising runs
+    assert len(derived) == 3 + 3 + 2
     for tags in derived:
         assert tags["model_run_id"] == ("train", tags["model"])
     copy = tmp_path / "copy"

@@ -294,6 +294,20 @@ def test_shipped_configs_declare_harvest_and_figures():
     assert {1, 3, 25, 100} <= set(paper["harvest"]["bmnist_h100"]["epochs"])
     assert paper["harvest"]["faces_h256"]["n_init"] == 2400
     assert {5, 100, 200, 500} <= set(paper["harvest"]["faces_h256"]["epochs"])
+    # Figs. 5-7 with the paper's three columns, the faces at their own epochs, every face
+    from tapmachine.pipeline.configuration import solution_columns
+
+    assert paper["figures"]["fig5"]["models"] == ["bmnist_h100", "rmnist_h100", "faces_h256"]
+    for fig in ("fig6", "fig7"):
+        columns = solution_columns(paper["figures"][fig])
+        assert list(columns) == ["bmnist_h100", "rmnist_h500", "faces_h256"]
+        assert [c["epochs"] for c in columns.values()] == [[1, 3, 25, 100]] * 2 + [
+            [5, 100, 200, 500]
+        ]
+    fig7 = solution_columns(paper["figures"]["fig7"])
+    assert [(c["digits"], c["n_images"]) for c in fig7.values()] == [([3, 6, 7], 10000)] * 2 + [
+        (None, None)
+    ]
 
 
 def test_harvest_defaults_are_filled():
@@ -331,8 +345,12 @@ _N_INIT = yaml.safe_load((ROOT / "config.yaml").read_text())["harvest"]["bmnist_
     [
         (_beyond_training, rf"\[{_EPOCHS + 1}\] exceed .* {_EPOCHS}"),
         (lambda c: c["harvest"].update(nope={"epochs": [1]}), "not a model"),
-        (lambda c: c["figures"]["fig6"].update(epochs=[7]), r"fig6.epochs: \[7\] are not"),
-        (lambda c: c["figures"]["fig5"].update(model="bmnist_h25"), "no `harvest` entry"),
+        (
+            lambda c: c["figures"]["fig6"].update(epochs=[7]),
+            r"fig6 \(bmnist_h100\): epochs \[7\] are not",
+        ),
+        (lambda c: c["figures"]["fig5"].update(models=["bmnist_h25"]), "no `harvest` entry"),
+        (lambda c: c["figures"]["fig5"].update(model="bmnist_h100"), "'model' was unexpected"),
         (lambda c: c["figures"]["fig3"].update(models=["bmnist_h25", "x"]), "'x' is not"),
         (lambda c: c["figures"]["fig7"].update(n_images=_N_INIT + 1), "exceeds harvest"),
         (lambda c: c["figures"]["fig6"].update(embedding="tsne"), "fig6.embedding"),

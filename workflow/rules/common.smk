@@ -12,6 +12,7 @@ from tapmachine.pipeline.configuration import (
     dataset_names,
     load_schema,
     remove_nulled,
+    solution_columns,
     validate,
 )
 from tapmachine.io.files import set_aside_damaged
@@ -185,10 +186,32 @@ def figure_targets():
 
 
 def figure_solution_files(fig):
-    """Harvest files a figure reads: its listed epochs, or every harvested one."""
-    spec = FIGURES[fig]
-    epochs = spec.get("epochs") or config["harvest"][spec["model"]]["epochs"]
-    return [solution_file(spec["model"], e) for e in sorted(epochs)]
+    """Harvest files a figure reads, column by column (its models in order): each column's
+    epochs (figures.{fig}.per_model, else the figure's), or every harvested one."""
+    files = []
+    for model, column in solution_columns(FIGURES[fig]).items():
+        epochs = column.get("epochs") or config["harvest"][model]["epochs"]
+        files += [solution_file(model, e) for e in sorted(epochs)]
+    return files
+
+
+def figure_per_model(fig, keys):
+    """'--per-model JSON' with the drawn columns' own `keys` (figures.{fig}.per_model), or
+    nothing."""
+    per_model = FIGURES[fig].get("per_model") or {}
+    own = {
+        model: {k: v for k, v in per_model[model].items() if k in keys}
+        for model in FIGURES[fig]["models"]
+        if model in per_model
+    }
+    own = {model: entry for model, entry in own.items() if entry}
+    return f"--per-model '{json.dumps(own, sort_keys=True)}'" if own else ""
+
+
+def figure_datasets(fig):
+    """The dataset files of a figure's models, each once."""
+    names = [config["models"][m]["dataset"] for m in FIGURES[fig]["models"]]
+    return [dataset_file(name) for name in dict.fromkeys(names)]
 
 
 def model_files(models, name="model.pt"):

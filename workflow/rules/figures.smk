@@ -122,8 +122,9 @@ if "fig5" in FIGURES:
             runtime=20,
         params:
             slices=option_list("--slices", FIGURES["fig5"]["slices"]),
+            per_model=figure_per_model("fig5", ["slices"]),
         shell:
-            "tapmachine figure fig5 --solutions {input.solutions} {params.slices} "
+            "tapmachine figure fig5 --solutions {input.solutions} {params.slices} {params.per_model} "
             "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"
 
@@ -162,7 +163,7 @@ if "fig7" in FIGURES:
     rule fig7:
         input:
             solutions=figure_solution_files("fig7"),
-            data=dataset_file(config["models"][FIGURES["fig7"]["model"]]["dataset"]),
+            data=figure_datasets("fig7"),
             tracking=TRACKING,
         output:
             **figure_outputs("fig7"),
@@ -179,12 +180,13 @@ if "fig7" in FIGURES:
         params:
             digits=option_list("--digits", FIGURES["fig7"]["digits"]),
             n_images=option_value("--n-images", FIGURES["fig7"]["n_images"]),
+            per_model=figure_per_model("fig7", ["digits", "n_images"]),
             embedding=FIGURES["fig7"]["embedding"],
             n_neighbors=FIGURES["fig7"]["n_neighbors"],
             seed=config["seed"],
         shell:
             "tapmachine figure fig7 --solutions {input.solutions} --data {input.data} "
-            "{params.digits} {params.n_images} --embedding {params.embedding} "
+            "{params.digits} {params.n_images} {params.per_model} --embedding {params.embedding} "
             "--n-neighbors {params.n_neighbors} --seed {params.seed} "
             "--png {output.png} --pdf {output.pdf} --csv {output.csv} --threads {threads} "
             "--tracking {input.tracking} > {log} 2>&1"

@@ -3,6 +3,8 @@
 The embedding (Isomap, as the paper, or UMAP) of the solutions' visible and hidden
 magnetisations (a_v, a_h) is fitted on the last listed epoch; earlier epochs are mapped into the
 same plane with ``transform``. Colours span each epoch's own free-energy range, as in the paper.
+Several models make one column each (binary MNIST, real MNIST and the faces in the paper), each
+embedded on its own, its epochs one under the other.
 Small or degenerate sets fall back to principal components (``tap_paper.embed``), and the table
 says so.
 
@@ -20,7 +22,7 @@ import math
 import numpy as np
 
 from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
-from tapmachine.figures.solutions import load_epochs, result
+from tapmachine.figures.solutions import column_title, load_columns, result
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "neighbour_correlation", "pairwise_stats"]
@@ -112,8 +114,48 @@ def make(
     n_neighbors: int = 10,
     seed: int = 0,
 ) -> FigureResult:
-    """Fig. 6 from the solutions files of one model (the latest epoch is the fitted one)."""
-    sols, info = load_epochs(solution_files)
+    """Fig. 6 from the solutions files of one or more models: one column per model (in the order
+    the models first appear), each embedded on its own, fitted on its latest epoch."""
+    columns = load_columns(solution_files)
+    drawn, claims, panels = [], [], []
+    for sols, info in columns:
+        d, c, panel = _column(sols, info, method, n_neighbors, seed)
+        drawn += d
+        claims += c
+        panels.append(panel)
+
+    n = len(columns)
+    if n == 1:
+        shown = len(panels[0]["points"])
+        across = min(2, shown)
+        rows = math.ceil(shown / across)
+        fig = new_figure(PAGE, 2.6 * rows + 0.4)
+        subfigs = [fig]
+    else:
+        across, rows = 1, max(len(p["points"]) for p in panels)
+        fig = new_figure(PAGE, 2.0 * rows + 0.8)
+        subfigs = fig.subfigures(1, n, squeeze=False)[0]
+    for j, ((sols, info), sub, panel) in enumerate(zip(columns, subfigs, panels, strict=True)):
+        if n > 1:
+            sub.suptitle(column_title(info, sols, j, n), fontsize="medium")
+        axes = sub.subplots(rows, across, squeeze=False).ravel()
+        _draw_column(sub, axes, panel["points"], panel["coords"])
+    used = {info.name: p["einfo"]["method"] for (_, info), p in zip(columns, panels, strict=True)}
+    named = dict.fromkeys(used.values())
+    return result(
+        fig,
+        f"Fig. 6: {', '.join(named)} of the TAP solutions (a_v, a_h)",
+        drawn,
+        claims,
+        columns,
+        embedding=method,
+        embedding_used=used,
+        n_neighbors=n_neighbors,
+    )
+
+
+def _column(sols, info, method: str, n_neighbors: int, seed: int) -> tuple[list, list, dict]:
+    """One model's drawn rows, claim rows and embedded points (fitted on its latest epoch)."""
     points = []
     for s in sols:
         reps = np.asarray(s["representatives"])
@@ -203,11 +245,12 @@ def make(
         )
     )
 
-    n = len(points)
-    ncols = min(2, n)
-    nrows = math.ceil(n / ncols)
-    fig = new_figure(PAGE, 2.6 * nrows + 0.4)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    return drawn, claims, {"points": points, "coords": coords, "einfo": einfo}
+
+
+def _draw_column(fig, axes, points, coords) -> None:
+    """One model's epochs, a panel each (``axes``, spare ones hidden), in one plane and each
+    coloured over its own free-energy range; colour bars on ``fig`` (a figure or subfigure)."""
     every = np.concatenate([c for c in coords if c.size] or [np.zeros((1, 2))])
     lo, hi = every.min(0), every.max(0)
     pad = 0.05 * np.where(hi > lo, hi - lo, 1.0)
@@ -230,16 +273,5 @@ def make(
         ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
         fitted = " (fitted)" if e == points[-1][0] else ""
         ax.set_title(f"epoch {e}{fitted}: {X.shape[0]} unique")
-    for ax in axes[n:]:
+    for ax in axes[len(points) :]:
         ax.set_axis_off()
-    return result(
-        fig,
-        f"Fig. 6: {einfo['method']} of the TAP solutions (a_v, a_h)",
-        drawn,
-        claims,
-        info,
-        sols,
-        embedding=method,
-        embedding_used=einfo["method"],
-        n_neighbors=n_neighbors,
-    )

@@ -5,8 +5,10 @@ An Isomap (or UMAP) is fitted on the initialisation images -- those among the fi
 first 10,000 binary-MNIST images, about 3,100; all faces for CBCL: ``digits`` = None) -- and the
 visible magnetisations of the unique solutions reached from them are mapped into the same plane.
 One panel per harvested epoch; under each, the solutions reached from the most initialisations.
-The initialisations and their solutions come from the harvest (its init -> solution map), so
-``n_images`` must not exceed the harvest's ``n_init``.
+Several models make one column each (binary MNIST, real MNIST and the faces in the paper), each
+with its own embedding, digits and ``n_images`` (``make``'s ``per_model``). The initialisations
+and their solutions come from the harvest (its init -> solution map), so ``n_images`` must not
+exceed the harvest's ``n_init``.
 
 Claim (docs/claims.md): the solutions act as attractors inside dense regions of the data. Two
 verdicts per epoch, each against answers that are not attractors:
@@ -17,13 +19,14 @@ verdicts per epoch, each against answers that are not attractors:
   binary images (grey magnetisations are close to everything: the mean image beats the data on
   raw distances), and it favours dense regions for any query, so the baselines are anchored
   too: the mean initialisation image, and held-out images of the same labels (random images of
-  the data, ``N_RANDOM`` test images). Held when the solutions' anchors are denser than both's,
-  by more than 2 standard errors of the difference; an epoch with one solution has no verdict.
+  the data, ``N_RANDOM`` test images; none where the dataset holds no test image of them).
+  Held when the solutions' anchors are denser than every baseline's, by more than 2 standard
+  errors of the difference; an epoch with one solution has no verdict.
 - ``basin_label_purity``: the share of initialisations whose label is the majority label of their
   solution's basin, against the same share with the labels shuffled over the basins
   (``N_SHUFFLES`` times; basins of one image each are pure whatever the labels). Held when it
   exceeds the shuffled mean by more than ``PURITY_SIGMAS`` standard deviations; an epoch with one
-  basin has no verdict.
+  basin, or initialisations of one label (the faces), has no verdict.
 
 Context: the distances of the solutions to their nearest and ``K_DENSITY`` nearest
 initialisations over the data's own (RMS per pixel), and the same in the embedding.
@@ -38,7 +41,8 @@ import numpy as np
 
 from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, new_figure, styled
 from tapmachine.figures.montage import tile
-from tapmachine.figures.solutions import load_epochs, result
+from tapmachine.figures.solutions import column_title, load_columns, result
+from tapmachine.figures.solutions import per_model as per_model_settings
 from tapmachine.tap_paper.embed import embed
 
 __all__ = ["make", "select_initialisations", "knn_distance"]
@@ -110,7 +114,9 @@ def purity_claim(labels: np.ndarray, basins: np.ndarray, model: str, epoch) -> d
     purity = _purity(labels, basins)
     n_basins = len(np.unique(basins[basins >= 0]))
     mean, sd = shuffled_purity(labels, basins)
-    held = purity > mean + PURITY_SIGMAS * sd if n_basins > 1 else None
+    # One label (the faces) is pure in every basin, shuffled or not: nothing to judge.
+    several = n_basins > 1 and len(np.unique(labels[basins >= 0])) > 1
+    held = purity > mean + PURITY_SIGMAS * sd if several else None
     return claim(
         "basin_label_purity",
         purity,
@@ -158,6 +164,8 @@ def density_claim(solutions, data, baselines: dict, model: str, epoch) -> dict:
     mean, se = _mean_se(anchored_density(solutions, data))
     below, text = [], []
     for name, points in baselines.items():
+        if len(points) == 0:  # no held-out images of these labels: no such baseline
+            continue
         other, other_se = _mean_se(anchored_density(points, data))
         gap = other - mean
         below.append(gap > 2 * math.hypot(se, 0.0 if math.isnan(other_se) else other_se))
@@ -177,18 +185,75 @@ def density_claim(solutions, data, baselines: dict, model: str, epoch) -> dict:
 @styled
 def make(
     solution_files: list,
-    data_file,
+    data_files,
     digits=None,
     n_images: int | None = None,
     method: str = "isomap",
     n_neighbors: int = 10,
     seed: int = 0,
+    per_model: dict | None = None,
 ) -> FigureResult:
-    """Fig. 7 from the solutions files of one model and its dataset file."""
+    """Fig. 7 from the solutions files of one or more models and their dataset files: one column
+    per model, in the order the models first appear.
+
+    ``data_files``: a dataset file or several, each model's found by the dataset name its
+    solutions record; ``digits`` and ``n_images`` hold for every column unless ``per_model``
+    (model -> {"digits": ..., "n_images": ...}) gives a column its own (the faces: all).
+    """
     from tapmachine.io.data import load_dataset
 
-    sols, info = load_epochs(solution_files)
-    ds = load_dataset(data_file)
+    files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
+    datasets = {}
+    for f in files:
+        ds = load_dataset(f)
+        datasets[ds.name] = (ds, f)
+    columns = load_columns(solution_files)
+    drawn, claims, panels = [], [], []
+    for sols, info in columns:
+        if info.dataset not in datasets:
+            raise FigureError(
+                f"no dataset file for {info.name}'s {info.dataset!r} among "
+                f"{[str(f) for f in files]}"
+            )
+        ds, data_file = datasets[info.dataset]
+        own = per_model_settings(info.name, {"digits": digits, "n_images": n_images}, per_model)
+        d, c, panel = _column(sols, info, ds, data_file, own, method, n_neighbors, seed)
+        drawn += d
+        claims += c
+        panels.append(panel)
+
+    n = len(columns)
+    rows = max(len(p["per_epoch"]) for p in panels)
+    if n == 1:
+        fig = new_figure(PAGE, 3.4)
+        subfigs = [fig]
+    else:
+        fig = new_figure(PAGE, 2.0 * rows + 0.8)
+        subfigs = fig.subfigures(1, n, squeeze=False)[0]
+    for j, ((sols, info), sub, panel) in enumerate(zip(columns, subfigs, panels, strict=True)):
+        if n > 1:
+            sub.suptitle(column_title(info, sols, j, n), fontsize="medium")
+        _draw_column(sub, panel, datasets[info.dataset][0].image_shape, n == 1, rows)
+    used = {info.name: p["einfo"]["method"] for (_, info), p in zip(columns, panels, strict=True)}
+    return result(
+        fig,
+        "Fig. 7: TAP solutions (black) among their initialisations",
+        drawn,
+        claims,
+        columns,
+        digits={i.name: p["digits"] for (_, i), p in zip(columns, panels, strict=True)},
+        n_images={i.name: p["n_images"] for (_, i), p in zip(columns, panels, strict=True)},
+        embedding=method,
+        embedding_used=used,
+        n_neighbors=n_neighbors,
+        data_files={i.name: str(Path(datasets[i.dataset][1])) for _, i in columns},
+    )
+
+
+def _column(sols, info, ds, data_file, own: dict, method, n_neighbors, seed):
+    """One model's drawn rows, claim rows and what its column draws: the initialisations
+    ``own["digits"]`` of its first ``own["n_images"]`` and the solutions they reach."""
+    digits, n_images = own["digits"], own["n_images"]
     rows = select_initialisations(sols[0], n_images, digits)
     for s in sols[1:]:
         if not np.array_equal(
@@ -318,16 +383,35 @@ def make(
             purity_claim(labels, inv, info.name, e),
         ]
 
+    panel = {
+        "per_epoch": per_epoch,
+        "mapped": mapped,
+        "labels": labels,
+        "Y0": Y0,
+        "einfo": einfo,
+        "digits": list(digits) if digits else None,
+        "n_images": n_images,
+    }
+    return drawn, claims, panel
+
+
+def _draw_column(fig, panel: dict, image_shape, across: bool, rows: int) -> None:
+    """One model's epochs on ``fig`` (a figure or subfigure): each an embedding panel over a strip
+    of the solutions reached from the most initialisations; side by side if ``across``, else one
+    under the other in ``rows`` slots (the columns' rows aligned)."""
     import matplotlib
 
+    per_epoch, mapped, labels, Y0 = (panel[k] for k in ("per_epoch", "mapped", "labels", "Y0"))
     n = len(per_epoch)
-    fig = new_figure(PAGE, 3.4)
-    gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
+    if across:
+        gs = fig.add_gridspec(2, n, height_ratios=[4.0, 1.0])
+    else:
+        gs = fig.add_gridspec(2 * rows, 1, height_ratios=[4.0, 1.0] * rows)
     cmap = matplotlib.colormaps["tab10"]
     classes = sorted(set(labels.tolist()))
     colour = {c: cmap(i % 10) for i, c in enumerate(classes)}
     for j, ((e, _inv, groups, sizes, Xs), Ys) in enumerate(zip(per_epoch, mapped, strict=True)):
-        ax = fig.add_subplot(gs[0, j])
+        ax = fig.add_subplot(gs[0, j] if across else gs[2 * j, 0])
         for c in classes:
             sel = labels == c
             ax.scatter(
@@ -360,24 +444,10 @@ def make(
                 handles[0].set_label("initialisations")
             handles.append(Line2D([], [], ls="", marker="o", ms=6, color="black", label="TAP"))
             ax.legend(handles=handles, loc="best")
-        strip = fig.add_subplot(gs[1, j])
+        strip = fig.add_subplot(gs[1, j] if across else gs[2 * j + 1, 0])
         strip.set_axis_off()
         if len(Xs):
             order = np.argsort(-sizes, kind="stable")[:N_SHOWN]
             strip.imshow(
-                tile(Xs[order], ds.image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
+                tile(Xs[order], image_shape, ncols=N_SHOWN), cmap="gray", interpolation="nearest"
             )
-    return result(
-        fig,
-        "Fig. 7: TAP solutions (black) among their initialisations",
-        drawn,
-        claims,
-        info,
-        sols,
-        digits=list(digits) if digits else None,
-        n_images=n_images,
-        embedding=method,
-        embedding_used=einfo["method"],
-        n_neighbors=n_neighbors,
-        data_file=str(Path(data_file)),
-    )

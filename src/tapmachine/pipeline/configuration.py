@@ -30,6 +30,7 @@ __all__ = [
     "merge",
     "remove_nulled",
     "schema_default",
+    "solution_columns",
     "validate",
 ]
 
@@ -354,31 +355,47 @@ def _check_harvest_and_figures(config: dict) -> None:
                 )
     _check_exact_curves(figures.get("fig3") or {}, models)
     for fig in ("fig5", "fig6", "fig7"):
-        if fig not in figures:
-            continue
-        spec = figures[fig]
-        name = spec["model"]
+        if fig in figures:
+            _check_solution_figure(fig, figures[fig], harvest, models)
+
+
+def solution_columns(spec: dict) -> dict[str, dict]:
+    """The columns of Fig. 5, 6 or 7 (``figures.<fig>``): model -> its settings, the figure's
+    (every key but ``models`` and ``per_model``) with ``per_model``'s entry for it on top, for
+    each model of ``models`` in order."""
+    shared = {k: v for k, v in spec.items() if k not in ("models", "per_model")}
+    own = spec.get("per_model") or {}
+    return {name: {**shared, **(own.get(name) or {})} for name in spec["models"]}
+
+
+def _check_solution_figure(fig: str, spec: dict, harvest: dict, models: dict) -> None:
+    """Each column of Fig. 5-7 draws a harvested model, at harvested epochs, and Fig. 7 from no
+    more initialisations than were harvested; ``per_model`` names models of ``models`` (an entry
+    for a model the figure does not draw is unused: an overlay may swap the figure's models)."""
+    stray = sorted(set(spec.get("per_model") or {}) - set(models))
+    if stray:
+        raise ConfigError(
+            f"config error at figures.{fig}.per_model: {stray} are not models of `models`"
+        )
+    key = "slices" if fig == "fig5" else "epochs"
+    for name, column in solution_columns(spec).items():
         if name not in harvest:
             raise ConfigError(
-                f"config error at figures.{fig}.model: {name!r} has no `harvest` entry "
+                f"config error at figures.{fig}.models: {name!r} has no `harvest` entry "
                 "(the figure draws harvested TAP solutions)"
             )
         harvested = harvest[name]["epochs"]
-        key = "slices" if fig == "fig5" else "epochs"
-        missing = sorted(set(spec.get(key) or []) - set(harvested))
+        missing = sorted(set(column.get(key) or []) - set(harvested))
         if missing:
             raise ConfigError(
-                f"config error at figures.{fig}.{key}: {missing} are not harvested epochs of "
-                f"{name} (harvest.{name}.epochs: {harvested})"
+                f"config error at figures.{fig} ({name}): {key} {missing} are not harvested "
+                f"epochs of {name} (harvest.{name}.epochs: {harvested})"
             )
-    fig7 = figures.get("fig7")
-    if fig7 and fig7["n_images"] is not None:
-        n_init = harvest[fig7["model"]]["n_init"]
-        if n_init is not None and fig7["n_images"] > n_init:
+        n_images, n_init = column.get("n_images"), harvest[name]["n_init"]
+        if n_images is not None and n_init is not None and n_images > n_init:
             raise ConfigError(
-                f"config error at figures.fig7.n_images: {fig7['n_images']} exceeds "
-                f"harvest.{fig7['model']}.n_init = {n_init} (fig7 uses the harvest's "
-                "initialisations)"
+                f"config error at figures.{fig} ({name}): n_images {n_images} exceeds "
+                f"harvest.{name}.n_init = {n_init} (fig7 uses the harvest's initialisations)"
             )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import json
 import math
 import os
 from collections.abc import Callable
@@ -38,7 +39,7 @@ def _palette_arg(f) -> None:
 
 
 def _fig5(m, a):
-    return m.make(a.solutions, a.slices)
+    return m.make(a.solutions, a.slices, a.per_model)
 
 
 def _fig6(m, a):
@@ -46,7 +47,9 @@ def _fig6(m, a):
 
 
 def _fig7(m, a):
-    return m.make(a.solutions, a.data, a.digits, a.n_images, a.embedding, a.n_neighbors, a.seed)
+    return m.make(
+        a.solutions, a.data, a.digits, a.n_images, a.embedding, a.n_neighbors, a.seed, a.per_model
+    )
 
 
 def _fig12(m, a):
@@ -98,7 +101,18 @@ def _fig11(m, a):
 
 
 def _solutions_args(f) -> None:
-    f.add_argument("--solutions", nargs="+", required=True, help="harvest .npz files")
+    f.add_argument(
+        "--solutions", nargs="+", required=True, help="harvest .npz files (a column per model)"
+    )
+
+
+def _per_model_arg(f, keys: str) -> None:
+    f.add_argument(
+        "--per-model",
+        type=json.loads,
+        default=None,
+        help=f"JSON: model -> its own {keys} (config figures.<fig>.per_model)",
+    )
 
 
 def _fig3_args(f) -> None:
@@ -123,6 +137,7 @@ def _fig4_args(f) -> None:
 def _fig5_args(f) -> None:
     _solutions_args(f)
     f.add_argument("--slices", nargs="*", type=int, default=None, help="histogram epochs")
+    _per_model_arg(f, "slices")
 
 
 def _embedding_args(name: str):
@@ -130,9 +145,10 @@ def _embedding_args(name: str):
         fig = functools.partial(schema_default, "figures", name)
         _solutions_args(f)
         if name == "fig7":
-            f.add_argument("--data", required=True, help="the model's dataset (.npz)")
+            f.add_argument("--data", nargs="+", required=True, help="the models' datasets (.npz)")
             f.add_argument("--digits", nargs="*", type=int, default=None, help="labels (all)")
             f.add_argument("--n-images", type=int, default=None)
+            _per_model_arg(f, "digits, n_images")
         f.add_argument("--embedding", default=fig("embedding"), choices=["isomap", "umap"])
         f.add_argument("--n-neighbors", type=int, default=fig("n_neighbors"))
         f.add_argument("--seed", type=int, default=schema_default("seed"))

@@ -142,6 +142,21 @@ def mutate(config, path, value):
             "models.bmnist_h25.dataset: 'cifar10' is not a dataset",
         ),
         (
+            ["models", "bmnist_h25", "train_dataset"],
+            "cifar10",
+            "models.bmnist_h25.train_dataset: 'cifar10' is not a dataset",
+        ),
+        (
+            ["models", "rmnist_h100", "resample"],
+            "bernoulli",
+            "models.rmnist_h100.resample: bernoulli draws binary rows, for bernoulli visible",
+        ),
+        (
+            ["models", "bmnist_h25", "momentum"],
+            {"initial": 0.5, "final": 0.9},
+            "models.bmnist_h25.momentum: 'switch_epoch' is a required property",
+        ),
+        (
             ["data", "faces", "cbcl_archive"],
             "/no/such/faces.tar.gz",
             "data.faces.cbcl_archive: '/no/such/faces.tar.gz' does not exist",

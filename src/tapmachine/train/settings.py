@@ -15,11 +15,16 @@ __all__ = [
     "TrainSettings",
     "PretrainSettings",
     "RHO_STEPS",
+    "RESAMPLES",
     "device_problem",
 ]
 
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
 RHO_STEPS = ("plain", "logit")
+
+#: How training rows are drawn at each presentation (config ``resample``): as stored (None), or
+#: each value v in [0, 1] drawn anew as Bernoulli(v) (``train.loop.present``).
+RESAMPLES = (None, "bernoulli")
 
 _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
@@ -61,7 +66,12 @@ class TrainSettings:
     batch_size: int = _RBM["batch_size"]
     n_solutions: int | None = _RBM["n_solutions"]
     learning_rate: float | dict = _RBM["learning_rate"]
-    momentum: float = _RBM["momentum"]
+    #: Heavy-ball momentum: a number, or {initial, final, switch_epoch} (``update.momentum_at``).
+    momentum: float | dict = _RBM["momentum"]
+    #: Momentum on the prior (bias) parameters too (``update.apply_update``).
+    prior_momentum: bool = _RBM["prior_momentum"]
+    #: Draw every training row anew at each presentation (``RESAMPLES``; ``train.loop.present``).
+    resample: str | None = _RBM["resample"]
     l2: float = _RBM["l2"]
     weight_init_std: float = _RBM["weight_init_std"]
     #: A name of the gradient-method registry (``train.methods``).
@@ -121,6 +131,13 @@ class TrainSettings:
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
             )
+        m = self.momentum
+        if isinstance(m, dict) and set(m) != {"initial", "final", "switch_epoch"}:
+            raise TrainingError(
+                f"momentum must be a number or {{initial, final, switch_epoch}}, not {m!r}"
+            )
+        if self.resample not in RESAMPLES:
+            raise TrainingError(f"resample must be one of {RESAMPLES}, not {self.resample!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
         try:

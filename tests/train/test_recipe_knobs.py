@@ -15,6 +15,7 @@ from tapmachine.core.priors import Bernoulli
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io import data
 from tapmachine.train import TrainingError, TrainSettings, loop, train
+from tapmachine.train.build import build_from_spec
 from tapmachine.train.job import prepare
 from tapmachine.train.loop import Carried, eval_rows, present, run_epoch
 from tapmachine.train.resume import fingerprint
@@ -190,5 +191,23 @@ def test_the_knobs_enter_the_fingerprint_only_when_set():
     base = TrainSettings(method="cd", sampling_steps=2)
     fp = fingerprint(_rbm(), x, base)
     assert fp == "7be81f6715521aba9a78737808504c39804a5789c1de4f559ce08928b3030283"
-    for changed in ({"prior_momentum": True}, {"resample": "bernoulli"}, {"momentum": SCHEDULE}):
+    for changed in (
+        {"prior_momentum": True},
+        {"resample": "bernoulli"},
+        {"momentum": SCHEDULE},
+        {"visible_init": "neutral"},
+    ):
         assert fingerprint(_rbm(), x, dataclasses.replace(base, **changed)) != fp, changed
+
+
+def test_a_neutral_visible_start_has_zero_biases_and_the_same_couplings():
+    x = torch.tensor([[1.0, 0, 1, 1], [1, 0, 0, 1], [1, 0, 1, 0], [1, 0, 0, 0]])
+    spec = {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 3}]}
+    means = build_from_spec(spec, x, settings(), seeded_generator(4, "init"))
+    zero = build_from_spec(spec, x, settings(visible_init="neutral"), seeded_generator(4, "init"))
+    m = torch.tensor([1 - 1e-3, 1e-3, 0.5, 0.5])  # the data means, clamped
+    torch.testing.assert_close(means.visible.U, torch.log(m / (1 - m)))
+    assert torch.equal(zero.visible.U, torch.zeros(4)) and torch.equal(zero.W, means.W)
+    assert torch.equal(zero.hidden.U, means.hidden.U)
+    with pytest.raises(TrainingError, match="visible_init must be one of"):
+        settings(visible_init="zero")

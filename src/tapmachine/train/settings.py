@@ -16,6 +16,7 @@ __all__ = [
     "PretrainSettings",
     "RHO_STEPS",
     "RESAMPLES",
+    "VISIBLE_INITS",
     "device_problem",
 ]
 
@@ -25,6 +26,9 @@ RHO_STEPS = ("plain", "logit")
 #: How training rows are drawn at each presentation (config ``resample``): as stored (None), or
 #: each value v in [0, 1] drawn anew as Bernoulli(v) (``train.loop.present``).
 RESAMPLES = (None, "bernoulli")
+
+#: Where the visible prior starts (config ``visible_init``; ``build.build_from_spec``).
+VISIBLE_INITS = ("data_mean", "neutral")
 
 _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
@@ -74,6 +78,8 @@ class TrainSettings:
     resample: str | None = _RBM["resample"]
     l2: float = _RBM["l2"]
     weight_init_std: float = _RBM["weight_init_std"]
+    #: The visible prior's start: from the data means (Alg. 2) or neutral (``build_from_spec``).
+    visible_init: str = _RBM["visible_init"]
     #: A name of the gradient-method registry (``train.methods``).
     method: str = _RBM["method"]
     sampling_steps: int = _RBM["sampling_steps"]
@@ -135,6 +141,10 @@ class TrainSettings:
         if isinstance(m, dict) and set(m) != {"initial", "final", "switch_epoch"}:
             raise TrainingError(
                 f"momentum must be a number or {{initial, final, switch_epoch}}, not {m!r}"
+            )
+        if self.visible_init not in VISIBLE_INITS:
+            raise TrainingError(
+                f"visible_init must be one of {VISIBLE_INITS}, not {self.visible_init!r}"
             )
         if self.resample not in RESAMPLES:
             raise TrainingError(f"resample must be one of {RESAMPLES}, not {self.resample!r}")

@@ -430,3 +430,28 @@ def test_solver_settings_have_one_schema_definition(default):
     assert trained == tap.SolverSettings.of(config["models"]["m"]["tap"])
     harvested = HarvestSettings.from_spec(config["harvest"]["m"]).solver_settings
     assert harvested == trained.replace(max_iter=2000, fuse=False)
+
+
+def test_cd25_anchor_overlay_trains_rbm_m_recipe_beside_the_paper_table():
+    """sm_cd25_anchor.yaml after paper.yaml: one more model, Salakhutdinov's rbm.m recipe (read
+    into the training settings), scored on the stochastic binarisation with the table's other
+    rows, and nothing else of paper.yaml changed."""
+    from tapmachine.train import TrainSettings
+
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    files = [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/sm_cd25_anchor.yaml"]
+    both = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
+    anchor = both["models"].pop("sm_cd25_h500")
+    table = both["likelihood"]["table"].pop("models")
+    assert table == [*paper["likelihood"]["table"].pop("models"), "sm_cd25_h500"]
+    assert both == paper
+    assert (anchor["dataset"], anchor["train_dataset"]) == ("stochastic_binary_mnist", "real_mnist")
+    s = TrainSettings.from_spec(anchor)
+    assert (s.method, s.sampling_steps, s.batch_size, s.learning_rate) == ("cd", 25, 100, 0.05)
+    assert s.momentum == {"initial": 0.5, "final": 0.9, "switch_epoch": 5} and s.prior_momentum
+    assert (s.l2, s.weight_init_std, s.visible_init, s.resample) == (
+        0.0002,
+        0.01,
+        "neutral",
+        "bernoulli",
+    )

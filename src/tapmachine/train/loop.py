@@ -96,9 +96,10 @@ def train(
 
     Every epoch (``run_epoch``): shuffled minibatches of ``batch_size`` rows, one update per
     batch, then the TAP log-likelihood of ``x_eval`` (default: the first ``eval_samples``
-    training rows), weight statistics and timings. With ``checkpoint_dir``, the full state
-    (machine, momentum, the method's state, generator, metrics) is saved after every epoch and a
-    later call resumes from the last one, giving results identical to an uninterrupted run.
+    training rows, ``eval_rows``), weight statistics and timings. With ``checkpoint_dir``, the
+    full state (machine, momentum, the method's state, generator, metrics) is saved after every
+    epoch and a later call resumes from the last one, giving results identical to an
+    uninterrupted run.
     ``on_epoch(epoch, metrics, machine)`` is called after each epoch (logging);
     ``on_step(step, metrics)`` after each update with the method's per-step metrics (the DBM
     methods': tau, T, corrected fraction, start energy gap, norm).

@@ -56,7 +56,7 @@ def test_licence_file_matches_pyproject():
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     text = (ROOT / "LICENSE").read_text()
-    assert meta["license"]["text"] == "MIT"
+    assert meta["license"] == "MIT" and meta["license-files"] == ["LICENSE"]
     assert text.startswith("MIT License") and "the tapmachine developers" in text
 
 

@@ -142,6 +142,21 @@ def mutate(config, path, value):
             "models.bmnist_h25.dataset: 'cifar10' is not a dataset",
         ),
         (
+            ["models", "bmnist_h25", "train_dataset"],
+            "cifar10",
+            "models.bmnist_h25.train_dataset: 'cifar10' is not a dataset",
+        ),
+        (
+            ["models", "rmnist_h100", "resample"],
+            "bernoulli",
+            "models.rmnist_h100.resample: bernoulli draws binary rows, for bernoulli visible",
+        ),
+        (
+            ["models", "bmnist_h25", "momentum"],
+            {"initial": 0.5, "final": 0.9},
+            "models.bmnist_h25.momentum: 'switch_epoch' is a required property",
+        ),
+        (
             ["data", "faces", "cbcl_archive"],
             "/no/such/faces.tar.gz",
             "data.faces.cbcl_archive: '/no/such/faces.tar.gz' does not exist",
@@ -463,3 +478,28 @@ def test_figures_5_to_7_take_a_column_per_model_with_its_own_settings():
     assert validate({**config(per_model=own), "figures": {"fig5": fig5}}, SCHEMA)
     with pytest.raises(ConfigError, match=r"figures.fig5 \(a\): slices \[2\]"):
         validate({**config(), "figures": {"fig5": {"models": ["a", "b"], "slices": [2]}}}, SCHEMA)
+
+
+def test_cd25_anchor_overlay_trains_rbm_m_recipe_beside_the_paper_table():
+    """sm_cd25_anchor.yaml after paper.yaml: one more model, Salakhutdinov's rbm.m recipe (read
+    into the training settings), scored on the stochastic binarisation with the table's other
+    rows, and nothing else of paper.yaml changed."""
+    from tapmachine.train import TrainSettings
+
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    files = [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/sm_cd25_anchor.yaml"]
+    both = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
+    anchor = both["models"].pop("sm_cd25_h500")
+    table = both["likelihood"]["table"].pop("models")
+    assert table == [*paper["likelihood"]["table"].pop("models"), "sm_cd25_h500"]
+    assert both == paper
+    assert (anchor["dataset"], anchor["train_dataset"]) == ("stochastic_binary_mnist", "real_mnist")
+    s = TrainSettings.from_spec(anchor)
+    assert (s.method, s.sampling_steps, s.batch_size, s.learning_rate) == ("cd", 25, 100, 0.05)
+    assert s.momentum == {"initial": 0.5, "final": 0.9, "switch_epoch": 5} and s.prior_momentum
+    assert (s.l2, s.weight_init_std, s.visible_init, s.resample) == (
+        0.0002,
+        0.01,
+        "neutral",
+        "bernoulli",
+    )

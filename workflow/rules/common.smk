@@ -102,6 +102,12 @@ def dataset_file(name):
     return f"{DATA}/{name}.npz"
 
 
+def train_dataset(model):
+    """The dataset model ``model`` trains on: its train_dataset, else its dataset."""
+    entry = config["models"][model]
+    return entry.get("train_dataset") or entry["dataset"]
+
+
 def own_data_files(name):
     """The user's files of dataset ``name`` of config data.files: its rows, its test rows."""
     entry = config["data"]["files"][name]

@@ -5,7 +5,7 @@
 
 rule train_model:
     input:
-        data=lambda w: dataset_file(config["models"][w.model]["dataset"]),
+        data=lambda w: dataset_file(train_dataset(w.model)),
         tracking=TRACKING,
     output:
         model=f"{RESULTS}/models/{{model}}/model.pt",

@@ -144,10 +144,16 @@ def validate(config: dict, schema_file: str | Path) -> dict:
             raise ConfigError(f"config error at {key}: {path!r} does not exist")
     known = dataset_names(config)
     for name, model in config["models"].items():
-        if model["dataset"] not in known:
+        for key in ("dataset", "train_dataset"):
+            if model[key] is not None and model[key] not in known:
+                raise ConfigError(
+                    f"config error at models.{name}.{key}: {model[key]!r} is not a dataset "
+                    f"of the data stage (known: {', '.join(known)})"
+                )
+        if model["resample"] is not None and model["visible"]["prior"] != "bernoulli":
             raise ConfigError(
-                f"config error at models.{name}.dataset: {model['dataset']!r} is not a dataset "
-                f"of the data stage (known: {', '.join(known)})"
+                f"config error at models.{name}.resample: {model['resample']} draws binary "
+                f"rows, for bernoulli visible units only (here {model['visible']['prior']})"
             )
         rate = model["learning_rate"]
         if isinstance(rate, dict) and rate["end"] > rate["start"]:

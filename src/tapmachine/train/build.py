@@ -87,8 +87,15 @@ def build_machine(spec: dict, x: Tensor, weight_std: float, generator) -> Boltzm
 def build_from_spec(
     spec: dict, x: Tensor, settings: TrainSettings, generator: torch.Generator
 ) -> BoltzmannMachine:
-    """``build_machine`` of a config entry with its settings' ``weight_init_std``."""
-    return build_machine(spec, x, settings.weight_init_std, generator)
+    """``build_machine`` of a config entry with its settings' ``weight_init_std``; with
+    ``visible_init="neutral"`` the visible prior starts at its neutral point instead of the data
+    means (``hidden_prior``: zero fields), as Salakhutdinov's ``rbm.m`` starts the visible biases
+    at 0 for the RBMs of Salakhutdinov & Murray (2008)."""
+    machine = build_machine(spec, x, settings.weight_init_std, generator)
+    if settings.visible_init == "data_mean":
+        return machine
+    neutral = hidden_prior(spec["visible"], x.shape[1], x.dtype, x.device)
+    return machine.replace(priors=[neutral, *machine.priors[1:]])
 
 
 def load_model(path, device="cpu", dtype=None) -> BoltzmannMachine:

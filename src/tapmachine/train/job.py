@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.core.priors import Bernoulli
 from tapmachine.io import data, modelfile
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import ModelFile
@@ -19,7 +20,7 @@ from tapmachine.train.methods import method
 from tapmachine.train.pretrain import pretrain_from_spec
 from tapmachine.train.settings import TrainingError, TrainSettings
 
-__all__ = ["Prepared", "initial_machine", "prepare", "train_from_spec"]
+__all__ = ["Prepared", "initial_machine", "prepare", "resampled_support", "train_from_spec"]
 
 
 @dataclasses.dataclass
@@ -70,6 +71,8 @@ def prepare(
     except TrainingError as exc:
         raise TrainingError(f"{data_path}: {exc}") from None
     in_support, support, units = gradient.data_support(machine)
+    if settings.resample is not None:
+        in_support, support, units = resampled_support(machine, settings.resample)
     outside = data.place_outside(ds, data_path, in_support)
     if outside is not None:
         where, value = outside
@@ -77,6 +80,24 @@ def prepare(
             f"{where}: {value:g} is outside {support}, the values of {units} of model {name}"
         )
     return Prepared(settings, machine, x, ds, rows, generator)
+
+
+def _unit_interval(x: Tensor) -> Tensor:
+    return (x >= 0) & (x <= 1)
+
+
+def resampled_support(machine: BoltzmannMachine, resample: str):
+    """What the stored rows of a model that draws its rows anew (``resample``,
+    ``loop.present``) must lie in: probabilities in [0, 1] for bernoulli visible units (grey
+    levels), whose draws are then in {0, 1}; ``(in_support, support, units)`` as
+    ``GradientMethod.data_support``. Other visible units are refused."""
+    if not isinstance(machine.visible, Bernoulli):
+        raise TrainingError(
+            f"resample: {resample} draws binary rows: the visible units must be bernoulli, "
+            f"not {type(machine.visible).__name__}"
+        )
+    units = f"the grey levels (probabilities) that resample: {resample} draws rows of {{0, 1}} from"
+    return _unit_interval, "[0, 1]", units
 
 
 def initial_machine(

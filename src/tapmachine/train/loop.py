@@ -36,15 +36,22 @@ from tapmachine.train.resume import (
 )
 from tapmachine.train.settings import TrainSettings
 from tapmachine.train.tap_gradient import check_train_noise
-from tapmachine.train.update import apply_update, check_finite, learning_rate
+from tapmachine.train.update import (
+    apply_update,
+    check_finite,
+    learning_rate,
+    momentum_at,
+    prior_velocity_start,
+)
 
-__all__ = ["Carried", "train", "run_epoch"]
+__all__ = ["Carried", "train", "run_epoch", "present", "eval_rows"]
 
 
 @dataclasses.dataclass
 class Carried:
-    """What one epoch hands the next: the machine, the momentum of every coupling matrix, the
-    gradient method's state (PCD chains, centering offsets; ``GradientMethod.init_state``), the
+    """What one epoch hands the next: the machine, the momentum of every coupling matrix (and, with
+    ``prior_momentum``, of every prior parameter: ``update.apply_update``), the gradient method's
+    state (PCD chains, centering offsets; ``GradientMethod.init_state``), the
     metrics of the epochs done and their count. ``train`` starts one, or continues one it is
     given (``carried=``) and advances it in place: the estimators' ``partial_fit`` runs one
     epoch at a time on the state of the epochs before (``tapmachine.learn``)."""
@@ -66,6 +73,8 @@ class Carried:
         """Epoch 0: zero momentum and the method's initial state (drawn from ``generator``)."""
         check_train_noise(machine, settings.train_noise)
         velocity = [torch.zeros_like(W) for W in machine.weights]
+        if settings.prior_momentum:
+            velocity += prior_velocity_start(machine)
         state = method(settings.method).init_state(machine, x_train, settings, generator)
         return cls(machine, velocity, state, [])
 
@@ -87,9 +96,10 @@ def train(
 
     Every epoch (``run_epoch``): shuffled minibatches of ``batch_size`` rows, one update per
     batch, then the TAP log-likelihood of ``x_eval`` (default: the first ``eval_samples``
-    training rows), weight statistics and timings. With ``checkpoint_dir``, the full state
-    (machine, momentum, the method's state, generator, metrics) is saved after every epoch and a
-    later call resumes from the last one, giving results identical to an uninterrupted run.
+    training rows, ``eval_rows``), weight statistics and timings. With ``checkpoint_dir``, the
+    full state (machine, momentum, the method's state, generator, metrics) is saved after every
+    epoch and a later call resumes from the last one, giving results identical to an
+    uninterrupted run.
     ``on_epoch(epoch, metrics, machine)`` is called after each epoch (logging);
     ``on_step(step, metrics)`` after each update with the method's per-step metrics (the DBM
     methods': tau, T, corrected fraction, start energy gap, norm).
@@ -100,7 +110,7 @@ def train(
     """
     gradient = method(settings.method)
     if x_eval is None:
-        x_eval = x_train[: settings.eval_samples]
+        x_eval = eval_rows(x_train, settings)
     if carried is None:
         carried = Carried.start(machine, x_train, settings, generator)
     elif checkpoint_dir is not None:
@@ -165,20 +175,22 @@ def run_epoch(
     progress: bool = False,
     on_step=None,
 ) -> dict:
-    """One epoch of Alg. 2 from ``carried`` (advanced in place): the step size of epoch
-    ``carried.epoch + 1`` (``update.learning_rate``), shuffled minibatches of ``batch_size``
-    rows drawn from ``generator``, the method's gradient and the update per batch, then the
-    evaluation (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default the first
-    ``eval_samples`` rows), weight statistics and timings; returns the epoch's metrics, also
-    appended to ``carried.history``."""
+    """One epoch of Alg. 2 from ``carried`` (advanced in place): the step size and momentum of
+    epoch ``carried.epoch + 1`` (``update.learning_rate``, ``update.momentum_at``), shuffled
+    minibatches of ``batch_size`` rows drawn from ``generator`` (each drawn anew with
+    ``settings.resample``: ``present``), the method's gradient and the update per batch, then the
+    evaluation (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default
+    ``eval_rows``), weight statistics and timings; returns the epoch's metrics, also appended to
+    ``carried.history``."""
     from tqdm import tqdm
 
     gradient = method(settings.method)
     if x_eval is None:
-        x_eval = x_train[: settings.eval_samples]
+        x_eval = eval_rows(x_train, settings)
     epoch = carried.epoch + 1
     t0, cpu0 = time.perf_counter(), time.process_time()
     lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
+    eta = momentum_at(settings.momentum, epoch)
     n = x_train.shape[0]
     n_batches = max(1, n // settings.batch_size)
     order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
@@ -193,8 +205,9 @@ def run_epoch(
     machine, velocity, state = carried.machine, carried.velocity, carried.state
     for b in bar:
         x = x_train[order[b * settings.batch_size : (b + 1) * settings.batch_size]]
+        x = present(x, settings.resample, generator)
         grads = gradient.gradients(machine, x, settings, state, generator, step_stats)
-        machine = apply_update(machine, grads, velocity, lr, settings)
+        machine = apply_update(machine, grads, velocity, lr, settings, eta)
         check_finite(machine, epoch, b)
         if on_step is not None:
             on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
@@ -214,6 +227,28 @@ def run_epoch(
     if settings.evaluate:
         print(_evaluation_line(epoch, metrics, x_eval.shape[0]), file=sys.stderr)
     return metrics
+
+
+def present(x: Tensor, resample: str | None, generator: torch.Generator) -> Tensor:
+    """The rows ``x`` as one step trains on them: as they are (``resample`` None), or each value
+    v in [0, 1] drawn anew as Bernoulli(v), 1 where a uniform draw from ``generator`` falls
+    below v (``resample="bernoulli"``: Salakhutdinov's ``rbm.m``, ``data > rand`` on every
+    batch, for the CD-trained RBMs of Salakhutdinov & Murray 2008)."""
+    if resample is None:
+        return x
+    u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=generator.device)
+    return (u.to(x.device) < x).to(x.dtype)
+
+
+def eval_rows(x_train: Tensor, settings: TrainSettings) -> Tensor:
+    """The per-epoch evaluation's default rows: the first ``eval_samples`` training rows, drawn
+    once with ``settings.resample`` from a stream of its own (seed 0), so that every epoch, and a
+    resumed run, scores the same rows without touching the training stream."""
+    rows = x_train[: settings.eval_samples]
+    if settings.resample is None:
+        return rows
+    own = torch.Generator(device=x_train.device).manual_seed(0)
+    return present(rows, settings.resample, own)
 
 
 def _epoch_metrics(epoch: int, lr: float, train_seconds: float, step_stats: dict) -> dict:

@@ -46,6 +46,10 @@ __all__ = [
 NUMERICS_VERSION = 1
 
 
+#: Settings added after checkpoints were first written, with the value that trains as before.
+_LATER_KEYS = {"prior_momentum": False, "resample": None, "visible_init": "data_mean"}
+
+
 def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:
     """Identity of a training run for resuming: settings, initial machine, training data,
     ``NUMERICS_VERSION`` and the gradient method's own version (``GradientMethod.version``).
@@ -56,7 +60,8 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     evaluation's second pass (``retry_damping``: each history row records what it did, and a
     resumed run evaluates its earlier epochs again, ``reevaluate_history``), and ``fuse``
     (compiled or eager sweeps: the same iterates up to rounding; leaving it out also keeps the
-    checkpoints written before the key existed).
+    checkpoints written before the key existed). The keys of ``_LATER_KEYS`` enter only when set
+    (off, they train as before them, and the checkpoints written before them still resume).
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     h.update(method(settings.method).version().encode())
@@ -68,6 +73,9 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
             fields.pop(key)
     fields.pop("retry_damping")
     fields.pop("fuse")
+    for key, off in _LATER_KEYS.items():
+        if fields[key] == off:
+            fields.pop(key)
     h.update(repr(sorted(fields.items())).encode())
     for W in machine.weights:
         h.update(W.detach().cpu().contiguous().numpy().tobytes())

@@ -15,11 +15,20 @@ __all__ = [
     "TrainSettings",
     "PretrainSettings",
     "RHO_STEPS",
+    "RESAMPLES",
+    "VISIBLE_INITS",
     "device_problem",
 ]
 
 #: How the Gauss-Bernoulli mixture weight rho is stepped (config ``rho_step``; ``update``).
 RHO_STEPS = ("plain", "logit")
+
+#: How training rows are drawn at each presentation (config ``resample``): as stored (None), or
+#: each value v in [0, 1] drawn anew as Bernoulli(v) (``train.loop.present``).
+RESAMPLES = (None, "bernoulli")
+
+#: Where the visible prior starts (config ``visible_init``; ``build.build_from_spec``).
+VISIBLE_INITS = ("data_mean", "neutral")
 
 _RBM = defaults("model")
 _TAP, _PRE = _RBM["tap"], _RBM["pretrain"]
@@ -61,9 +70,16 @@ class TrainSettings:
     batch_size: int = _RBM["batch_size"]
     n_solutions: int | None = _RBM["n_solutions"]
     learning_rate: float | dict = _RBM["learning_rate"]
-    momentum: float = _RBM["momentum"]
+    #: Heavy-ball momentum: a number, or {initial, final, switch_epoch} (``update.momentum_at``).
+    momentum: float | dict = _RBM["momentum"]
+    #: Momentum on the prior (bias) parameters too (``update.apply_update``).
+    prior_momentum: bool = _RBM["prior_momentum"]
+    #: Draw every training row anew at each presentation (``RESAMPLES``; ``train.loop.present``).
+    resample: str | None = _RBM["resample"]
     l2: float = _RBM["l2"]
     weight_init_std: float = _RBM["weight_init_std"]
+    #: The visible prior's start: from the data means (Alg. 2) or neutral (``build_from_spec``).
+    visible_init: str = _RBM["visible_init"]
     #: A name of the gradient-method registry (``train.methods``).
     method: str = _RBM["method"]
     sampling_steps: int = _RBM["sampling_steps"]
@@ -121,6 +137,17 @@ class TrainSettings:
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
             )
+        m = self.momentum
+        if isinstance(m, dict) and set(m) != {"initial", "final", "switch_epoch"}:
+            raise TrainingError(
+                f"momentum must be a number or {{initial, final, switch_epoch}}, not {m!r}"
+            )
+        if self.visible_init not in VISIBLE_INITS:
+            raise TrainingError(
+                f"visible_init must be one of {VISIBLE_INITS}, not {self.visible_init!r}"
+            )
+        if self.resample not in RESAMPLES:
+            raise TrainingError(f"resample must be one of {RESAMPLES}, not {self.resample!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
         try:

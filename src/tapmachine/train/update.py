@@ -9,7 +9,15 @@ from torch import Tensor
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.train.settings import TrainingError, TrainSettings
 
-__all__ = ["RHO_RANGE", "learning_rate", "step_prior_parameter", "apply_update", "check_finite"]
+__all__ = [
+    "RHO_RANGE",
+    "learning_rate",
+    "momentum_at",
+    "prior_velocity_start",
+    "step_prior_parameter",
+    "apply_update",
+    "check_finite",
+]
 
 #: Where a stepped mixture weight rho is kept (clipped into the open unit interval).
 RHO_RANGE = (1e-6, 1.0 - 1e-6)
@@ -28,6 +36,30 @@ def learning_rate(schedule: float | dict, epoch: int, epochs: int) -> float:
         return float(schedule["start"])
     frac = min(epoch - 1, epochs - 1) / (epochs - 1)
     return float(schedule["start"] * (schedule["end"] / schedule["start"]) ** frac)
+
+
+def momentum_at(schedule: float | dict, epoch: int) -> float:
+    """Momentum of the steps of ``epoch`` (1-based): constant, or ``initial`` up to and including
+    epoch ``switch_epoch`` and ``final`` after it.
+
+    The two-level form is Salakhutdinov's CD training of the RBMs of Salakhutdinov & Murray
+    (2008) (``rbm.m`` of his AIS code, repository surban/ruslan-ais: momentum 0.5 while
+    ``epoch <= 5``, 0.9 after).
+    """
+    if not isinstance(schedule, dict):
+        return float(schedule)
+    return float(schedule["initial"] if epoch <= schedule["switch_epoch"] else schedule["final"])
+
+
+def prior_velocity_start(machine: BoltzmannMachine) -> list[Tensor]:
+    """Zero velocities of the prior parameters that ``prior_momentum`` steps with momentum: every
+    parameter of every layer but a mixture weight rho, layer by layer in ``params()`` order."""
+    return [
+        torch.zeros_like(value)
+        for prior in machine.priors
+        for name, value in prior.params().items()
+        if name != "rho"
+    ]
 
 
 def step_prior_parameter(
@@ -54,31 +86,50 @@ def step_prior_parameter(
 
 
 def apply_update(
-    machine: BoltzmannMachine, grads: dict, velocity: list, lr: float, settings: TrainSettings
+    machine: BoltzmannMachine,
+    grads: dict,
+    velocity: list,
+    lr: float,
+    settings: TrainSettings,
+    momentum: float | None = None,
 ) -> BoltzmannMachine:
     """Alg. 2: W <- W + lr (dW - l2 W) + momentum * previous W step; theta <- theta + lr dtheta.
 
     Heavy-ball momentum: the velocity carries the whole previous step, its l2 term included.
     Alg. 2 prints the momentum term as eta dW^(t-1), the previous gradient without the learning
     rate, which at eta = 0.5 and lr = 0.005 would outweigh the gradient step 100 to 1; the
-    previous step is the usual reading (README, departures). ``velocity`` is updated in place.
+    previous step is the usual reading (README, departures). ``momentum``: this step's (default:
+    ``settings.momentum`` at epoch 1, ``momentum_at``).
+
+    ``velocity`` (updated in place) holds one tensor per coupling matrix, then, with
+    ``settings.prior_momentum``, one per prior parameter (``prior_velocity_start``): those
+    parameters then take the same heavy-ball step without l2, u <- momentum u + lr dtheta,
+    theta <- theta + u, as ``visbiasinc``/``hidbiasinc`` of Salakhutdinov's ``rbm.m`` (Salakhutdinov
+    & Murray 2008's CD training). A mixture weight rho keeps ``step_prior_parameter``'s step.
     """
+    eta = momentum_at(settings.momentum, 1) if momentum is None else momentum
     new_weights = []
     for l, (W, dW) in enumerate(zip(machine.weights, grads["weights"], strict=True)):
         # In place on the velocity buffer: Nv x Nh temporaries cost as much as the matmuls.
-        step = velocity[l].mul_(settings.momentum).add_(dW, alpha=lr)
+        step = velocity[l].mul_(eta).add_(dW, alpha=lr)
         if settings.l2:
             step.add_(W, alpha=-lr * settings.l2)
         new_weights.append(W + step)
+    prior_velocity = iter(velocity[len(machine.weights) :])
     new_priors = []
     for prior, dP in zip(machine.priors, grads["priors"], strict=True):
-        if not dP:
+        params = prior.params()
+        own = [n for n in params if n != "rho"] if settings.prior_momentum else []
+        steps = {n: next(prior_velocity) for n in own}
+        if not dP:  # a prior the method does not train: its velocity stays zero
             new_priors.append(prior)
             continue
-        updated = {
-            name: step_prior_parameter(name, value, dP[name], lr, settings.rho_step)
-            for name, value in prior.params().items()
-        }
+        updated = {}
+        for name, value in params.items():
+            if name in steps:
+                updated[name] = value + steps[name].mul_(eta).add_(dP[name], alpha=lr)
+            else:
+                updated[name] = step_prior_parameter(name, value, dP[name], lr, settings.rho_step)
         new_priors.append(prior.replace(**updated))
     return machine.replace(priors=new_priors, weights=new_weights)
 

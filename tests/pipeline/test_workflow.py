@@ -319,15 +319,26 @@ def test_rerun_is_a_no_op(finished_run):
 
 
 def test_recreating_the_tracking_store_reruns_nothing(finished_run):
-    """The store's manifest is an ancient() input made before the DAG: a new store (deleted,
-    re-created, or benchmarks/run.py rewriting the manifest) leaves every result up to date."""
+    """The store's manifest is an ancient() input of every rule: missing while results exist, a
+    dry run makes nothing, a run makes the store in onstart and stops before any job, and then
+    every result is up to date (as after benchmarks/run.py rewriting the manifest)."""
     store = finished_run / "results" / "mlflow"
     store.rename(finished_run / "results" / "mlflow.moved")
+    model = finished_run / "results" / "default" / "models" / "tiny" / "model.pt"
+    stamp = model.stat().st_mtime_ns
     try:
-        result = snakemake(finished_run, "--cores", "2", "-n")
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "Nothing to be done" in result.stdout + result.stderr
-        assert (store / "experiments.json").exists()  # made afresh, at parse time
+        dry = snakemake(finished_run, "--cores", "2", "-n")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert "no tracking store" in dry.stderr
+        assert not store.exists()  # nothing made while parsing
+        run = snakemake(finished_run, "--cores", "2")
+        assert run.returncode != 0
+        assert "made the store now and stopped before any job" in run.stdout + run.stderr
+        assert (store / "experiments.json").exists()
+        assert model.stat().st_mtime_ns == stamp
+        again = snakemake(finished_run, "--cores", "2", "-n")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "Nothing to be done" in again.stdout + again.stderr
     finally:
         shutil.rmtree(store, ignore_errors=True)
         (finished_run / "results" / "mlflow.moved").rename(store)

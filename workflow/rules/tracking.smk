@@ -19,15 +19,16 @@ _environment.update(
 for _key, _value in _tracking.HTTP_LIMITS.items():
     os.environ.setdefault(_key, _value)
 
-# A manifest missing while results exist: its rule would run, and with it every rule after it
-# (an ancient() input that does not exist counts as updated). So a run then makes the store in
-# `onstart` and stops before any job; the next run finds every result up to date. Read only here.
+# A manifest missing while results exist: as long as nothing else is to run, nothing runs; once a
+# job is, the manifest's rule runs too, and with it every rule after it (an ancient() input that
+# does not exist counts as updated). So a run with jobs to do then makes the store in `onstart`
+# and stops before the first; the next run makes only what is missing. Read only here.
 REMAKE_STORE = bool(RESULT_FILES) and not Path(TRACKING_FILE).exists()
 if REMAKE_STORE:
     print(
         f"tapmachine: no tracking store ({TRACKING_FILE} is missing) though results exist: a run "
-        "makes the store and stops before any job (then run again: nothing is made again); a "
-        "dry run lists every job, as the missing manifest is the input of every rule",
+        "with jobs to do makes the store and stops before the first (else every rule would run "
+        "again after rule tracking_init); then run again",
         file=sys.stderr,
     )
 

@@ -95,9 +95,9 @@ def remake_store(store, manifest) -> str:
     """Snakefile ``onstart`` where the store's ``manifest`` was missing though results exist: make
     the store (best effort, ``store.init_store``) and return why the run stops before any job.
 
-    The manifest is an ancient() input of every rule; missing when the DAG was built, it made its
-    rule (``tracking_init``) and so every rule after it run again. Made now, the next run finds
-    every result up to date."""
+    The manifest is an ancient() input of every rule; missing when the DAG of a run with jobs
+    was built, it made its rule (``tracking_init``) and so every rule after it run again. Made
+    now, the next run makes only what is missing."""
     tracking.init_store(store, manifest, best_effort=True)
     return (
         f"tapmachine: the tracking store's manifest {manifest} was missing though results exist; "

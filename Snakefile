@@ -2,6 +2,7 @@
 # Run `snakemake --cores N`; the papers' sizes: `--configfile workflow/config/paper.yaml` (an overlay).
 import os
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -24,6 +25,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/tracking.smk"
+include: "workflow/rules/repair.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/likelihood.smk"
@@ -35,9 +37,23 @@ include: "workflow/rules/denoise.smk"
 include: "workflow/rules/deep.smk"
 
 
-# One MLflow parent run per experiment for this invocation; at the end a short summary (what was
-# made and where, failures, how to browse the runs). tapmachine.pipeline.tracking.invocation.
+# Only a run with jobs to do calls these (not a dry run, --lint, or a run with nothing to do).
+# onstart stops a run before its first job where damaged files were found (common.smk) or the
+# store's manifest is missing though results exist (tracking.smk), but a run of set_aside_damaged
+# alone; it makes the store if needed and opens one MLflow parent run per experiment for this
+# invocation; at the end a short summary (what was made and where, failures, how to browse the
+# runs). tapmachine.pipeline.tracking.invocation.
 onstart:
+    if set(workflow.dag_settings.targets) != {"set_aside_damaged"}:
+        if DAMAGED:
+            raise WorkflowError(
+                "tapmachine: damaged files (named above) would be read or kept: "
+                "`snakemake --cores 1 set_aside_damaged` first (with the same --configfile)"
+            )
+        if REMAKE_STORE:
+            raise WorkflowError(
+                _invocation.remake_store(config["tracking"]["store"], TRACKING_FILE)
+            )
     _invocation.invocation_start(config["tracking"]["store"], TRACKING_FILE, RUN_NAME)
 
 
@@ -52,6 +68,7 @@ onerror:
 localrules:
     all,
     tracking_init,
+    set_aside_damaged,
     fetch_dataset,
     data,
     train,

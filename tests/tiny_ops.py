@@ -47,9 +47,11 @@ def targets(run_name: str = "ops", epochs: int = 3) -> list[str]:
     return [f"{res}/figures/fig3.png", f"{res}/solutions/tiny/epoch_{epochs}.npz"]
 
 
-def prepare(workdir: Path, run_name: str = "ops", epochs: int = 3) -> Path:
-    """Write WORKDIR/config.yaml and a synthetic 28x28 "mnist" (300 train, 100 test images)."""
+def prepare(workdir: Path, run_name: str = "ops", epochs: int = 3, store: bool = True) -> Path:
+    """Write WORKDIR/config.yaml, a synthetic 28x28 "mnist" (300 train, 100 test images) and,
+    with ``store``, the MLflow store (seconds; what a Snakemake run over this tree needs)."""
     from tapmachine.io import data
+    from tapmachine.pipeline.tracking import store as tracking
 
     workdir = Path(workdir)
     (workdir / "results" / "data").mkdir(parents=True, exist_ok=True)
@@ -63,6 +65,11 @@ def prepare(workdir: Path, run_name: str = "ops", epochs: int = 3) -> Path:
         x[:300], labels[:300], x[300:], labels[300:], (28, 28), {"source": "synthetic"}, "mnist"
     )
     data.save_dataset(ds, workdir / "results" / "data" / "mnist.npz")
+    # A tree whose datasets exist has its tracking store, as a run leaves it: without one, a run
+    # would make it and stop before any job (workflow/rules/tracking.smk).
+    if store:
+        folder = workdir / "results" / "mlflow"
+        tracking.init_store(folder, folder / "experiments.json", best_effort=True)
     return workdir
 
 

@@ -83,7 +83,7 @@ def test_ais_denoising_and_ucd_scoring_report_progress_in_a_job(capsys, monkeypa
 def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(tmp_path):
     from tapmachine.io import data
 
-    work = prepare(tmp_path, "ops", 3)
+    work = prepare(tmp_path, "ops", 3, store=False)  # no Snakemake run here
     data_dir = work / "results" / "data"
     binary = data.derive(data.load_dataset(data_dir / "mnist.npz"), ["threshold"], "binary_mnist")
     data.save_dataset(binary, data_dir / "binary_mnist.npz")  # the values Bernoulli units take

@@ -41,7 +41,7 @@ def test_write_csv_takes_every_key_in_first_seen_order(tmp_path):
 def test_damage_finds_cut_off_archives_and_csvs(tmp_path):
     import numpy as np
 
-    from tapmachine.io.files import damage, set_aside_damaged
+    from tapmachine.io.files import damage, damaged, set_aside_damaged
 
     npz = tmp_path / "a.npz"
     np.savez(npz, x=np.arange(1000))
@@ -52,6 +52,13 @@ def test_damage_finds_cut_off_archives_and_csvs(tmp_path):
     csv_path.write_bytes(csv_path.read_bytes()[:-4])
     assert "zip" in damage(npz)
     assert "cut off" in damage(csv_path)
+    whole_csv = write_csv([{"a": 1}], tmp_path / "whole.csv")
+    gone = tmp_path / "gone.npz"
+    listed = [npz, csv_path, whole_csv, gone]
+    assert [p.name for p, _ in damaged(listed)] == ["a.npz", "t.csv"]
+    untouched = ["a.npz", "t.csv", "whole.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == untouched
+    whole_csv.unlink()
     found = set_aside_damaged([npz, csv_path])
     assert [p.name for p, _ in found] == ["a.npz", "t.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz.corrupt", "t.csv.corrupt"]

@@ -201,11 +201,27 @@ def test_snakemake_remakes_a_corrupt_file_without_retraining(trained, tmp_path, 
     _truncate(broken)
     # the dataset, the model and its metrics, as `all` asks for them
     targets = [str(dataset.relative_to(work)), f"{MODEL_DIR}/model.pt", f"{MODEL_DIR}/metrics.csv"]
+    rel = broken.relative_to(work)
+    # A run names the damaged file while the workflow is parsed and changes nothing: one with
+    # jobs to do (the model's, after a damaged dataset) stops before the first.
+    r = _snakemake(work, *targets)
+    named = [line for line in r.stdout.splitlines() if str(rel) in line and "corrupt" in line]
+    assert named and "set_aside_damaged" in named[0], r.stdout[-3000:]
+    if what == "dataset":
+        assert r.returncode != 0 and "damaged files (named above) would be read" in r.stdout
+    else:
+        assert r.returncode == 0 and "Nothing to be done" in r.stdout, r.stdout[-3000:]
+    assert broken.exists() and not broken.with_name(broken.name + ".corrupt").exists()
+    assert not (work / "logs" / "ops" / "set_aside_damaged.log").exists()
+    # The rule sets it aside (the bytes kept); the next run makes it again.
+    damaged_bytes = broken.read_bytes()
+    r = _snakemake(work, "set_aside_damaged")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert broken.with_name(broken.name + ".corrupt").read_bytes() == damaged_bytes
+    assert not broken.exists()
     r = _snakemake(work, *targets)
     assert r.returncode == 0, r.stdout[-3000:]
-    rel = broken.relative_to(work)
-    named = [line for line in r.stdout.splitlines() if str(rel) in line and "corrupt" in line]
-    assert named, r.stdout[-3000:]
+    assert "is corrupt" not in r.stdout, r.stdout[-3000:]
     log = (work / "logs" / "ops" / "train" / "tiny.log").read_text()
     assert resumed_epoch(log) == 3, log[-2000:]  # no epoch trained again
     after = ModelFile.load(model)

@@ -352,18 +352,40 @@ def test_rerun_is_a_no_op(finished_run):
 
 
 def test_recreating_the_tracking_store_reruns_nothing(finished_run):
-    """The store's manifest is an ancient() input made before the DAG: a new store (deleted,
-    re-created, or benchmarks/run.py rewriting the manifest) leaves every result up to date."""
-    store = finished_run / "results" / "mlflow"
-    store.rename(finished_run / "results" / "mlflow.moved")
+    """The store's manifest is an ancient() input of every rule. Missing with every result up to
+    date, nothing runs. Missing when a job is to run, its rule would run and every rule after it:
+    a dry run makes nothing, a run makes the store in onstart and stops before any job, and the
+    next run makes only what was missing (as after benchmarks/run.py rewriting the manifest)."""
+    results = finished_run / "results"
+    store = results / "mlflow"
+    table = results / "default" / "figures" / "likelihood_table.pdf"
+    model = results / "default" / "models" / "tiny" / "model.pt"
+    stamp = model.stat().st_mtime_ns
+    store.rename(results / "mlflow.moved")
     try:
-        result = snakemake(finished_run, "--cores", "2", "-n")
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "Nothing to be done" in result.stdout + result.stderr
-        assert (store / "experiments.json").exists()  # made afresh, at parse time
+        idle = snakemake(finished_run, "--cores", "2")
+        assert idle.returncode == 0, idle.stderr[-3000:]
+        assert "Nothing to be done" in idle.stdout + idle.stderr
+        assert not store.exists()
+        table.rename(results / "likelihood_table.pdf.moved")
+        dry = snakemake(finished_run, "--cores", "2", "-n")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert "no tracking store" in dry.stderr
+        assert not store.exists()  # nothing made while parsing
+        stopped = snakemake(finished_run, "--cores", "2")
+        assert stopped.returncode != 0
+        assert "made the store now and stopped before any job" in stopped.stdout + stopped.stderr
+        assert (store / "experiments.json").exists() and not table.exists()
+        again = snakemake(finished_run, "--cores", "2")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert table.exists() and model.stat().st_mtime_ns == stamp
+        done = snakemake(finished_run, "--cores", "2", "-n")
+        assert "Nothing to be done" in done.stdout + done.stderr
     finally:
         shutil.rmtree(store, ignore_errors=True)
-        (finished_run / "results" / "mlflow.moved").rename(store)
+        (results / "mlflow.moved").rename(store)
+        if (results / "likelihood_table.pdf.moved").exists():
+            (results / "likelihood_table.pdf.moved").replace(table)
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -444,7 +466,8 @@ def test_a_config_without_optional_sections_parses_and_skips_their_targets(
 
 def test_logs_and_benchmarks_are_split_per_config_run(tmp_path):
     """Another run.name plans every job log and benchmark under logs/{name}/, benchmarks/{name}/
-    (the shared dataset jobs' under logs/data/), never where the default run writes them."""
+    (the shared dataset jobs' under logs/data/; the store's, made by a run in a fresh tree,
+    logs/tracking_init.log), never where the default run writes them."""
     config = yaml.safe_load(yaml.safe_dump(TINY))
     config["run"] = {"name": "other"}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
@@ -456,8 +479,9 @@ def test_logs_and_benchmarks_are_split_per_config_run(tmp_path):
     assert len(logs) > 20 and len(marks) == len(logs)
     assert any(p.startswith("logs/other/train/") for p in logs)
     assert any(p.startswith("logs/data/") for p in logs)
+    store = ("logs/tracking_init.log", "benchmarks/tracking_init.tsv")
     for path in logs + marks:
-        assert path.startswith(
+        assert path in store or path.startswith(
             ("logs/other/", "logs/data/", "benchmarks/other/", "benchmarks/data/")
         ), path
 

@@ -156,29 +156,86 @@ def test_completion_equals_the_plain_two_order_loop_exactly(centering, dtype):
         assert torch.equal(a, b)
 
 
+def _one_block_minimum(tag: str, mask: torch.Tensor):
+    """(machine, generator, v, the mode's layers) for each of 200 seeded [6, 3, 2] DBMs and
+    images v whose energy, the pixels off ``mask`` clamped to v, has one block-wise minimum
+    (about 1 in 20 have several: local search may end in any of them)."""
+    for seed in range(200):
+        g = seeded_generator(seed, "test", tag)
+        m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
+        m = m.replace(weights=[0.7 * W for W in m.weights])
+        v = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
+        xs, energy, fixed = _block_minima(m, v, mask)
+        if int(fixed.sum()) != 1:
+            continue
+        mode = int(energy.argmin())
+        assert bool(fixed[mode])  # the global mode is a block-wise minimum
+        yield m, g, v, [x[mode][None] for x in xs]
+
+
 def test_completion_returns_the_exact_conditional_mode_when_unique():
     from tapmachine.ucd.generate import complete
 
+    mask = torch.tensor([False, False, False, True, True, True])
     checked = 0
-    for seed in range(200):
-        g = seeded_generator(seed, "test", "complete")
-        m = dbm.build_dbm([6, 3, 2], g, dbm.DBMOptions(), 0.01).to(dtype=torch.float64)
-        m = m.replace(weights=[0.7 * W for W in m.weights])
-        v_obs = 2.0 * (torch.rand(1, 6, generator=g) < 0.5).double() - 1.0
-        mask = torch.tensor([False, False, False, True, True, True])
-        xs, energy, fixed = _block_minima(m, v_obs, mask)
-        if int(fixed.sum()) != 1:  # about 1 in 20 of these models
-            continue  # several block-wise minima: local search may end in any of them
+    for m, g, v_obs, mode in _one_block_minimum("complete", mask):
         checked += 1
-        mode = int(energy.argmin())
-        assert bool(fixed[mode])  # the global mode is a block-wise minimum
         starts = 64
         out, steps = complete(m, v_obs.expand(starts, -1), mask, g)
-        for layer, x in zip(out, xs, strict=True):
-            assert torch.equal(layer, x[mode].expand(starts, -1))
+        for layer, x in zip(out, mode, strict=True):
+            assert torch.equal(layer, x.expand(starts, -1))
         assert torch.equal(out[0][:, ~mask], v_obs.expand(starts, -1)[:, ~mask])
         assert int(steps.min()) >= 1
     assert checked >= 5
+
+
+def test_reconstruction_is_the_visible_mean_at_the_exact_posterior_mode_when_unique():
+    from tapmachine.ucd.generate import reconstruct
+
+    checked = 0
+    for m, g, v, mode in _one_block_minimum("reconstruct", torch.zeros(6, dtype=torch.bool)):
+        checked += 1
+        want = m.priors[0].mean(m.input_to(0, mode))
+        starts = 32
+        got = reconstruct(m, v.expand(starts, -1), g)
+        torch.testing.assert_close(got, want.expand(starts, -1), rtol=0, atol=1e-12)
+    assert checked >= 5
+
+
+def test_tau_summary_of_step_rows():
+    from tapmachine.ucd.training import tau_summary
+
+    rows = [
+        {"tau_mean": 2.0, "T_mean": 5.0, "corrected_fraction": 0.5, "neg_tau_max": 4.0},
+        {"tau_mean": 3.0, "T_mean": 7.0, "corrected_fraction": 0.25, "pos_T_max": 11.0},
+        {"tau_mean": 7.0, "T_mean": 6.0, "corrected_fraction": 0.0, "pos_tau_max": 9.0},
+    ]
+    assert tau_summary(rows) == {
+        "tau_mean_min": 2.0,
+        "tau_mean_max": 7.0,
+        "tau_mean_mean": 4.0,
+        "tau_max": 9.0,
+        "T_mean_min": 5.0,
+        "T_mean_max": 7.0,
+        "T_mean_mean": 6.0,
+        "T_max": 11.0,
+        "corrected_fraction_mean": 0.25,
+    }
+    assert tau_summary([{"T_mean": 1.0, "corrected_fraction": 0.0}]) == {}  # PCD: no tau
+
+
+def test_epoch_image_draws_samples_data_and_reconstructions(tmp_path):
+    from PIL import Image
+
+    from tapmachine.figures.ucd_dbm import epoch_image
+
+    g = seeded_generator(0, "test", "epoch_image")
+    machine = dbm.build_dbm([4, 3, 2], g, dbm.DBMOptions(), 0.01)
+    x01 = (torch.rand(20, 4, generator=g) < 0.5).float()
+    epoch_image(machine, x01, (2, 2), g, tmp_path / "epoch_1.png")
+    with Image.open(tmp_path / "epoch_1.png") as png:
+        assert png.format == "PNG" and png.size == (640, 256)  # 8 x 3.2 inches at 80 dpi
+    assert [p.name for p in tmp_path.iterdir()] == ["epoch_1.png"]
 
 
 def _fake_cifar(path, rng):

@@ -15,8 +15,8 @@ from tapmachine.pipeline.configuration import (
     solution_columns,
     validate,
 )
-from tapmachine.io.files import set_aside_damaged
-from tapmachine.pipeline.stages.workflow import jobs_run_checkout
+from tapmachine.io.files import damaged
+from tapmachine.pipeline.stages.workflow import jobs_run_checkout, result_files
 
 # Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
 # this checkout's package, through workflow/bin/tapmachine.
@@ -64,10 +64,16 @@ LOGS = f"logs/{RUN_NAME}"
 BENCHMARKS = f"benchmarks/{RUN_NAME}"
 DATA_LOGS = "logs/data"
 DATA_BENCHMARKS = "benchmarks/data"
-# Before the DAG, in the main process: a lock held by another invocation makes Snakemake report
-# that run's outputs as "incomplete", so say plainly why this one stops; otherwise files damaged
-# after they were written are set aside, so that their rules run again (training resumes from its
-# checkpoints, a dataset is derived again from its verified source). tapmachine.io.files.
+# While the workflow is parsed nothing is written (a dry run or --lint changes no file). In the
+# main process: a lock held by another invocation makes Snakemake report that run's outputs as
+# "incomplete", so say plainly why this one stops; otherwise name the files damaged after they
+# were written (a cheap read, tapmachine.io.files.damage): rule set_aside_damaged renames them to
+# <name>.corrupt, after which a run makes them again (training resumes from its checkpoints, a
+# dataset is derived again from its verified source); until then a run stops before its first
+# job (the Snakefile's onstart), as its jobs would read them or keep them. RESULT_FILES: what that check reads (the
+# datasets, and every model.pt, .npz and .csv of this run).
+RESULT_FILES = result_files(DATA, RESULTS) if workflow.is_main_process else []
+DAMAGED = []
 if workflow.is_main_process:
     if any(Path(".snakemake/locks").glob("*.lock")):
         print(
@@ -77,20 +83,15 @@ if workflow.is_main_process:
             file=sys.stderr,
         )
     else:
-        for _path, _reason in set_aside_damaged(
-            [
-                *Path(DATA).glob("*.npz"),
-                *Path(RESULTS).glob("**/model.pt"),
-                *Path(RESULTS).glob("**/*.npz"),
-                *Path(RESULTS).glob("**/*.csv"),
-            ]
-        ):
+        DAMAGED = damaged(RESULT_FILES)
+        for _path, _reason in DAMAGED:
             print(
-                f"tapmachine: {_path} is corrupt ({_reason}): set aside as {_path.name}.corrupt, "
-                "its rule runs again",
+                f"tapmachine: {_path} is corrupt ({_reason}): `snakemake --cores 1 "
+                "set_aside_damaged` (with the same --configfile) sets it aside as "
+                f"{_path.name}.corrupt, after which a run makes it again",
                 file=sys.stderr,
             )
-# The store manifest is an ancient() input: re-creating the store reruns nothing.
+# The store manifest is an ancient() input: a store made afresh reruns nothing (tracking.smk).
 TRACKING_FILE = f"{config['tracking']['store']}/experiments.json"
 TRACKING = ancient(TRACKING_FILE)
 # Rules that run on the device ask the cluster for a GPU when the config says cuda.

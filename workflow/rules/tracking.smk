@@ -1,7 +1,7 @@
-# MLflow tracking, best effort (tapmachine.pipeline.tracking): the store and every experiment are created
-# once, when the workflow is parsed, before any job; every rule takes the manifest as an ancient()
-# input (common.smk), so re-creating the store reruns nothing. tracking_init remakes a manifest
-# deleted while the workflow runs.
+# MLflow tracking, best effort (tapmachine.pipeline.tracking): the store and every experiment are made
+# by `onstart` (the Snakefile: before the first job of a run that has jobs; never by a dry run or
+# --lint), and by rule tracking_init where the DAG finds no manifest. Every rule takes the manifest
+# as an ancient() input (common.smk), so a store made afresh reruns nothing once it exists.
 import hashlib
 import os
 
@@ -19,11 +19,18 @@ _environment.update(
 for _key, _value in _tracking.HTTP_LIMITS.items():
     os.environ.setdefault(_key, _value)
 
-# The store exists before the DAG is built, so that no job ever makes the manifest: a manifest made
-# by a job would count as an updated input and rerun every rule. Best effort: with a store that is
-# down this takes one short try and records the error; jobs then try once each and carry on.
-if not Path(TRACKING_FILE).exists() or "error" in json.loads(Path(TRACKING_FILE).read_text()):
-    _tracking.init_store(config["tracking"]["store"], TRACKING_FILE, best_effort=True)
+# A manifest missing while results exist: as long as nothing else is to run, nothing runs; once a
+# job is, the manifest's rule runs too, and with it every rule after it (an ancient() input that
+# does not exist counts as updated). So a run with jobs to do then makes the store in `onstart`
+# and stops before the first; the next run makes only what is missing. Read only here.
+REMAKE_STORE = bool(RESULT_FILES) and not Path(TRACKING_FILE).exists()
+if REMAKE_STORE:
+    print(
+        f"tapmachine: no tracking store ({TRACKING_FILE} is missing) though results exist: a run "
+        "with jobs to do makes the store and stops before the first (else every rule would run "
+        "again after rule tracking_init); then run again",
+        file=sys.stderr,
+    )
 
 
 rule tracking_init:

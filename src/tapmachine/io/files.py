@@ -19,6 +19,7 @@ __all__ = [
     "is_disk_full",
     "remove_temporaries",
     "damage",
+    "damaged",
     "set_aside_damaged",
 ]
 
@@ -131,17 +132,23 @@ def damage(path: str | os.PathLike) -> str | None:
     return None
 
 
-def set_aside_damaged(paths) -> list[tuple[Path, str]]:
-    """Rename each damaged file of ``paths`` to ``<name>.corrupt`` (so that the rule that makes it
-    runs again; the bytes stay for inspection) and return ``(path, reason)`` for each."""
+def damaged(paths) -> list[tuple[Path, str]]:
+    """``(path, reason)`` for each damaged file of ``paths`` (``damage``); reads, writes nothing."""
     found = []
     for path in map(Path, paths):
         try:
             reason = damage(path)
         except FileNotFoundError:  # removed meanwhile
             continue
-        if reason is None:
-            continue
+        if reason is not None:
+            found.append((path, reason))
+    return found
+
+
+def set_aside_damaged(paths) -> list[tuple[Path, str]]:
+    """Rename each damaged file of ``paths`` to ``<name>.corrupt`` (so that the rule that makes it
+    runs again; the bytes stay for inspection) and return ``(path, reason)`` for each."""
+    found = damaged(paths)
+    for path, _ in found:
         os.replace(path, path.with_name(path.name + ".corrupt"))
-        found.append((path, reason))
     return found

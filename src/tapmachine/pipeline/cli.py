@@ -31,6 +31,7 @@ STAGES = (
     "denoise",
     "deep",
     "track",
+    "workflow",
 )
 
 

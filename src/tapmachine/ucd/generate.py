@@ -23,7 +23,7 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.ucd.search import local_search
 from tapmachine.ucd.target import Target, binary_mode_, states_equal, take, uniform_layer
 
-__all__ = ["sample", "complete", "lower_half_mask"]
+__all__ = ["sample", "reconstruct", "complete", "lower_half_mask"]
 
 
 @torch.no_grad()
@@ -34,6 +34,18 @@ def sample(
     target = Target.joint(machine)
     found = local_search(target, target.uniform(target.blank(n), generator), generator, search_cap)
     return found.state[0], found.steps
+
+
+@torch.no_grad()
+def reconstruct(machine: BoltzmannMachine, v: Tensor, generator: torch.Generator) -> Tensor:
+    """Reconstructions of the visible rows ``v`` (in the machine's values): the hidden layers of
+    each row go to a local mode of P(h | v) (eq. 7) by local search from uniform states (Alg. 5),
+    and the visible means given that mode, f_v(W_0 h_1), are returned."""
+    target = Target.posterior(machine)
+    found = local_search(
+        target, target.uniform(target.blank(v.shape[0], {0: v}), generator), generator
+    )
+    return machine.priors[0].mean(machine.input_to(0, found.state))
 
 
 def lower_half_mask(height: int, width: int, device=None) -> Tensor:

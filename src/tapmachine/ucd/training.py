@@ -18,7 +18,7 @@ from tapmachine.train.methods import METHODS, GradientMethod, register
 from tapmachine.train.settings import TrainingError, TrainSettings
 from tapmachine.ucd import dbm
 
-__all__ = ["hidden_sizes", "start"]
+__all__ = ["hidden_sizes", "start", "tau_summary"]
 
 
 def _options(settings: TrainSettings) -> dbm.DBMOptions:
@@ -109,3 +109,24 @@ for _name in dbm.DBM_METHODS:
                 data_support=binary_data,
             )
         )
+
+
+def tau_summary(steps: list[dict]) -> dict:
+    """The coupling time tau and the local-search steps T over training (Sec. 5: "from 5 to 30"),
+    from the per-step rows ``on_step`` records: range and mean of the per-step means (both
+    phases), the largest per-chain value, and the mean corrected fraction; {} without tau."""
+    taus = [s["tau_mean"] for s in steps if "tau_mean" in s]
+    if not taus:
+        return {}
+    Ts = [s["T_mean"] for s in steps if "T_mean" in s]
+    return {
+        "tau_mean_min": min(taus),
+        "tau_mean_max": max(taus),
+        "tau_mean_mean": sum(taus) / len(taus),
+        "tau_max": max(max(s.get("neg_tau_max", 1.0), s.get("pos_tau_max", 1.0)) for s in steps),
+        "T_mean_min": min(Ts),
+        "T_mean_max": max(Ts),
+        "T_mean_mean": sum(Ts) / len(Ts),
+        "T_max": max(max(s.get("neg_T_max", 0.0), s.get("pos_T_max", 0.0)) for s in steps),
+        "corrected_fraction_mean": sum(s["corrected_fraction"] for s in steps) / len(steps),
+    }

@@ -20,10 +20,19 @@
   component raises it (Table 2, against the full model at the ablation's size: ``full`` when the
   ablation has one, else ``ucd_lmi``); the titles say where the DBMs are below the paper's size.
 
-Modules: ``images`` (Figs. 2-3), ``tables`` (Tables 1-2).
+Modules: ``images`` (Figs. 2-3, and ``epoch_image``: the per-epoch image of DBM training),
+``tables`` (Tables 1-2).
 """
 
-from tapmachine.figures.ucd_dbm.images import completion, image_grid, samples
+from tapmachine.figures.ucd_dbm.images import completion, epoch_image, image_grid, samples
 from tapmachine.figures.ucd_dbm.tables import FLOOR_MODEL, table1, table2
 
-__all__ = ["FLOOR_MODEL", "completion", "image_grid", "samples", "table1", "table2"]
+__all__ = [
+    "FLOOR_MODEL",
+    "completion",
+    "epoch_image",
+    "image_grid",
+    "samples",
+    "table1",
+    "table2",
+]

@@ -17,7 +17,14 @@ from tapmachine.figures.common import (
 )
 from tapmachine.figures.common import table as make_table
 
-__all__ = ["PAPER_SIZES", "completion", "image_grid", "sample_claims", "samples"]
+__all__ = [
+    "PAPER_SIZES",
+    "completion",
+    "epoch_image",
+    "image_grid",
+    "sample_claims",
+    "samples",
+]
 
 PAPER_SIZES = (6272, 6272, 6272)
 
@@ -94,6 +101,33 @@ def image_grid(images, shape, cols: int):
         .transpose(0, 2, 1, 3)
         .reshape(rows * (h + 1), cols * (w + 1))
     )
+
+
+def epoch_image(machine, x01, shape, generator, path) -> None:
+    """One PNG of a DBM during training: 32 samples (local modes from uniform states,
+    ``ucd.generate.sample``) beside the first 16 rows of ``x01`` ({0, 1}) and their
+    reconstructions (``ucd.generate.reconstruct``)."""
+    import torch
+
+    from tapmachine.io.files import atomic_write
+    from tapmachine.ucd import dbm, generate
+
+    drawn, _ = generate.sample(machine, 32, generator)
+    recon = generate.reconstruct(machine, dbm.data_for(machine, x01[:16]), generator)
+    fig = new_figure(8, 3.2)
+    axes = fig.subplots(1, 2)
+    for ax, imgs, title in (
+        (axes[0], dbm.to_unit_interval(machine, drawn), "samples (local modes)"),
+        (
+            axes[1],
+            torch.cat([x01[:16], dbm.to_unit_interval(machine, recon).cpu()]),
+            "data | recon.",
+        ),
+    ):
+        ax.imshow(image_grid(imgs.cpu().numpy(), shape, 8), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(title, fontsize=8)
+        ax.axis("off")
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
 
 
 def _grid(images, shape, cols):

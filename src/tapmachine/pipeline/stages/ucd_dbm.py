@@ -52,37 +52,6 @@ def _load_binary(path):
     )
 
 
-def _epoch_image(machine, x01, shape, generator, path):
-    """Samples (local modes from noise) and reconstructions (v -> hidden mode -> v) as a PNG."""
-    import torch
-
-    from tapmachine.figures.common import new_figure
-    from tapmachine.figures.ucd_dbm import image_grid
-    from tapmachine.io.files import atomic_write
-    from tapmachine.ucd import Target, dbm, generate, local_search
-
-    samples, _ = generate.sample(machine, 32, generator)
-    v = dbm.data_for(machine, x01[:16])
-    target = Target.posterior(machine)
-    found = local_search(target, target.uniform(target.blank(16, {0: v}), generator), generator)
-    recon = machine.priors[0].mean(machine.input_to(0, found.state))
-    fig = new_figure(8, 3.2)
-    axes = fig.subplots(1, 2)
-    for ax, imgs, title, cols in (
-        (axes[0], dbm.to_unit_interval(machine, samples), "samples (local modes)", 8),
-        (
-            axes[1],
-            torch.cat([x01[:16], dbm.to_unit_interval(machine, recon).cpu()]),
-            "data | recon.",
-            8,
-        ),
-    ):
-        ax.imshow(image_grid(imgs.cpu().numpy(), shape, cols), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(title, fontsize=8)
-        ax.axis("off")
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=80))
-
-
 def train_dbm(
     name: str,
     spec: dict,
@@ -101,12 +70,14 @@ def train_dbm(
     an image of samples and reconstructions; model.pt keeps the method, image shape, seconds,
     steps and the tau summary (``extras``)."""
     from tapmachine.core.seeding import seeded_generator
+    from tapmachine.figures.ucd_dbm import epoch_image
     from tapmachine.io import modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.pipeline.tracking.recorder import recording
     from tapmachine.pipeline.tracking.records import RunRecord, Series
     from tapmachine.train import train_from_spec
     from tapmachine.ucd.dbm import DBM_METHODS
+    from tapmachine.ucd.training import tau_summary
 
     if spec.get("method") not in DBM_METHODS:
         raise UCDDBMError(f"method {spec.get('method')!r} is not one of {list(DBM_METHODS)}")
@@ -149,7 +120,7 @@ def train_dbm(
             run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
-            _epoch_image(m, job["prepared"].rows, ds.image_shape, job["images"], png)
+            epoch_image(m, job["prepared"].rows, ds.image_shape, job["images"], png)
             write_csv(_merged(earlier, steps), steps_csv)
             run.log_artifact(png, "epochs")
 
@@ -164,7 +135,7 @@ def train_dbm(
                 "method": prepared.settings.method,
                 "seconds": job["seconds"],
                 "steps": len(history) * batches,
-                "tau_hist": _tau_histogram(job["steps"]),
+                "tau_hist": tau_summary(job["steps"]),
             }
 
         machine = train_from_spec(
@@ -203,26 +174,6 @@ def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:
     """Earlier rows before the first new step, then the new rows (a resumed run's full record)."""
     first = new[0]["step"] if new else math.inf
     return [row for row in earlier if row["step"] < first] + new
-
-
-def _tau_histogram(steps: list[dict]) -> dict:
-    """tau and T over training: range and mean of the per-step means (both phases) and the
-    largest per-chain value, for the report; the raw values are in steps.csv."""
-    taus = [s["tau_mean"] for s in steps if "tau_mean" in s]
-    if not taus:
-        return {}
-    Ts = [s["T_mean"] for s in steps if "T_mean" in s]
-    return {
-        "tau_mean_min": min(taus),
-        "tau_mean_max": max(taus),
-        "tau_mean_mean": sum(taus) / len(taus),
-        "tau_max": max(max(s.get("neg_tau_max", 1.0), s.get("pos_tau_max", 1.0)) for s in steps),
-        "T_mean_min": min(Ts),
-        "T_mean_max": max(Ts),
-        "T_mean_mean": sum(Ts) / len(Ts),
-        "T_max": max(max(s.get("neg_T_max", 0.0), s.get("pos_T_max", 0.0)) for s in steps),
-        "corrected_fraction_mean": sum(s["corrected_fraction"] for s in steps) / len(steps),
-    }
 
 
 def score(

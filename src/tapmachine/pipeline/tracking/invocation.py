@@ -19,6 +19,7 @@ __all__ = [
     "close_invocation",
     "invocation_start",
     "invocation_end",
+    "remake_store",
 ]
 
 
@@ -88,6 +89,21 @@ def invocation_start(store, manifest, run_name: str) -> Path | None:
     if record is not None:
         print(f"tapmachine: MLflow parent runs '{name}' open in each experiment this run uses")
     return record
+
+
+def remake_store(store, manifest) -> str:
+    """Snakefile ``onstart`` where the store's ``manifest`` was missing though results exist: make
+    the store (best effort, ``store.init_store``) and return why the run stops before any job.
+
+    The manifest is an ancient() input of every rule; missing when the DAG of a run with jobs
+    was built, it made its rule (``tracking_init``) and so every rule after it run again. Made
+    now, the next run makes only what is missing."""
+    tracking.init_store(store, manifest, best_effort=True)
+    return (
+        f"tapmachine: the tracking store's manifest {manifest} was missing though results exist; "
+        "made the store now and stopped before any job, so that no result is made again: "
+        "run again"
+    )
 
 
 def invocation_end(ok: bool, store, manifest, results, data="results/data") -> str:

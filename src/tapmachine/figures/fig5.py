@@ -35,6 +35,10 @@ its change since the first epoch (middle); histograms at the chosen epochs (bott
 make one column each (binary MNIST, real MNIST and the faces in the paper), every row judged per
 model (the ``model`` column): the two-modes verdicts only for binary units (``binary_units``), the
 10% verdict only up to Nh = 100 (``hidden_units``), as the paper claims them.
+
+One module for the figure and its count verdicts: ``rejudge`` reads back the drawn table that
+``make`` writes, so the two change together; the distribution's shape and the estimate's course,
+which stand on their own, are ``free_energy_shape`` and ``free_energy_course``.
 """
 
 from __future__ import annotations

@@ -189,6 +189,7 @@ def test_converged_training_with_newton_sor_raises_the_exact_log_likelihood():
     assert history[-1]["train_converged_fraction"] > 0.5
 
 
+@pytest.mark.slow  # torch.compile of the fused iteration: about 10 s
 @pytest.mark.parametrize("case", [0, 2, 4])
 def test_fused_damped_iteration_matches_eager(case):
     """``fuse=True`` (the compiled layer update) iterates Alg. 1 like the eager sweep: the same

@@ -525,6 +525,7 @@ def _column_titles(result) -> list[str]:
     return [sub.get_suptitle() for sub in result.figure.subfigs]
 
 
+@pytest.mark.slow  # three harvests of three models: about 10 s
 def test_figs_5_to_7_draw_a_column_per_model_and_judge_each(run, second, tmp_path):
     """Two models' harvests make two columns (in the order given), each titled with its model
     and its shortfall, the substitute named; every claim row names its model, each model's

@@ -10,6 +10,10 @@ machines (the free solve of their first 784 x 500 coupling stands in for the dee
 checkpoints are trained here). Each count runs the model's own settings (solver, tolerances,
 caps, second pass) on those checkpoints, at each of their epochs (early, middle, late), and is
 the mean over them.
+
+A run of ``paper.yaml`` already under way or done counts better than these: its models train
+to convergence, so their fixed points take more iterations than those of checkpoints trained at
+3 iterations a step (``run_checkpoint_sets``, ``paper_profile --counts-from``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, load_model
 
-__all__ = ["PROFILE_ROWS", "count_source", "checkpoint_sets", "measured_iterations"]
+__all__ = [
+    "PROFILE_ROWS", "count_source", "checkpoint_sets", "measured_iterations", "run_checkpoint_sets",
+]  # fmt: skip
 
 #: Rows from which iterations are counted on each checkpoint.
 PROFILE_ROWS = 100
@@ -38,13 +44,36 @@ COUNT_KEYS = (
 )  # fmt: skip
 
 
-def checkpoint_sets(cfg: dict, directory: Path, quick: bool) -> dict[str, list[Path]]:
+def checkpoint_sets(
+    cfg: dict, directory: Path, quick: bool, run_models: Path | None = None
+) -> dict[str, list[Path]]:
     """Checkpoints by model: the binary-MNIST ones (``solve_checkpoints``) and those of the
-    other datasets' models (``other_checkpoints``), trained where missing."""
+    other datasets' models (``other_checkpoints``), trained where missing; with ``run_models``
+    (a run's ``results/{run}/models``), each model that run has checkpoints of counts on its
+    own instead (``run_checkpoint_sets``)."""
     sets: dict[str, list[Path]] = {}
     for name, _, path in solve_checkpoints(directory, quick):
         sets.setdefault(name, []).append(path)
     sets.update(other_checkpoints(directory, cfg["models"], quick))
+    if run_models is not None:
+        sets.update(run_checkpoint_sets(run_models, cfg["models"]))
+    return sets
+
+
+def run_checkpoint_sets(models_dir: Path, names) -> dict[str, list[Path]]:
+    """Checkpoints of a run's own models (``models_dir/{model}/checkpoints/epoch_{e}.pt``, as
+    ``train`` writes them), for each of ``names`` that has any: its first, middle and last
+    epoch written so far (fewer where fewer exist). A run still training counts only the epochs
+    it reached, so a model's later, costlier epochs are missing from its count."""
+    sets = {}
+    for name in names:
+        found = sorted(
+            Path(models_dir, name, "checkpoints").glob("epoch_*.pt"),
+            key=lambda p: int(p.stem.removeprefix("epoch_")),
+        )
+        if found:
+            picks = {0, len(found) // 2, len(found) - 1}
+            sets[name] = [found[i] for i in sorted(picks)]
     return sets
 
 

@@ -65,9 +65,9 @@ class Measurements:
     training prices (``paper_prices.training_price``, by its spec: a resized Fig. 11 machine
     is priced again), the counts (``paper_counts``), and the other jobs' prices."""
 
-    def __init__(self, cfg: dict, checkpoints: Path, quick: bool):
+    def __init__(self, cfg: dict, checkpoints: Path, quick: bool, counts_from: Path | None = None):
         self.cfg, self.quick = cfg, quick
-        self.sets = counting.checkpoint_sets(cfg, checkpoints, quick)
+        self.sets = counting.checkpoint_sets(cfg, checkpoints, quick, counts_from)
         self._training: dict[str, dict] = {}
         self._curve: dict[str, dict] = {}
         self._score: dict[str, dict] = {}
@@ -372,7 +372,9 @@ def choose_fig11_size(meas: Measurements, cfg: dict) -> dict:
     return {"size": list(FIG11_SMALLEST), "fits": False, "wall_hours_2_cores": wall, "tried": tried}
 
 
-def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) -> dict:
+def bench_paper_profile(
+    device, quick: bool, checkpoints: Path | None = None, counts_from: Path | None = None
+) -> dict:
     """Projected hours of every job of ``PAPER_TARGETS`` under workflow/config/paper.yaml, and
     the Fig. 10 epochs and Fig. 11 size the budget allows (``BUDGET_HOURS`` on 2 cores without
     ``LEFT_OUT``).
@@ -382,19 +384,21 @@ def bench_paper_profile(device, quick: bool, checkpoints: Path | None = None) ->
     harvests, scoring, the exact curve, the denoising, Fig. 10's and Fig. 11's curves and
     Fig. 10's timing; how, in ``paper_prices`` and ``paper_counts``. Costs are CPU seconds of one
     torch thread, so the projection is for idle cores. ``chosen`` holds the choices and
-    ``at_chosen`` the projection with them set.
+    ``at_chosen`` the projection with them set. With ``counts_from`` (a run's
+    ``results/{run}/models``) the iterations are counted on that run's own checkpoints where it
+    has them (``paper_counts.run_checkpoint_sets``).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see cpu_seconds)
     try:
-        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS))
+        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS), counts_from)
     finally:
         torch.set_num_threads(threads)
 
 
-def _paper_profile(quick: bool, checkpoints: Path) -> dict:
+def _paper_profile(quick: bool, checkpoints: Path, counts_from: Path | None = None) -> dict:
     cfg = _paper_config()
-    meas = Measurements(cfg, checkpoints, quick)
+    meas = Measurements(cfg, checkpoints, quick, counts_from)
     as_configured = project(meas, cfg)
     fig10 = choose_fig10_epochs(meas, cfg)
     chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"])
@@ -414,4 +418,5 @@ def _paper_profile(quick: bool, checkpoints: Path) -> dict:
         "faces": "CBCL" if faces else "the substitute (data.faces.cbcl_archive is null)",
         "goal_hours": BUDGET_HOURS,
         "basis": "CPU seconds of one torch thread (idle-machine projection)",
+        "counts_from": str(counts_from) if counts_from else None,
     }

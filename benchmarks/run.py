@@ -83,7 +83,16 @@ def main(argv=None) -> int:
         help=f"tap_solve, tap_hybrid, paper_profile: DIR/{{model}}/epoch_{{e}}.pt to read or train "
         f"(default {CHECKPOINTS.relative_to(ROOT)})",
     )
+    p.add_argument(
+        "--counts-from",
+        type=Path,
+        default=None,
+        help="paper_profile: count TAP iterations on a run's own checkpoints where it has them "
+        "(RUN_MODELS/{model}/checkpoints/epoch_{e}.pt, e.g. results/paper/models)",
+    )
     args = p.parse_args(argv)
+    if args.counts_from and not args.counts_from.is_dir():
+        p.error(f"--counts-from {args.counts_from}: no such directory")
     if args.ucd_sizes:
         UCD_STEP["sizes"] = [int(n) for n in args.ucd_sizes.split(",")]
     if args.ucd_batch:
@@ -110,7 +119,9 @@ def main(argv=None) -> int:
         env["gpu"] = torch.cuda.get_device_name()
     for name in args.names or list(BENCHMARKS):
         fn = BENCHMARKS[name]
-        if name in USES_CHECKPOINTS:
+        if name == "paper_profile":
+            results = fn(args.device, args.quick, args.checkpoints, args.counts_from)
+        elif name in USES_CHECKPOINTS:
             results = fn(args.device, args.quick, checkpoints=args.checkpoints)
         else:
             results = fn(args.device, args.quick)

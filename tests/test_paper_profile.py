@@ -191,3 +191,31 @@ def test_the_exact_curve_pays_for_ais_at_its_epochs_where_asked(paper_cfg):
     exact["ais"] = {"n_runs": 100, "schedule": "salakhutdinov", "n_betas": None}
     with_ais = paper_profile.project(_Stub(cfg), cfg)["jobs_hours"][name]
     assert with_ais == pytest.approx(without + len(exact["epochs"]) * 100 / 3600)
+
+
+def test_a_runs_own_checkpoints_count_its_models(tmp_path):
+    from benchmarks.paper_counts import count_source, run_checkpoint_sets
+
+    models = tmp_path / "models"
+    for epoch in (1, 2, 10, 3, 30):  # numeric order, not the names' order
+        path = models / "bmnist_h25" / "checkpoints" / f"epoch_{epoch}.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    (models / "bmnist_h50" / "checkpoints").mkdir(parents=True)  # started, nothing written
+    one = models / "rmnist_h100" / "checkpoints" / "epoch_1.pt"
+    one.parent.mkdir(parents=True)
+    one.write_bytes(b"")
+    sets = run_checkpoint_sets(models, ["bmnist_h25", "bmnist_h50", "rmnist_h100", "faces_h256"])
+    assert {n: [p.stem for p in ps] for n, ps in sets.items()} == {
+        "bmnist_h25": ["epoch_1", "epoch_3", "epoch_30"],  # first, middle, last of 1 2 3 10 30
+        "rmnist_h100": ["epoch_1"],
+    }
+    assert count_source("bmnist_h25", {"hidden": [{"units": 25}]}, sets) == "bmnist_h25"
+
+
+def test_counts_from_must_name_a_directory(tmp_path, capsys):
+    from benchmarks import run
+
+    with pytest.raises(SystemExit):
+        run.main(["paper_profile", "--no-tracking", "--counts-from", str(tmp_path / "none")])
+    assert "--counts-from" in capsys.readouterr().err

@@ -33,6 +33,7 @@ without a GPU (the tests compare it with the eager loop).
 
 from __future__ import annotations
 
+import gc
 import logging
 import warnings
 from collections.abc import Callable
@@ -73,25 +74,42 @@ def eager_record(fn: Callable[[], None], state: list) -> Callable[[], None]:
 def cuda_record(fn: Callable[[], None], state: list, warmup: int = 1) -> Callable[[], None]:
     """``fn`` captured in a ``torch.cuda.CUDAGraph``; returns its ``replay``.
 
-    ``fn`` runs ``warmup`` times on a side stream first (lazy initialisations, cuBLAS
-    workspaces, ``torch.compile``, none of which may happen inside a capture), after which the
-    tensors of ``state`` get back the values they had. The capture itself runs nothing: the
-    first replay is ``fn``'s first real run. Every tensor ``fn`` reads must keep its storage for
-    as long as the replay is used.
+    ``fn`` runs ``warmup`` times first, on the side stream the capture then uses (lazy
+    initialisations, cuBLAS workspaces, ``torch.compile``, none of which may happen inside a
+    capture), after which the tensors of ``state`` get back the values they had. The capture
+    itself runs nothing: the first replay is ``fn``'s first real run. Every tensor ``fn`` reads
+    must keep its storage for as long as the replay is used. The device is ``state``'s.
     """
-    saved = [t.clone() for t in state]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    for t, s in zip(state, saved, strict=True):
-        t.copy_(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    device = state[0].device
+    with torch.cuda.device(device):
+        if device not in _streams:
+            _streams[device] = torch.cuda.Stream(device)
+        stream = _streams[device]
+        saved = [t.clone() for t in state]
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        for t, s in zip(state, saved, strict=True):
+            t.copy_(s)
+        graph = torch.cuda.CUDAGraph()
+        # Warm-up and capture on one stream: libraries that keep a handle or workspace per
+        # stream make it in the warm-up. No garbage collection inside the capture (it may
+        # finalise a compiled kernel's module).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                fn()
+        finally:
+            if collecting:
+                gc.enable()
     return graph.replay
+
+
+#: The side stream of every warm-up and capture on a device (``cuda_record``).
+_streams: dict = {}
 
 
 def problem(machine: BoltzmannMachine, settings: TrainSettings) -> str | None:

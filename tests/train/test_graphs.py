@@ -196,6 +196,24 @@ def test_a_failed_capture_trains_eagerly_and_says_so():
     assert all(torch.equal(a, b) for a, b in zip(_parameters(m0), _parameters(m1), strict=True))
 
 
+def test_a_carried_state_pickles_without_its_captured_steps():
+    """An estimator's carried state pickles (its captured steps hold graphs and closures, and are
+    made again), and the run goes on from the copy as from the original."""
+    import pickle
+
+    s, _ = _fixed(epochs=2)
+    _, _, carried = _run(s, True)
+    assert carried.graphs is not None
+    copy = pickle.loads(pickle.dumps(carried))
+    assert copy.graphs is None and carried.graphs is not None
+    x = bars_and_stripes().repeat(4, 1).float()
+    more = dataclasses.replace(s, epochs=3)
+    g1, g2 = seeded_generator(1, "more"), seeded_generator(1, "more")
+    m1, _ = train(carried.machine, x, more, g1, progress=False, carried=carried, until=3)
+    m2, _ = train(copy.machine, x, more, g2, progress=False, carried=copy, until=3)
+    assert all(torch.equal(a, b) for a, b in zip(_parameters(m1), _parameters(m2), strict=True))
+
+
 def test_graph_settings_are_checked_and_leave_the_fingerprint():
     with pytest.raises(TrainingError, match="cuda_graphs must be true or false"):
         settings(cuda_graphs="auto")

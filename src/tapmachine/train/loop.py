@@ -65,6 +65,11 @@ class Carried:
     epoch: int = 0
     graphs: object = None
 
+    def __getstate__(self) -> dict:
+        """Pickled (an estimator's state) without its captured steps, which hold device graphs
+        and are made again for the next epoch."""
+        return {**self.__dict__, "graphs": None}
+
     @classmethod
     def start(
         cls,

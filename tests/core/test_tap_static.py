@@ -120,7 +120,6 @@ def test_a_chunk_key_computes_what_its_sweep_numbers_compute(solver):
         static.run_sweeps(keyed, maps, static.chunk_key(chunk, solver), solver, 0.5, 1e-10)
     for a, b in zip(static.buffer_tensors(real), static.buffer_tensors(keyed), strict=True):
         assert torch.equal(a, b)
-    assert int(real.t) == 40
 
 
 @pytest.mark.parametrize("size", [1, 7, 10, 64])
@@ -144,7 +143,7 @@ def test_chunked_solve_reaches_the_eager_fixed_points_within_a_chunk(solver, siz
     _assert_same_solve(want, static.finish(buffers), 1e-13)
     last = int(want.iterations.max())
     assert ran >= last and ran - last < size and (ran % size == 0 or ran == 200)
-    assert int(buffers.t) == ran == sum(len(k) for k in seen)
+    assert ran == sum(len(k) for k in seen)
 
 
 def test_chunked_solve_stops_at_the_cap():
@@ -178,6 +177,8 @@ def test_sweeps_keep_every_buffer_in_place():
 
 
 def test_load_restarts_in_place_as_a_fresh_start():
+    """A solve of other rows on another machine after ``load``: every tensor keeps its storage,
+    and the results are those of buffers made fresh for them."""
     machine = _rbm(torch.float64)
     other = _rbm(torch.float64, seed=5)
     x, y = _rows(machine), _rows(machine, seed=2)
@@ -187,8 +188,9 @@ def test_load_restarts_in_place_as_a_fresh_start():
     buffers.load(other, y)
     fresh = static.StaticSolve.start(other, y, 50)
     assert kept == [t.data_ptr() for t in static.buffer_tensors(buffers)]
-    for a, b in zip(static.buffer_tensors(buffers), static.buffer_tensors(fresh), strict=True):
-        assert torch.equal(a, b)
+    for b in (buffers, fresh):
+        static.run_sweeps(b, _maps(other, clamped=False), range(1, 51), "damped", 0.5, 1e-10)
+    _assert_same_solve(static.finish(fresh), static.finish(buffers), 0.0)
 
 
 def test_static_maps_load_another_machine_bitwise():

@@ -3,18 +3,19 @@ captured device graph (``torch.cuda.CUDAGraph``) can replay them.
 
 ``solve`` decides on the host, after every sweep, which rows have converged, compacts the rows
 still working and stops when none is left; each decision reads a device value. Here the K rows
-stay in place through every sweep. A row that converges at sweep t has its a, c, A, B stored
-by a mask (``torch.where``), so it reports what ``solve`` reports for it: the iterate of that
-sweep, the count t, converged. Later sweeps go on computing it and discard the result. The rows
-are independent given the couplings, so the numbers are ``solve``'s up to the rounding of
-matmuls over another number of rows (identical while no row converges).
+stay in place through every sweep, and a row's result follows its iterate by a mask
+(``torch.where``) while it is pending, then stays at the sweep it converged. So it reports what
+``solve`` reports for it: the iterate of that sweep, the count t, converged. Later sweeps go on
+computing it and discard the result. The rows are independent given the couplings, so the
+numbers are ``solve``'s up to the rounding of matmuls over another number of rows (identical
+while no row converges).
 
 ``StaticSolve`` holds the buffers. ``run_sweeps`` advances them in place, writing its results
-back into the same tensors (one call is one captured chunk, replayable). ``finish`` stores the
-rows still pending. ``chunks`` lays out the sweeps 1..max_iter in chunks of k, and
-``chunk_key`` names what a chunk computes: every chunk with the same key runs the same kernels,
-so one captured graph serves all of them (``settled``). ``solve_chunked`` runs the chunks with
-one convergence check, one host synchronisation, between chunks.
+back into the same tensors (one call is one captured chunk, replayable); ``finish`` marks the
+converged rows. ``chunks`` lays out the sweeps 1..max_iter in chunks of k, and ``chunk_key``
+names what a chunk computes: every chunk with the same key runs the same kernels, so one
+captured graph serves all of them (``settled``). ``solve_chunked`` runs the chunks with one
+convergence check, one host synchronisation, between chunks.
 
 Only ``"damped"``, ``"newton_damped"`` and ``"newton_sor"`` sweep this way (``STATIC_SOLVERS``);
 Anderson mixing keeps a history and safeguards that branch on device values.
@@ -55,11 +56,11 @@ class StaticSolve:
     """The buffers of a solve of K rows at fixed shapes.
 
     ``work`` and ``out``: [a, c, A, B], each a list of one (K, N_l) tensor per layer; ``work``
-    is the iterate, ``out`` each row's result (stored at the sweep it converged, or by
-    ``finish``). ``pending``: rows not yet converged; ``converged``, ``iterations`` (``max_iter``
-    until a row converges) as ``TAPState``'s; ``t``: the sweeps done (0-dim, on the device, so
-    that a replayed chunk counts without the host). ``given``: which starting a and c the caller
-    gave (``inference._start``; a placeholder's first update is undamped).
+    is the iterate, ``out`` each row's result (the iterate while the row is pending, then
+    frozen at the sweep it converged). ``pending``: rows not yet converged; ``iterations``: the
+    sweeps each row was pending for (its count at convergence, else ``max_iter``);
+    ``converged``: set by ``finish``, as ``TAPState``'s. ``given``: which starting a and c the
+    caller gave (``inference._start``; a placeholder's first update is undamped).
     """
 
     work: list
@@ -67,24 +68,23 @@ class StaticSolve:
     pending: Tensor
     converged: Tensor
     iterations: Tensor
-    t: Tensor
     given: tuple
     max_iter: int
 
     @classmethod
     def start(cls, machine: BoltzmannMachine, init: Tensor, max_iter: int) -> StaticSolve:
         """Buffers at Alg. 1's start from the rows ``init`` (eq. 37: data points; hidden means
-        the priors' f_a(0, 0), variances 0), as ``solve`` starts."""
+        the priors' f_a(0, 0), variances 0), as ``solve`` starts. The fields A, B and ``out``
+        are left unset: the first sweep writes them for every row (no layer is clamped)."""
         a, c, given, _ = _start(machine, init, None, None, None, None, False)
-        work = [a, c, [torch.zeros_like(t) for t in a], [torch.zeros_like(t) for t in a]]
+        work = [a, c, [torch.empty_like(t) for t in a], [torch.empty_like(t) for t in a]]
         K, device = a[0].shape[0], a[0].device
         return cls(
             work=work,
-            out=[[torch.zeros_like(t) for t in part] for part in work],
+            out=[[torch.empty_like(t) for t in part] for part in work],
             pending=torch.ones(K, dtype=torch.bool, device=device),
             converged=torch.zeros(K, dtype=torch.bool, device=device),
-            iterations=torch.full((K,), max_iter, dtype=torch.long, device=device),
-            t=torch.zeros((), dtype=torch.long, device=device),
+            iterations=torch.zeros(K, dtype=torch.long, device=device),
             given=given,
             max_iter=max_iter,
         )
@@ -92,9 +92,11 @@ class StaticSolve:
     def load(self, machine: BoltzmannMachine, init: Tensor) -> None:
         """Restart from the rows ``init`` in place (same shapes): every tensor keeps its
         storage, so a captured chunk reads the new start."""
-        fresh = StaticSolve.start(machine, init, self.max_iter)
-        for mine, new in zip(buffer_tensors(self), buffer_tensors(fresh), strict=True):
+        a, c, _, _ = _start(machine, init, None, None, None, None, False)
+        for mine, new in zip([*self.work[0], *self.work[1]], [*a, *c], strict=True):
             mine.copy_(new)
+        self.pending.fill_(True)
+        self.iterations.zero_()
 
     def state(self) -> TAPState:
         """The results as a ``TAPState`` (its tensors are these buffers: read them before the
@@ -106,7 +108,7 @@ class StaticSolve:
 def buffer_tensors(buffers: StaticSolve) -> list:
     """Every tensor of ``buffers`` (what a chunk changes)."""
     parts = [t for part in (*buffers.work, *buffers.out) for t in part]
-    return [*parts, buffers.pending, buffers.converged, buffers.iterations, buffers.t]
+    return [*parts, buffers.pending, buffers.converged, buffers.iterations]
 
 
 @dataclasses.dataclass
@@ -147,42 +149,40 @@ def run_sweeps(
     damping: float,
     tol: float,
     fuse: bool = False,
+    write_back: bool = True,
 ) -> None:
     """The sweeps numbered ``sweeps`` (as ``inference._sweep_once`` reads t) on ``buffers``, in
     place, with no host synchronisation.
 
-    After each sweep a pending row whose mean squared step of the means is below ``tol`` (the
-    criterion of ``solve``) is stored in ``out`` with ``iterations`` = the sweep count ``t`` and
-    marked converged. The iterate ends in ``work``'s own tensors: the lists keep their tensors,
-    so a captured call replays on what the previous call left.
+    After each sweep the rows pending before it take its iterate into ``out`` and count it in
+    ``iterations``; a row whose mean squared step of the means is below ``tol`` (the criterion
+    of ``solve``) is no longer pending, so ``out`` keeps the iterate of the sweep it converged
+    at. With ``write_back`` the iterate ends in ``work``'s own tensors (the lists keep their
+    tensors, so a captured call replays on what the previous call left); without it (a solve
+    in one call) ``work`` is left as it was.
     """
     a, c, A, B = (list(part) for part in buffers.work)
     work = _Iterate(a, c, A, B, None, buffers.pending, buffers.pending)
     n_iterated = sum(a[l].shape[1] for l in maps[0])
+    rows = buffers.pending[:, None]
     for t in sweeps:
         step = _sweep_once(t, work, maps, buffers.given, solver, damping, fuse)
-        done = (step / n_iterated < tol) & buffers.pending
-        buffers.t.add_(1)
-        rows = done[:, None]
         for outs, ins in zip(buffers.out, work.parts(), strict=True):
             for o, x in zip(outs, ins, strict=True):
                 torch.where(rows, x, o, out=o)
-        buffers.converged.logical_or_(done)
-        torch.where(done, buffers.t, buffers.iterations, out=buffers.iterations)
-        buffers.pending.logical_and_(done.logical_not_())
-    for statics, ins in zip(buffers.work, work.parts(), strict=True):
-        for s, x in zip(statics, ins, strict=True):
-            if x is not s:
-                s.copy_(x)
+        buffers.iterations.add_(buffers.pending)
+        buffers.pending.logical_and_(torch.logical_not(step / n_iterated < tol))
+    if write_back:
+        for statics, ins in zip(buffers.work, work.parts(), strict=True):
+            for s, x in zip(statics, ins, strict=True):
+                if x is not s:
+                    s.copy_(x)
 
 
 def finish(buffers: StaticSolve) -> TAPState:
-    """Store the rows still pending (stopped by the cap: not converged, ``iterations`` =
-    ``max_iter``) and return the results (``StaticSolve.state``)."""
-    rows = buffers.pending[:, None]
-    for outs, ins in zip(buffers.out, buffers.work, strict=True):
-        for o, x in zip(outs, ins, strict=True):
-            torch.where(rows, x, o, out=o)
+    """The results (``StaticSolve.state``), every row not pending marked converged (the rows
+    still pending were stopped by the cap: ``iterations`` = ``max_iter``)."""
+    torch.logical_not(buffers.pending, out=buffers.converged)
     return buffers.state()
 
 
@@ -203,7 +203,8 @@ def solve_static(
     with torch.no_grad():
         buffers = StaticSolve.start(machine, init, max_iter)
         maps = _maps(machine, clamped=False)
-        run_sweeps(buffers, maps, range(1, max_iter + 1), solver, damping, tol, fuse)
+        sweeps = range(1, max_iter + 1)
+        run_sweeps(buffers, maps, sweeps, solver, damping, tol, fuse, write_back=False)
         return finish(buffers)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, one script within 10 minutes on one GPU (an H100 or H200): the sum of its
-# parts' time limits is 30 + 70 + 40 + 45 + 90 + 100 + 90 + 60 + 75 s = 600 s (a part past its
+# parts' time limits is 30 + 70 + 60 + 40 + 80 + 100 + 85 + 60 + 75 s = 600 s (a part past its
 # limit is killed 5 s later). In order:
 #   1. the CUDA tests: the TAP training steps on captured CUDA graphs against eager ones, to
 #      float32 rounding, fixed and converged (tests/train/test_graphs.py), then the DBM stages
@@ -62,7 +62,7 @@ environment() {
 part environment 30 environment.txt bash -c "$(declare -f environment); py=$py; environment"
 tests=($py -m pytest -q -p no:cacheprovider -rfs --durations=5)
 part cuda_tests_tap 70 cuda_tests.txt "${tests[@]}" tests/train/test_graphs.py
-part cuda_tests_devices 40 cuda_tests.txt \
+part cuda_tests_devices 60 cuda_tests.txt \
     "${tests[@]}" tests/ucd/test_ucd_device.py tests/learn/test_learn_device.py
 
 bench=($py benchmarks/run.py --device cuda --no-tracking)
@@ -70,11 +70,11 @@ ckpt=()
 if [[ -n $checkpoints ]]; then
     ckpt=(--checkpoints "$checkpoints")
 fi
-part tap_iteration 45 tap.jsonl "${bench[@]}" tap_iteration
-part tap_epoch 90 tap.jsonl "${bench[@]}" tap_epoch
+part tap_iteration 40 tap.jsonl "${bench[@]}" tap_iteration
+part tap_epoch 80 tap.jsonl "${bench[@]}" tap_epoch
 part tap_converged_epoch 100 tap_converged_epoch.jsonl \
     "${bench[@]}" tap_converged_epoch ${ckpt[@]+"${ckpt[@]}"}
-part tap_epoch_compiled 90 tap_epoch_compiled.jsonl "${bench[@]}" tap_epoch_compiled
+part tap_epoch_compiled 85 tap_epoch_compiled.jsonl "${bench[@]}" tap_epoch_compiled
 part ucd_train_step_784 60 ucd_train_step.jsonl \
     "${bench[@]}" ucd_train_step --ucd-sizes 784,784,784 --ucd-batch 1000
 part ucd_train_step_6272 75 ucd_train_step.jsonl \

@@ -108,6 +108,9 @@ def cuda_record(fn: Callable[[], None], state: list, warmup: int = 1) -> Callabl
     return graph.replay
 
 
+#: Why steps ran eagerly on a CUDA device, as logged (once each).
+_told: set = set()
+
 #: The side stream of every warm-up and capture on a device (``cuda_record``).
 _streams: dict = {}
 
@@ -136,13 +139,14 @@ def steps_for(machine: BoltzmannMachine, settings: TrainSettings, held=None):
     """The captured steps of an epoch of ``machine`` under ``settings``: ``held`` (the steps of
     the epoch before, or steps made with another ``record``) while they fit, else new
     ``WholeSteps`` or ``ChunkedSteps`` on ``cuda_record``, or None for the eager loop
-    (``problem``, logged on a CUDA device)."""
+    (``problem``, logged once a process on a CUDA device)."""
     if held is not None and held.fits(machine, settings):
         return held
     why = problem(machine, settings)
     if why is not None:
-        if machine.device.type == "cuda" and settings.cuda_graphs:
-            _log.info("TAP steps run eagerly: %s", why)
+        if machine.device.type == "cuda" and settings.cuda_graphs and why not in _told:
+            _told.add(why)
+            _log.info("training steps run eagerly: %s", why)
         return None
     kind = ChunkedSteps if settings.train_iterations == "converge" else WholeSteps
     return kind(machine, settings, cuda_record)
@@ -208,7 +212,7 @@ class WholeSteps:
         """Whether these steps can go on for ``machine`` under ``settings``."""
         return (
             settings == self.settings
-            and machine.device == self.machine.device
+            and (machine.device, machine.dtype) == (self.machine.device, self.machine.dtype)
             and [tuple(t.shape) for t in _parameters(machine)]
             == [tuple(t.shape) for t in _parameters(self.machine)]
         )
@@ -353,7 +357,8 @@ class ChunkedSteps:
         self.machine = machine
 
     def fits(self, machine: BoltzmannMachine, settings: TrainSettings) -> bool:
-        return settings == self.settings and machine.device == self.machine.device
+        same = (machine.device, machine.dtype) == (self.machine.device, self.machine.dtype)
+        return settings == self.settings and same and machine.sizes == self.machine.sizes
 
     def begin(self, machine: BoltzmannMachine, velocity: list, lr: float, eta: float) -> None:
         self.machine, self.velocity, self.lr, self.eta = machine, velocity, lr, eta

@@ -1,43 +1,91 @@
 #!/usr/bin/env bash
-# The GPU check, one script of under 10 minutes: the CUDA tests of the DBM stages, then
-# `ucd_train_step` on CUDA at 784-784-784 and at the paper's 6,272-6,272-6,272 (batch 1,000, with
-# its projection of 100,000 steps), then the TAP benchmarks on CUDA (`tap_iteration`, `tap_epoch`
-# and, where checkpoints are given, `tap_solve`), then how far the FID feature network's family gets
-# on binary Fashion-MNIST when trained for up to 60 epochs (`classifier_ceiling.py`).
+# The GPU check, one script within 10 minutes on one GPU (an H100 or H200): the sum of its
+# parts' time limits is 30 + 70 + 60 + 40 + 80 + 100 + 85 + 60 + 75 s = 600 s (a part past its
+# limit is killed 5 s later). In order:
+#   1. the CUDA tests: the TAP training steps on captured CUDA graphs against eager ones, to
+#      float32 rounding, fixed and converged (tests/train/test_graphs.py), then the DBM stages
+#      and the estimators on the device (tests/ucd/test_ucd_device.py,
+#      tests/learn/test_learn_device.py);
+#   2. `tap_iteration` and `tap_epoch` on CUDA: eager, fused and as captured graphs, with their
+#      ratios to the matmul rate on the same shapes;
+#   3. `tap_converged_epoch`: bmnist_h500's converged steps (paper.yaml's) eager, as captured
+#      chunks and on two CPU threads of this host, projected to an epoch;
+#   4. `tap_epoch_compiled`: the same fixed-iteration steps as `torch.compile`'s reduce-overhead
+#      mode gives them, against the captured ones (which of the two is faster);
+#   5. `ucd_train_step` at 784-784-784 and at the paper's 6,272-6,272-6,272 (batch 1,000, with
+#      its projection of 100,000 steps);
+#   6. with CHECKPOINTS, `tap_solve` on them (120 s more; `tap_converged_epoch` then starts from
+#      CHECKPOINTS/bmnist_h500/epoch_10.pt);
+#   7. with GPU_CHECK_CEILING=1, how far the FID feature network's family gets on binary
+#      Fashion-MNIST in up to 60 epochs (`classifier_ceiling.py`, 330 s more: beyond the budget).
 #
 #   benchmarks/gpu_check.sh OUTDIR [CHECKPOINTS]
 #
-# Needs python3 with torch (CUDA build), numpy, pandas, pyyaml and pytest; not mlflow or snakemake
-# (the benchmarks run with --no-tracking). Binary MNIST is read from results/data/ when present.
-# About 8 minutes on one H100. Each part has its own time limit, so that a slow part cannot take
-# the rest with it, and writes its own file under OUTDIR.
+# Needs python3 with torch (CUDA build), numpy, pandas, pyyaml, scikit-learn and pytest; not
+# mlflow or snakemake (the benchmarks run with --no-tracking). Binary MNIST is read from
+# results/data/ when present. Each part runs under its own `timeout` and cannot stop the parts
+# after it; its output goes to its file under OUTDIR (environment.txt, cuda_tests.txt, tap.jsonl,
+# tap_converged_epoch.jsonl, tap_epoch_compiled.jsonl, ucd_train_step.jsonl, tap_solve.jsonl,
+# classifier_ceiling.jsonl), and OUTDIR/parts.tsv lists each part's exit status (124: its time
+# limit) and seconds.
 set -uo pipefail
 out=${1:?usage: benchmarks/gpu_check.sh OUTDIR [CHECKPOINTS]}
 checkpoints=${2:-}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+for f in environment.txt cuda_tests.txt tap.jsonl tap_converged_epoch.jsonl tap_epoch_compiled.jsonl \
+    ucd_train_step.jsonl; do
+    : >"$out/$f"
+done
+printf 'part\texit\tseconds\n' >"$out/parts.tsv"
 
-{
+# part NAME LIMIT FILE COMMAND...: COMMAND under `timeout LIMIT` (killed 5 s after), its
+# output appended to OUTDIR/FILE and shown, its exit status and seconds into parts.tsv.
+part() {
+    local name=$1 limit=$2 file=$3 start status
+    shift 3
+    start=$SECONDS
+    timeout -k 5 "$limit" "$@" </dev/null 2>&1 | tee -a "$out/$file"
+    status=${PIPESTATUS[0]}
+    printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - start))" >>"$out/parts.tsv"
+}
+
+environment() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
         torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA DEVICE")'
-} 2>&1 | tee "$out/environment.txt"
+}
 
-timeout 180 $py -m pytest -q -p no:cacheprovider -rs tests/ucd/test_ucd_device.py 2>&1 |
-    tee "$out/cuda_tests.txt"
+part environment 30 environment.txt bash -c "$(declare -f environment); py=$py; environment"
+tests=($py -m pytest -q -p no:cacheprovider -rfs --durations=5)
+part cuda_tests_tap 70 cuda_tests.txt "${tests[@]}" tests/train/test_graphs.py
+part cuda_tests_devices 60 cuda_tests.txt \
+    "${tests[@]}" tests/ucd/test_ucd_device.py tests/learn/test_learn_device.py
 
 bench=($py benchmarks/run.py --device cuda --no-tracking)
-for sizes in 784,784,784 6272,6272,6272; do
-    timeout 150 "${bench[@]}" ucd_train_step --ucd-sizes "$sizes" --ucd-batch 1000 2>&1
-done | tee "$out/ucd_train_step.jsonl"
-
-timeout 120 "${bench[@]}" tap_iteration tap_epoch 2>&1 | tee "$out/tap.jsonl"
+ckpt=()
 if [[ -n $checkpoints ]]; then
-    timeout 150 "${bench[@]}" tap_solve --checkpoints "$checkpoints" 2>&1 | tee "$out/tap_solve.jsonl"
+    ckpt=(--checkpoints "$checkpoints")
 fi
-if [[ -f results/data/binary_fashion_mnist.npz ]]; then
-    timeout 330 $py benchmarks/classifier_ceiling.py --device cuda 2>&1 |
-        tee "$out/classifier_ceiling.jsonl"
+part tap_iteration 40 tap.jsonl "${bench[@]}" tap_iteration
+part tap_epoch 80 tap.jsonl "${bench[@]}" tap_epoch
+part tap_converged_epoch 100 tap_converged_epoch.jsonl \
+    "${bench[@]}" tap_converged_epoch ${ckpt[@]+"${ckpt[@]}"}
+part tap_epoch_compiled 85 tap_epoch_compiled.jsonl "${bench[@]}" tap_epoch_compiled
+part ucd_train_step_784 60 ucd_train_step.jsonl \
+    "${bench[@]}" ucd_train_step --ucd-sizes 784,784,784 --ucd-batch 1000
+part ucd_train_step_6272 75 ucd_train_step.jsonl \
+    "${bench[@]}" ucd_train_step --ucd-sizes 6272,6272,6272 --ucd-batch 1000
+if [[ -n $checkpoints ]]; then
+    : >"$out/tap_solve.jsonl"
+    part tap_solve 120 tap_solve.jsonl "${bench[@]}" tap_solve "${ckpt[@]}"
 fi
+if [[ ${GPU_CHECK_CEILING:-0} == 1 && -f results/data/binary_fashion_mnist.npz ]]; then
+    : >"$out/classifier_ceiling.jsonl"
+    part classifier_ceiling 330 classifier_ceiling.jsonl \
+        $py benchmarks/classifier_ceiling.py --device cuda
+fi
+cat "$out/parts.tsv"

@@ -8,10 +8,11 @@ also logged to the MLflow experiment ``benchmarks`` of the store in ``results/ml
 ``$MLFLOW_TRACKING_URI``).
 
 One module per area (``benchmarks.<module>``): ``training_epoch`` (tap_epoch),
-``tap_iteration``, ``adatap``, ``harvest``, ``denoise``, ``ais`` (ais, dbm_ais), ``priors``,
-``tap_solve`` (tap_solve, tap_hybrid), ``paper_profile``, ``ucd`` (ucd_coupling,
-ucd_train_step); ``common`` and ``checkpoints`` hold what they share. This module is the
-command line.
+``converged_epoch`` (tap_converged_epoch), ``compiled_step`` (tap_epoch_compiled),
+``tap_iteration``, ``adatap``, ``harvest``,
+``denoise``, ``ais`` (ais, dbm_ais), ``priors``, ``tap_solve`` (tap_solve, tap_hybrid),
+``paper_profile``, ``ucd`` (ucd_coupling, ucd_train_step); ``common`` and ``checkpoints`` hold
+what they share. This module is the command line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from benchmarks import ROOT  # noqa: E402
 from benchmarks.adatap import bench_adatap  # noqa: E402
 from benchmarks.ais import bench_ais, bench_dbm_ais  # noqa: E402
 from benchmarks.checkpoints import CHECKPOINTS  # noqa: E402
+from benchmarks.compiled_step import bench_tap_epoch_compiled  # noqa: E402
+from benchmarks.converged_epoch import bench_tap_converged_epoch  # noqa: E402
 from benchmarks.denoise import bench_denoise  # noqa: E402
 from benchmarks.harvest import bench_harvest  # noqa: E402
 from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
@@ -46,6 +49,8 @@ from tapmachine.pipeline.tracking import store as tracking  # noqa: E402
 BENCHMARKS = {
     "tap_epoch": bench_tap_epoch,
     "tap_iteration": bench_tap_iteration,
+    "tap_converged_epoch": bench_tap_converged_epoch,
+    "tap_epoch_compiled": bench_tap_epoch_compiled,
     "denoise": bench_denoise,
     "harvest": bench_harvest,
     "ais": bench_ais,
@@ -60,7 +65,7 @@ BENCHMARKS = {
 }
 
 #: Benchmarks that take ``checkpoints`` (``--checkpoints``).
-USES_CHECKPOINTS = {"tap_solve", "tap_hybrid", "paper_profile"}
+USES_CHECKPOINTS = {"tap_solve", "tap_hybrid", "paper_profile", "tap_converged_epoch"}
 
 
 def main(argv=None) -> int:
@@ -80,8 +85,8 @@ def main(argv=None) -> int:
         "--checkpoints",
         type=Path,
         default=None,
-        help=f"tap_solve, tap_hybrid, paper_profile: DIR/{{model}}/epoch_{{e}}.pt to read or train "
-        f"(default {CHECKPOINTS.relative_to(ROOT)})",
+        help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch: "
+        f"DIR/{{model}}/epoch_{{e}}.pt to read or train (default {CHECKPOINTS.relative_to(ROOT)})",
     )
     p.add_argument(
         "--counts-from",

@@ -1,5 +1,6 @@
-"""``tap_iteration``: one TAP iteration (Alg. 1) at the paper's batch, against its four matmuls
-and a ``torch.compile``d elementwise update."""
+"""``tap_iteration``: one TAP iteration (Alg. 1) at the paper's batch, against its four matmuls,
+a ``torch.compile``d elementwise update and, on CUDA, the same sweeps replayed as a captured
+graph."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from benchmarks.common import binary_mnist, call_seconds, matmul_gflops
 from tapmachine.core import tap
 from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
+from tapmachine.core.tap import static
+from tapmachine.train import graphs
 
 __all__ = ["bench_tap_iteration"]
 
@@ -33,6 +36,29 @@ def _iteration_and_matmuls(machine, x, iters: int, device, g) -> tuple[float, fl
 
     seconds = min(call_seconds(solve, device) for _ in range(3)) / iters
     return seconds, min(call_seconds(four_matmuls, device) for _ in range(3)) / iters
+
+
+def graph_unavailable(device) -> str | None:
+    """Why this device has no captured graphs to time (None on CUDA)."""
+    if torch.device(device).type != "cuda":
+        return f"unavailable: CUDA graphs need a CUDA device, not {torch.device(device).type}"
+    return None
+
+
+def _graph_iteration(machine, x, iters: int, device) -> float:
+    """Seconds per TAP iteration of ``machine`` from ``x`` as ``iters`` sweeps at fixed shapes
+    (``tap.static.run_sweeps``, no row converging) captured in one CUDA graph and replayed (best
+    of 3): the same work as ``_iteration_and_matmuls``' eager solve, one launch."""
+    buffers = static.StaticSolve.start(machine, x, iters)
+    maps = static.StaticMaps.of(machine).maps()
+    sweeps = static.chunk_key(range(2, iters + 2), "damped")
+
+    def fn():
+        static.run_sweeps(buffers, maps, sweeps, "damped", 0.5, 0.0)
+
+    replay = graphs.cuda_record(fn, static.buffer_tensors(buffers))
+    replay()
+    return min(call_seconds(replay, device) for _ in range(3)) / iters
 
 
 def _damped_bernoulli_update(field, A, a_old, c_old, damping: float):
@@ -92,7 +118,9 @@ def bench_tap_iteration(device, quick: bool) -> dict:
     is left (priors' moments, damping, the step norm) is all that fusing the elementwise work
     (e.g. ``torch.compile``) could save. ``hidden_update_fusion_speedup_nh{N}``: how much faster
     ``torch.compile`` makes the hidden layer's elementwise update (``_damped_bernoulli_update``;
-    not with ``--quick``, which skips the compile).
+    not with ``--quick``, which skips the compile). On CUDA, ``seconds_graph_nh{N}`` and
+    ``ratio_to_matmul_graph_nh{N}``: the iteration replayed as a captured graph
+    (``_graph_iteration``); elsewhere ``graph`` says why there is none.
     """
     nv, k = 784, 100
     iters = 20 if quick else 100
@@ -111,6 +139,13 @@ def bench_tap_iteration(device, quick: bool) -> dict:
         result[f"matmul_share_nh{nh}"] = matmul_seconds / seconds
         fusion = _fusion_speedup(k, nh, device) if not quick else float("nan")
         result[f"hidden_update_fusion_speedup_nh{nh}"] = fusion
+        if graph_unavailable(device) is None:
+            graph_seconds = _graph_iteration(machine, x, iters, device)
+            result[f"seconds_graph_nh{nh}"] = graph_seconds
+            result[f"ratio_to_matmul_graph_nh{nh}"] = 8.0 * k * nv * nh / graph_seconds / 1e9 / ref
+    result["graph"] = graph_unavailable(device) or "cuda_graph"
+    if "ratio_to_matmul_graph_nh500" in result:
+        result["ratio_to_matmul_graph"] = result["ratio_to_matmul_graph_nh500"]
     # the headline numbers are Nh = 500's (the paper run's longest job)
     result.update(seconds=seconds, gflops=gflops, ratio_to_matmul=gflops / ref, matmul_gflops=ref)
     return result

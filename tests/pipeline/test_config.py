@@ -63,6 +63,8 @@ def test_defaults_are_filled(default):
         "dedup_tol": 0.01,
         "solver": "newton_sor",  # the config's one key; every other is the schema's default
         "fuse": False,
+        "cuda_graphs": True,
+        "cuda_graph_sweeps": 10,
     }
     assert config["tracking"]["store"] == "results/mlflow"
     assert config["data"]["faces"]["cbcl_archive"] is None

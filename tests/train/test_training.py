@@ -200,8 +200,8 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
 
 def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     """Every setting enters the resume fingerprint except the converged mode's keys in a
-    fixed-iteration run, the evaluation's second pass, ``fuse`` and, at a constant step size, the
-    number of epochs."""
+    fixed-iteration run, the evaluation's second pass, ``fuse``, the CUDA graphs' keys and, at a
+    constant step size, the number of epochs."""
     x = bars_and_stripes()
     m = build_machine(SPEC, x, 0.01, seeded_generator(7, "fp"))
     base = settings()
@@ -213,6 +213,9 @@ def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     assert fingerprint(m, x, dataclasses.replace(base, retry_damping=None)) == fp
     # Compiled sweeps give the same iterates up to rounding.
     assert fingerprint(m, x, dataclasses.replace(base, fuse=not base.fuse)) == fp
+    # Captured steps give the same numbers up to rounding (tests/train/test_graphs.py).
+    captured = dataclasses.replace(base, cuda_graphs=False, cuda_graph_sweeps=3)
+    assert fingerprint(m, x, captured) == fp
     assert fingerprint(m, x, dataclasses.replace(base, epochs=base.epochs + 5)) == fp
     decaying = dataclasses.replace(base, learning_rate={"start": 0.1, "end": 0.01})
     assert fingerprint(m, x, dataclasses.replace(decaying, epochs=9)) != fingerprint(m, x, decaying)

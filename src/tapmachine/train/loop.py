@@ -25,6 +25,7 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.io.files import remove_temporaries
 from tapmachine.io.modelfile import Checkpoint, machine_state
 from tapmachine.io.runlog import resume_message
+from tapmachine.train import graphs
 from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
 from tapmachine.train.methods import method
 from tapmachine.train.resume import (
@@ -54,13 +55,20 @@ class Carried:
     state (PCD chains, centering offsets; ``GradientMethod.init_state``), the
     metrics of the epochs done and their count. ``train`` starts one, or continues one it is
     given (``carried=``) and advances it in place: the estimators' ``partial_fit`` runs one
-    epoch at a time on the state of the epochs before (``tapmachine.learn``)."""
+    epoch at a time on the state of the epochs before (``tapmachine.learn``). ``graphs``: the
+    captured steps of the epochs before (``train.graphs.steps_for``; not checkpointed)."""
 
     machine: BoltzmannMachine
     velocity: list[Tensor]
     state: object
     history: list[dict]
     epoch: int = 0
+    graphs: object = None
+
+    def __getstate__(self) -> dict:
+        """Pickled (an estimator's state) without its captured steps, which hold device graphs
+        and are made again for the next epoch."""
+        return {**self.__dict__, "graphs": None}
 
     @classmethod
     def start(
@@ -178,10 +186,10 @@ def run_epoch(
     """One epoch of Alg. 2 from ``carried`` (advanced in place): the step size and momentum of
     epoch ``carried.epoch + 1`` (``update.learning_rate``, ``update.momentum_at``), shuffled
     minibatches of ``batch_size`` rows drawn from ``generator`` (each drawn anew with
-    ``settings.resample``: ``present``), the method's gradient and the update per batch, then the
-    evaluation (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default
-    ``eval_rows``), weight statistics and timings; returns the epoch's metrics, also appended to
-    ``carried.history``."""
+    ``settings.resample``: ``present``), the method's gradient and the update per batch (as
+    captured CUDA graphs where ``train.graphs.steps_for`` gives steps), then the evaluation
+    (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default ``eval_rows``), weight
+    statistics and timings; returns the epoch's metrics, also appended to ``carried.history``."""
     from tqdm import tqdm
 
     gradient = method(settings.method)
@@ -203,14 +211,22 @@ def run_epoch(
     )
     step_stats: dict = {}
     machine, velocity, state = carried.machine, carried.velocity, carried.state
+    steps = carried.graphs = graphs.steps_for(machine, settings, carried.graphs)
+    if steps is not None:
+        steps.begin(machine, velocity, lr, eta)
     for b in bar:
         x = x_train[order[b * settings.batch_size : (b + 1) * settings.batch_size]]
         x = present(x, settings.resample, generator)
-        grads = gradient.gradients(machine, x, settings, state, generator, step_stats)
-        machine = apply_update(machine, grads, velocity, lr, settings, eta)
-        check_finite(machine, epoch, b)
+        if steps is not None:
+            steps.step(x, generator, step_stats, epoch, b)
+        else:
+            grads = gradient.gradients(machine, x, settings, state, generator, step_stats)
+            machine = apply_update(machine, grads, velocity, lr, settings, eta)
+            check_finite(machine, epoch, b)
         if on_step is not None:
             on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
+    if steps is not None:
+        machine = steps.end(epoch)
     metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
     if settings.evaluate:
         metrics.update(

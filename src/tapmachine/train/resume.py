@@ -58,10 +58,12 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     step size is constant (so a finished run can be extended; a decaying schedule depends on
     it), the converged mode's tolerance, cap and weighting in a fixed-iteration run, and the
     evaluation's second pass (``retry_damping``: each history row records what it did, and a
-    resumed run evaluates its earlier epochs again, ``reevaluate_history``), and ``fuse``
+    resumed run evaluates its earlier epochs again, ``reevaluate_history``), ``fuse``
     (compiled or eager sweeps: the same iterates up to rounding; leaving it out also keeps the
-    checkpoints written before the key existed). The keys of ``_LATER_KEYS`` enter only when set
-    (off, they train as before them, and the checkpoints written before them still resume).
+    checkpoints written before the key existed), and ``cuda_graphs``, ``cuda_graph_sweeps``
+    (captured or eager steps, ``train.graphs``: the same numbers up to rounding). The keys of
+    ``_LATER_KEYS`` enter only when set (off, they train as before them, and the checkpoints
+    written before them still resume).
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     h.update(method(settings.method).version().encode())
@@ -72,7 +74,8 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
         for key in ("train_tol", "train_max_iter", "train_unique"):
             fields.pop(key)
     fields.pop("retry_damping")
-    fields.pop("fuse")
+    for key in ("fuse", "cuda_graphs", "cuda_graph_sweeps"):
+        fields.pop(key)
     for key, off in _LATER_KEYS.items():
         if fields[key] == off:
             fields.pop(key)

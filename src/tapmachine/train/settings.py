@@ -91,6 +91,11 @@ class TrainSettings:
     #: Fuse each damped sweep's elementwise layer update into one compiled kernel
     #: (``tap.solve(..., fuse=True)``; same iterates up to rounding, compiled once per process).
     fuse: bool = _TAP["fuse"]
+    #: TAP training steps as captured CUDA graphs on a CUDA device, where the run allows it
+    #: (``train.graphs``): the same numbers as eager steps up to float32 rounding.
+    cuda_graphs: bool = _TAP["cuda_graphs"]
+    #: Converged steps on CUDA graphs: the sweeps of one captured chunk, between two checks.
+    cuda_graph_sweeps: int = _TAP["cuda_graph_sweeps"]
     train_iterations: int | str = _TAP["train_iterations"]
     train_tol: float = _TAP["train_tol"]
     train_max_iter: int = _TAP["train_max_iter"]
@@ -148,6 +153,11 @@ class TrainSettings:
             )
         if self.resample not in RESAMPLES:
             raise TrainingError(f"resample must be one of {RESAMPLES}, not {self.resample!r}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise TrainingError(f"tap.cuda_graphs must be true or false, not {self.cuda_graphs!r}")
+        g = self.cuda_graph_sweeps
+        if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1):
+            raise TrainingError(f"tap.cuda_graph_sweeps must be a positive integer, not {g!r}")
         if self.rho_step not in RHO_STEPS:
             raise TrainingError(f"rho_step must be one of {RHO_STEPS}, not {self.rho_step!r}")
         try:

@@ -13,6 +13,8 @@ from tapmachine.train.settings import TrainingError, TrainSettings
 
 __all__ = [
     "tap_step_gradients",
+    "initialisations",
+    "fixed_solver",
     "solve_for_gradient",
     "converged_tap_gradients",
     "noisy_initialisations",
@@ -32,15 +34,15 @@ def tap_step_gradients(
     settings: TrainSettings,
     generator: torch.Generator,
     stats: dict | None = None,
+    solve=None,
 ) -> dict:
-    """Alg. 2's gradient on the batch ``x``: K TAP solutions from the batch's rows (K =
-    ``n_solutions``, the rows repeated when K exceeds the batch), by ``train_iterations`` fixed
-    iterations of Alg. 1 or until convergence (``converged_tap_gradients``)."""
-    K = settings.n_solutions or x.shape[0]
-    init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
-    if settings.train_noise:
-        init = noisy_initialisations(machine, init, settings.train_noise, generator)
+    """Alg. 2's gradient on the batch ``x``: K TAP solutions from the batch's rows
+    (``initialisations``), by ``train_iterations`` fixed iterations of Alg. 1 or until
+    convergence (``converged_tap_gradients``). ``solve``: how the solutions are found, called
+    as ``solve_for_gradient`` (its default; ``train.graphs`` passes its captured sweeps)."""
+    init = initialisations(machine, x, settings, generator)
     solver = settings.solver_settings
+    solve = solve or solve_for_gradient
     if settings.train_iterations == "converge":
         return converged_tap_gradients(
             machine,
@@ -50,11 +52,29 @@ def tap_step_gradients(
             unique_tol=settings.dedup_tol if settings.train_unique else None,
             stats=stats,
             inference=settings.inference,
+            solve=solve,
         )
-    # fixed-iteration steps always take Alg. 1's damped iterations
-    fixed = solver.replace(solver="damped", max_iter=settings.train_iterations)
-    states = solve_for_gradient(machine, init, fixed, settings.inference)
+    states = solve(machine, init, fixed_solver(settings), settings.inference)
     return tap.tap_gradients(machine, x, states)
+
+
+def initialisations(
+    machine: BoltzmannMachine, x: Tensor, settings: TrainSettings, generator: torch.Generator
+) -> Tensor:
+    """The K starts of a step's TAP solutions (eq. 37): the batch's rows (K = ``n_solutions``,
+    the rows repeated when K exceeds the batch; ``x`` itself when K is the batch), with
+    ``train_noise``'s flips (``noisy_initialisations``)."""
+    K = settings.n_solutions or x.shape[0]
+    init = x if K == x.shape[0] else x[torch.arange(K, device=x.device) % x.shape[0]]
+    if settings.train_noise:
+        init = noisy_initialisations(machine, init, settings.train_noise, generator)
+    return init
+
+
+def fixed_solver(settings: TrainSettings) -> tap.SolverSettings:
+    """The solve of a fixed-iteration step: ``train_iterations`` of Alg. 1's damped sweeps
+    (whatever ``solver`` says), rows stopping early at ``tol``."""
+    return settings.solver_settings.replace(solver="damped", max_iter=settings.train_iterations)
 
 
 def solve_for_gradient(
@@ -79,6 +99,7 @@ def converged_tap_gradients(
     unique_tol: float | None = None,
     stats: dict | None = None,
     inference: str = "tap",
+    solve=None,
 ) -> dict:
     """Alg. 2's gradient: Alg. 1 run "until Convergence" from ``init``, eqs. (40)-(42).
 
@@ -95,9 +116,10 @@ def converged_tap_gradients(
     ``solutions`` (sum of solutions used), ``unconverged_steps`` and ``converged_steps`` (steps
     in which at least ``CONVERGED_STEP_SHARE`` of the rows converged). The solutions come from
     ``solve_for_gradient`` (Alg. 1 by ``solver``, default ``tap.SolverSettings()``, or Alg. 3
-    with ``inference="adatap"``).
+    with ``inference="adatap"``), or from ``solve``, called alike.
     """
-    states = solve_for_gradient(machine, init, solver or tap.SolverSettings(), inference)
+    solve = solve or solve_for_gradient
+    states = solve(machine, init, solver or tap.SolverSettings(), inference)
     converged = states.converged
     if bool(converged.any()):
         if unique_tol is not None:

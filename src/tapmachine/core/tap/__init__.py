@@ -26,8 +26,9 @@ All functions are batched: a ``TAPState`` holds K solutions as tensors of shape 
 Modules: ``state`` (``TAPState``), ``settings`` (``SolverSettings``: how a solve runs),
 ``damped`` (one damped sweep of Alg. 1, and one with per-unit Newton damping), ``fused`` (its
 layer update compiled), ``inference`` (``solve``, the second damped pass, clamped inference),
-``anderson`` (the Anderson solver), ``energy`` (free energy, log-likelihood), ``gradients``,
-``merging`` (one solution per fixed point), ``onsager`` (validity of the expansion),
+``anderson`` (the Anderson solver), ``static`` (Alg. 1's sweeps at fixed shapes without a
+host synchronisation, for captured CUDA graphs), ``energy`` (free energy, log-likelihood),
+``gradients``, ``merging`` (one solution per fixed point), ``onsager`` (validity of the expansion),
 ``stability`` (whether Alg. 1's iterates converge to a fixed point: its sweep's Jacobian).
 """
 

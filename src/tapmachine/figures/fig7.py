@@ -432,7 +432,7 @@ def _draw_column(fig, panel: dict, image_shape, across: bool, rows: int) -> None
                 marker="o",
                 label="TAP solutions",
             )
-        ax.set_title(f"epoch {e}: {len(groups)} solutions")
+        ax.set_title(f"epoch {e}: {len(groups)} solution{'' if len(groups) == 1 else 's'}")
         if j == 0:
             from matplotlib.lines import Line2D
 

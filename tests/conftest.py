@@ -18,9 +18,11 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def _figures_read_at_print_size(monkeypatch):
     """Every figure a test draws (each ``FigureResult`` made, from whatever tiny outputs the test
-    built) is checked when the test ends: no two pieces of text overlap, none is cut off at the
-    edge, no title runs past two lines, no text or width beyond print size
-    (``figures.legibility``). The figure tests together draw every figure of both papers."""
+    built) is checked when the test ends (``figures.legibility.problems``): no two pieces of text
+    overlap, none is cut off at the edge, no title runs past two lines, no text or width beyond
+    print size, no legend covers data (lines between their vertices too, error bars, scatter
+    points, bands, bars) and no two axes overlap (colour bars included; twins and insets
+    excepted). The figure tests together draw every figure of both papers."""
     from tapmachine.figures import common, legibility
 
     made = []

@@ -483,6 +483,24 @@ def test_fig6_isomap_with_single_solution_epochs(run, tmp_path):
     # Fitted on one epoch that holds a single solution: still draws.
     single = fig6.make(run["solutions"][:1], "isomap")
     assert single.params["embedding_used"] == {"tiny": "pca"}
+    assert single.figure.get_suptitle().startswith(
+        "Fig. 6: TAP solutions (a_v, a_h) embedded in 2-D by PCA"
+    )
+
+
+def test_fig3_title_gives_the_range_of_epochs_run_per_paper_size():
+    runs = [("binary_mnist", 10), ("binary_mnist", 20), ("real_mnist", 8), ("real_faces", 200)]
+    assert fig3.size_line(runs) == "REDUCED SIZE (8 to 20 of 100 epochs; real_faces: 200 of 500)"
+    assert fig3.size_line([("binary_mnist", 8), ("real_faces", 500)]) == (
+        "REDUCED SIZE (8 of 100 epochs)"
+    )
+    assert fig3.size_line([("binary_mnist", 100), ("real_faces", 500)]) == ""
+
+
+def test_fig6_title_names_each_columns_embedding():
+    assert fig6.embedding_words(["isomap", "isomap"]) == "Isomap"
+    assert fig6.embedding_words(["isomap", "isomap", "pca"]) == "Isomap in (a, b), PCA in (c)"
+    assert fig6.embedding_words(["pca", "umap", "pca"]) == "PCA in (a, c), UMAP in (b)"
 
 
 def test_free_energy_follows_position_verdict():
@@ -510,6 +528,9 @@ def test_fig7_all_labels_and_a_subset(run, tmp_path):
     table = _save(result, tmp_path, "fig7")
     assert claims(table, "n_initialisations")["value"].iloc[0] == 200
     assert "isomap" in claims(table, "embedding_method")["detail"].iloc[0]
+    titles = [ax.get_title() for ax in result.figure.axes if ax.get_title()]
+    for count, noun in (t.split(": ")[1].split() for t in titles):
+        assert noun == ("solution" if count == "1" else "solutions")
     subset = fig7.make(run["solutions"], run["data"], digits=[0, 2], n_images=100)
     labels = subset.table[
         (subset.table["kind"] == "drawn") & (subset.table["point"] == "initialisation")

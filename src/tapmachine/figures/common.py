@@ -10,7 +10,9 @@ Every figure is drawn and saved in one style (``tapmachine.mplstyle``, through `
 figure function is decorated with ``styled``), sized for a journal: one column
 (``COLUMN`` inches) or, for figures of several panels, the page's two (``PAGE``). Its title is
 at most two lines; what a title used to carry (run notes, legends of line styles) is in the
-figure's CSV and its report caption (workflow/report).
+figure's CSV and its report caption (workflow/report). A legend of several entries sits outside
+the data: below its panel (``legend_below``) or below the figure
+(``fig.legend(loc="outside lower center")``), so that no data lies under it whatever the data.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "table",
     "describe",
     "dataset_label",
+    "legend_below",
     "model_colours",
     "substitute_claims",
     "save",
@@ -108,6 +111,32 @@ def new_figure(width: float, height: float):
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def legend_below(ax, handles=None, labels=None, *, ncols: int = 2, gap: float = 2.0):
+    """``ax``'s legend centred under its x axis (tick labels and label), ``gap`` points below it,
+    in ``ncols`` columns: outside the data, whatever the data (``handles`` and ``labels``: the
+    axes' own when None).
+
+    The x axis's depth is measured when this is called, in points (it does not change as the
+    layout moves or resizes the axes): call it once the axis's label, scale and tick labels are
+    set. The layout (constrained) makes room for the legend below the axes.
+    """
+    from matplotlib.transforms import ScaledTranslation
+
+    root = ax.get_figure(root=True)
+    extent = ax.xaxis.get_tightbbox(root.canvas.get_renderer())
+    depth = 0.0 if extent is None else max(0.0, ax.bbox.y0 - extent.y0) * 72 / root.dpi
+    below = ScaledTranslation(0, -(depth + gap) / 72, root.dpi_scale_trans)
+    args = () if handles is None else (handles, labels)
+    return ax.legend(
+        *args,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=ax.transAxes + below,
+        ncols=ncols,
+        borderaxespad=0.0,
+    )
 
 
 def model_info(model_file) -> ModelInfo:

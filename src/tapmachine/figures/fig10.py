@@ -26,6 +26,7 @@ from tapmachine.figures.common import (
     FigureResult,
     claim,
     describe,
+    legend_below,
     model_info,
     new_figure,
     styled,
@@ -106,7 +107,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         claims.append(claim("final_pl", finals[label], info.name, label, int(df["epoch"].iloc[-1])))
     ax_pl.set_xlabel("epoch")
     ax_pl.set_ylabel("pseudo-likelihood (nats / image)")
-    ax_pl.legend()
+    legend_below(ax_pl, ncols=2)  # a column of TAP, one of adaTAP
     ax_pl.set_title("pseudo-likelihood over training")
 
     b = timing["batch_size"].to_numpy(float)
@@ -114,7 +115,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
     ax_t.loglog(b, timing["adatap_seconds"], "s--", label="adaTAP / VAMP (Alg. 3)")
     ax_t.set_xlabel("batch size")
     ax_t.set_ylabel("seconds per iteration")
-    ax_t.legend()
+    legend_below(ax_t, ncols=1)
     t0 = timing.iloc[0]
     ax_t.set_title(
         f"one iteration, Nv={int(t0['n_visible'])}, Nh={int(t0['n_hidden'])}, "

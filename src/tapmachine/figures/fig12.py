@@ -113,7 +113,7 @@ def make(scores_csv, model_file) -> FigureResult:
 
     fig = new_figure(PAGE, 3.0)
     ax_abs, ax_gain, ax_gap = fig.subplots(1, 3)
-    drawn, claims = [], []
+    drawn, claims, key_entries = [], [], []
     for split in splits:
         style = _SPLIT_STYLE[split]
         n_images = int(df[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in df else -1
@@ -125,7 +125,8 @@ def make(scores_csv, model_file) -> FigureResult:
             y = df[col].to_numpy(float)
             curves[key] = y
             kw = {"color": colour, "linestyle": style, "marker": "." if len(y) < 30 else None}
-            ax_abs.plot(epochs, y, label=f"{label}, {split} ({n_images} images)", **kw)
+            (line,) = ax_abs.plot(epochs, y, label=f"{label}, {split} ({n_images} images)", **kw)
+            key_entries.append((list(MEASURES).index(key), splits.index(split), line))
             ax_gain.plot(epochs, y - y[0], label=f"{label}, {split}", **kw)
             if key == "ais_ll":
                 lo = df[f"ais_ll_{split}_lower"].to_numpy(float)
@@ -212,10 +213,13 @@ def make(scores_csv, model_file) -> FigureResult:
     ax_gap.set_xlabel("epoch")
     ax_gap.set_ylabel("surrogate minus AIS (nats per image)")
     ax_gap.set_title("(c) offset from AIS")
-    ax_gap.legend()
     for ax in (ax_abs, ax_gain, ax_gap):
         ax.grid(alpha=0.3)
-    ax_abs.legend(loc="lower right")
+    # One key for the three panels, below them: a column per measure (colour), a row per split
+    # (line style).
+    key = [line for *_, line in sorted(key_entries, key=lambda e: e[:2])]
+    columns = len({measure for measure, *_ in key_entries})
+    fig.legend(key, [k.get_label() for k in key], loc="outside lower center", ncols=columns)
     claims.append(
         claim(
             "estimators",

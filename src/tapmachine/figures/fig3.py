@@ -40,6 +40,7 @@ import pandas as pd
 from tapmachine.figures.common import (
     COLUMN,
     PAGE,
+    PAPER_EPOCHS,
     FigureError,
     FigureResult,
     ModelInfo,
@@ -48,14 +49,14 @@ from tapmachine.figures.common import (
     model_colours,
     model_info,
     new_figure,
-    size_note,
     styled,
     substitute_claims,
     table,
 )
+from tapmachine.figures.solutions import PAPER_SIZES
 from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
 
-__all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "DIAGNOSTICS"]
+__all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "size_line", "DIAGNOSTICS"]
 
 #: Per-epoch columns of metrics.csv carried into the CSV when present (NaN otherwise).
 DIAGNOSTICS = (
@@ -88,9 +89,34 @@ def segment_fit(epochs: np.ndarray, values: np.ndarray) -> tuple[float, float]:
     return float(slope), float(r2)
 
 
-def _title_note(curves) -> str:
-    """The title's second line: the shortest run below the paper's 100 epochs, or ""."""
-    note = size_note(min(int(df["epoch"].max()) for df in curves))
+def size_line(runs: list[tuple[str, int]]) -> str:
+    """The title's second line for models that ran ``runs`` ((dataset, epochs) each): the range
+    of epochs run below the paper's (``solutions.PAPER_SIZES``: 100, the faces 500), a range per
+    paper size, those of another size than 100 named by dataset, or "" at paper size.
+
+    Each model's own count is in the CSV (its curve's last epoch); a range says that the runs
+    differ, where the shortest alone would read as the figure's one length.
+    """
+    short: dict[int, list[tuple[str, int]]] = {}
+    for dataset, epochs in runs:
+        paper = PAPER_SIZES.get(dataset, (PAPER_EPOCHS, None))[0]
+        if epochs < paper:
+            short.setdefault(paper, []).append((dataset, epochs))
+    parts = []
+    for paper, group in sorted(short.items()):
+        lo, hi = min(e for _, e in group), max(e for _, e in group)
+        span = f"{lo} of {paper}" if lo == hi else f"{lo} to {hi} of {paper}"
+        if paper == PAPER_EPOCHS:
+            parts.insert(0, f"{span} epochs")
+        else:
+            parts.append(f"{', '.join(dict.fromkeys(d for d, _ in group))}: {span}")
+    return f"REDUCED SIZE ({'; '.join(parts)})" if parts else ""
+
+
+def _title_note(infos, curves) -> str:
+    note = size_line(
+        [(i.dataset, int(df["epoch"].max())) for i, df in zip(infos, curves, strict=True)]
+    )
     return f"\n{note}" if note else ""
 
 
@@ -188,7 +214,7 @@ def make(metrics_files: list, model_files: list, exact_files=(), palette=()) -> 
     grid[1][0].set_ylabel("TAP validity")
     fig.align_ylabels(grid[:, 0])
     _legend(fig, grid[0])
-    fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(curves))
+    fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(infos, curves))
     return FigureResult(
         fig,
         table(drawn, claims + substitute_claims(infos)),

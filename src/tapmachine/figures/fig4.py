@@ -346,9 +346,6 @@ def make(
     n = len(panels)
     height = 0.9 + 0.78 * n
     fig = new_figure(PAGE, height)
-    fig.set_layout_engine(None)  # explicit margins: row labels sit left of the axes
-    top = 1.0 - 0.75 / height
-    fig.subplots_adjust(left=0.2, right=0.86, top=top, bottom=0.15 / height, hspace=0.12)
     axes = fig.subplots(n, 1, squeeze=False)[:, 0]
     import matplotlib
 
@@ -366,8 +363,9 @@ def make(
             va="center",
             color=colours[info.name],
         )
-    cax = fig.add_axes((0.89, 0.5 - 1.5 / height, 0.02, 3.0 / height))
-    fig.colorbar(image, cax=cax, label="w / max|w|")
+    # The colour bar in its own column right of the rows (the layout makes room), 3 in long.
+    shrink = min(1.0, 3.0 / (height - 0.9))
+    fig.colorbar(image, ax=list(axes), shrink=shrink, aspect=30, label="w / max|w|")
     datasets = ", ".join(dict.fromkeys(dataset_label(i.dataset, i.substitute) for i, _, _ in infos))
     fig.suptitle(
         f"Fig. 4: receptive fields ranked by l_0.1 spread ({spread} fields) and by mean "

@@ -242,7 +242,7 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
     rows = math.ceil(rows / across)
     fig = new_figure(PAGE, 6.0 if n == 1 else 4.2 + 1.3 * rows)
     subfigs = fig.subfigures(1, n, squeeze=False)[0]
-    hist_legend = True
+    keyed = []  # panels whose entries go into the key below the figure
     for j, ((sols, info), sub, panel) in enumerate(zip(columns, subfigs, panels, strict=True)):
         if n > 1:
             sub.suptitle(column_title(info, sols, j, n), fontsize="medium")
@@ -250,11 +250,13 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
         top = sub.add_subplot(gs[0, :])
         _draw_solutions(top, sols, panel["epochs"], panel["helm"], panel["counts"], n == 1)
         course = sub.add_subplot(gs[1, :])
-        _draw_course(course, panel["epochs"], panel["helm"], panel["energy"], wide=n == 1)
+        _draw_course(course, panel["epochs"], panel["helm"], panel["energy"])
+        keyed.append(course)
         by_epoch = {s["epoch"]: s for s in sols}
         for k, e in enumerate(panel["slices"]):
             ax = sub.add_subplot(gs[2 + k // across, k % across])
-            hist_legend &= not _draw_histogram(ax, by_epoch[e], hist_legend)
+            if _draw_histogram(ax, by_epoch[e]):
+                keyed.append(ax)
             count = len(by_epoch[e]["unique_free_energy"])
             copies = panel["near_copies"][panel["epochs"].index(e)]
             if n == 1:
@@ -263,9 +265,7 @@ def make(solution_files: list, slices=None, per_model: dict | None = None) -> Fi
             else:  # narrow panels: the count alone (the caption says what it counts)
                 ax.set_title(f"epoch {e}: {count}")
                 ax.xaxis.set_major_locator(MaxNLocator(3, steps=[1, 2, 5, 10]))
-    if n > 1:
-        handles, labels = _top_legend(subfigs[0].axes[0])
-        fig.legend(handles, labels, loc="outside lower center", ncols=3)
+    _key(fig, subfigs[0].axes[0], keyed, top=n > 1)
     return result(
         fig,
         "Fig. 5: TAP free energies of the unique solutions over training",
@@ -381,6 +381,23 @@ def _column(sols: list[dict], info, slices) -> tuple[list, list, dict]:
     return drawn, claims, panel
 
 
+def _key(fig, top_ax, panels, top: bool) -> None:
+    """One key below the figure, so that no legend covers data: the entries of ``panels`` (each
+    label once), a triangle for the peaks and, if ``top``, the entries of the top panel and its
+    twin first (else they sit above that panel)."""
+    from matplotlib.lines import Line2D
+
+    handles, labels = _top_legend(top_ax)
+    entries = dict(zip(labels, handles, strict=True))
+    for ax in panels:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    entries["peak of the course"] = Line2D([], [], ls="", marker="^", ms=5, color="0.3")
+    if not top:
+        entries = {k: v for k, v in entries.items() if k not in labels}
+    fig.legend(entries.values(), entries.keys(), loc="outside lower center", ncols=4)
+
+
 def _top_legend(ax) -> tuple[list, list]:
     """The handles and labels of a column's top panel and of its twin (the count)."""
     twins = [a for a in ax.figure.axes if a is not ax and a.bbox.bounds == ax.bbox.bounds]
@@ -413,14 +430,14 @@ def _draw_solutions(ax, sols, epochs, helm, counts, legend: bool = True) -> None
         ax.legend(h1 + h2, l1 + l2, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=3)
 
 
-def _draw_course(ax, epochs, helm, helm_energy, wide: bool = True) -> None:
+def _draw_course(ax, epochs, helm, helm_energy) -> None:
     """The Helmholtz estimate in both conventions its verdicts use (``trend_claims``), each as
-    its change since the first epoch: eq. (36)'s F and the binary RBM's usual free energy (F
-    minus the units' ln Z_B), which the paper may plot; each one's peak is marked (the legend's
-    title shortened in a narrow column, not ``wide``)."""
-    courses = [(helm, "eq. (36)", "tab:red")]
+    its change since the first epoch: eq. (36)'s F (labelled as the top panel's estimate, in
+    the same colour) and the binary RBM's usual free energy (F minus the units' ln Z_B), which
+    the paper may plot; each one's peak is marked (the figure's key, ``_key``, names them)."""
+    courses = [(helm, "Helmholtz estimate (mean F)", "tab:red")]
     if helm_energy and np.isfinite(helm_energy).all():
-        courses.append((helm_energy, "usual RBM free energy", "tab:purple"))
+        courses.append((helm_energy, "mean usual RBM free energy (F - ln Z_B)", "tab:purple"))
     for values, label, colour in courses:
         values = np.asarray(values, dtype=np.float64)
         found = np.isfinite(values)
@@ -434,13 +451,11 @@ def _draw_course(ax, epochs, helm, helm_energy, wide: bool = True) -> None:
     ax.set_xlabel("epoch")
     ax.set_ylabel("change of mean F")
     ax.grid(alpha=0.3)
-    title = "Helmholtz estimate (triangle: peak)" if wide else "triangle: peak"
-    ax.legend(loc="best", title=title)
 
 
-def _draw_histogram(ax, sol: dict, legend: bool) -> bool:
-    """One epoch's unique free energies: histogram, KDE and KDE weighted by basin size (with a
-    legend if ``legend``); whether the KDEs were drawn."""
+def _draw_histogram(ax, sol: dict) -> bool:
+    """One epoch's unique free energies: histogram, KDE and KDE weighted by basin size; whether
+    the KDEs were drawn."""
     Fu = np.asarray(sol["unique_free_energy"], dtype=np.float64)
     ax.set_xlabel("F")
     if not Fu.size:
@@ -453,11 +468,9 @@ def _draw_histogram(ax, sol: dict, legend: bool) -> bool:
     kde = gaussian_kde(Fu, grid)
     if kde is None:
         return False
-    ax.plot(grid, kde, color="tab:red", label="KDE")
+    ax.plot(grid, kde, color="0.2", label="KDE")
     weights = np.asarray(sol["multiplicity"], dtype=np.float64)
-    ax.plot(grid, gaussian_kde(Fu, grid, weights), color="0.2", ls="--", label="by basin size")
-    if legend:
-        ax.legend(loc="upper left")
+    ax.plot(grid, gaussian_kde(Fu, grid, weights), color="0.2", ls="--", label="KDE by basin size")
     return True
 
 

@@ -25,7 +25,7 @@ from tapmachine.figures.common import PAGE, FigureError, FigureResult, claim, ne
 from tapmachine.figures.solutions import column_title, load_columns, result
 from tapmachine.tap_paper.embed import embed
 
-__all__ = ["make", "neighbour_correlation", "pairwise_stats"]
+__all__ = ["EMBEDDING_NAMES", "embedding_words", "make", "neighbour_correlation", "pairwise_stats"]
 
 K_NEIGHBOURS = 5
 #: Sec. VII.B: "the assignment of high and low free energy to TAP solutions does not appear random
@@ -141,10 +141,10 @@ def make(
         axes = sub.subplots(rows, across, squeeze=False).ravel()
         _draw_column(sub, axes, panel["points"], panel["coords"])
     used = {info.name: p["einfo"]["method"] for (_, info), p in zip(columns, panels, strict=True)}
-    named = dict.fromkeys(used.values())
+    words = embedding_words(list(used.values()))
     return result(
         fig,
-        f"Fig. 6: {', '.join(named)} of the TAP solutions (a_v, a_h)",
+        f"Fig. 6: TAP solutions (a_v, a_h) embedded in 2-D by {words}",
         drawn,
         claims,
         columns,
@@ -152,6 +152,23 @@ def make(
         embedding_used=used,
         n_neighbors=n_neighbors,
     )
+
+
+#: How a title names each embedding ``tap_paper.embed`` may use.
+EMBEDDING_NAMES = {"isomap": "Isomap", "umap": "UMAP", "pca": "PCA"}
+
+
+def embedding_words(methods: list[str]) -> str:
+    """The embedding of each column, in words: "Isomap" where every column used one, else each
+    one with its columns' letters ("Isomap in (a, b), PCA in (c)": ``tap_paper.embed`` falls
+    back to principal components on too few distinct solutions)."""
+    names = [EMBEDDING_NAMES.get(m, m) for m in methods]
+    if len(set(names)) <= 1:
+        return names[0] if names else ""
+    letters = {name: [] for name in names}
+    for j, name in enumerate(names):
+        letters[name].append("abcdefghij"[j])
+    return ", ".join(f"{name} in ({', '.join(cols)})" for name, cols in letters.items())
 
 
 def _column(sols, info, method: str, n_neighbors: int, seed: int) -> tuple[list, list, dict]:

@@ -432,7 +432,7 @@ def _draw_column(fig, panel: dict, image_shape, across: bool, rows: int) -> None
                 marker="o",
                 label="TAP solutions",
             )
-        ax.set_title(f"epoch {e}: {len(groups)} solutions")
+        ax.set_title(f"epoch {e}: {len(groups)} solution{'' if len(groups) == 1 else 's'}")
         if j == 0:
             from matplotlib.lines import Line2D
 
@@ -443,7 +443,8 @@ def _draw_column(fig, panel: dict, image_shape, across: bool, rows: int) -> None
             if len(classes) == 1:
                 handles[0].set_label("initialisations")
             handles.append(Line2D([], [], ls="", marker="o", ms=6, color="black", label="TAP"))
-            ax.legend(handles=handles, loc="best")
+            # The column's key below it: the embeddings are dense, no corner of them is free.
+            fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
         strip = fig.add_subplot(gs[1, j] if across else gs[2 * j + 1, 0])
         strip.set_axis_off()
         if len(Xs):

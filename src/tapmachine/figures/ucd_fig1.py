@@ -25,6 +25,7 @@ from tapmachine.figures.common import (
     FigureError,
     FigureResult,
     claim,
+    legend_below,
     new_figure,
     styled,
     table,
@@ -219,7 +220,7 @@ def make(steps_csvs) -> FigureResult:
         yscale="log",
         title="(a) steps to an unbiased estimate" + cap_note,
     )
-    ax_a.legend()
+    legend_below(ax_a, ncols=2)
     lmi = s[s["method"] == "mh_lmi"]
     if not lmi.empty:
         d = lmi["d"].to_numpy(float)
@@ -229,8 +230,9 @@ def make(steps_csvs) -> FigureResult:
         ):
             ax_b.plot(d, lmi[f"{key}_mean"], "o-", color=colour, label=label)
             ax_b.fill_between(d, lmi[f"{key}_q10"], lmi[f"{key}_q90"], color=colour, alpha=0.15)
-        ax_b.legend()
     ax_b.set(xlabel="dimension d", ylabel="steps", title="(b) MH + LMI: T and tau")
+    if not lmi.empty:
+        legend_below(ax_b, ncols=2)
     reps = ", ".join(str(r) for r in sorted(set(s["reps"].astype(int))))
     fig.suptitle(
         f"Random d x d RBMs with orthogonal W, {reps} repetitions per point; mean and 10-90% range",

@@ -932,7 +932,7 @@ def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
     assert verdicts(t2, "removal_worsens_fid") == {"pcd": "held", "centered": "not held"}
     for result in (t1, t2):
         title = result.figure.axes[0].get_title()
-        assert "REDUCED size (784-200-200; paper: 6272-6272-6272" in title
+        assert "REDUCED SIZE (784-200-200; paper: 6272-6272-6272" in title
     paper = scores("6272-6272-6272", [200.0, 400.0, 250.0])
     t1, t2 = ucd_dbm.table1(paper), ucd_dbm.table2(paper)
     assert verdicts(t1, "ucd_lmi_best_fid") == {"binary_mnist": "held"}
@@ -947,7 +947,7 @@ def test_ucd_tables_give_verdicts_and_say_when_below_paper_size(tmp_path):
     assert "REDUCED" not in t1.figure.axes[0].get_title()
     # score files from before sizes were recorded: their size is not known to be the paper's
     assert (
-        "REDUCED size (unknown"
+        "REDUCED SIZE (unknown"
         in ucd_dbm.table2(scores(None, [1.0, 2.0, 3.0])).figure.axes[0].get_title()
     )
 

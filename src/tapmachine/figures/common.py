@@ -271,7 +271,7 @@ def table(drawn, claims: Iterable[dict]):
 def wrap_suptitle(fig, margin: float = 0.97) -> None:
     """Re-wrap the figure's title so that each line fits ``margin`` of the figure's width.
 
-    Titles carry run notes ("REDUCED size ...", substitutes, gaps) and grow past a one-panel
+    Titles carry run notes ("REDUCED SIZE ...", substitutes, gaps) and grow past a one-panel
     figure's edge, where the saved image would cut them off. Each of the title's lines is
     refilled at one character count, narrowed (from the rendered width) until all fit.
     """

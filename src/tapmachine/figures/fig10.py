@@ -184,7 +184,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
     note = (
         ""
         if sizes and sizes[-1] >= 500
-        else ("\nREDUCED size (paper: Nh = 500 on 5,000 images; workflow/config/paper.yaml)")
+        else ("\nREDUCED SIZE (paper: Nh = 500 on 5,000 images; workflow/config/paper.yaml)")
     )
     fig.suptitle(
         f"Fig. 10: TAP vs adaTAP, {describe(infos[0]).split(' on ')[-1]}, RBM {sizes}"

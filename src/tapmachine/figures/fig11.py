@@ -103,7 +103,7 @@ def make(curve_csvs, model_files) -> FigureResult:
         ax.legend()
     small = all(max(i.sizes[1:]) < 500 for i in infos)
     note = (
-        ("\nREDUCED sizes and epochs (paper: 50 pretraining + 3,000 joint epochs)") if small else ""
+        ("\nREDUCED SIZE and epochs (paper: 50 pretraining + 3,000 joint epochs)") if small else ""
     )
     fig.suptitle(f"Fig. 11: deep TAP machines, {describe(infos[0]).split(' on ')[-1]}{note}")
     claims += substitute_claims(infos[:1])

@@ -161,7 +161,7 @@ def reduced_note(model_files: list) -> str:
         return size_note(epochs)
     short = [f"{epochs} of {PAPER_EPOCHS} epochs"] if epochs and epochs < PAPER_EPOCHS else []
     short.append(f"TAP {'/'.join(map(str, fixed))} iterations a step")
-    return f"REDUCED ({'; '.join(short)})"
+    return f"REDUCED SIZE ({'; '.join(short)})"
 
 
 def _fixed_iterations(model_files: list) -> list[int]:

@@ -56,7 +56,7 @@ def _title(fig, title: str, blobs: list) -> None:
     from tapmachine.ucd.dbm import size_label
 
     small = sorted({size_label(b["sizes"]) for b in blobs if b["sizes"] != PAPER_SIZES})
-    note = f"\nREDUCED size ({', '.join(small)}; paper: {size_label(PAPER_SIZES)})" if small else ""
+    note = f"\nREDUCED SIZE ({', '.join(small)}; paper: {size_label(PAPER_SIZES)})" if small else ""
     fig.suptitle(title + note)
 
 

@@ -21,7 +21,7 @@ FID_LABEL = "classifier FID (small CNN features; not Inception FID)"
 #: The title line of a table whose DBMs are below the paper's size, with what the paper's size
 #: costs: 0.196 s a step on one H100 (``benchmarks/gpu_check.sh``; docs/ucd.md, GPU).
 TABLE_SIZE_NOTE = (
-    "REDUCED size ({sizes}; paper: 6272-6272-6272, 100,000 steps, about 5.4 h on one H100)"
+    "REDUCED SIZE ({sizes}; paper: 6272-6272-6272, 100,000 steps, about 5.4 h on one H100)"
 )
 
 

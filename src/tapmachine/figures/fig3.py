@@ -27,6 +27,10 @@ after chosen epochs), each such model's exact log-likelihood of the same rows is
 crosses in its colour and carried in the CSV (``exact_ll``, ``exact_ll_stderr``). Its rows judge
 "the log-likelihood rises" on the exact values as well, and give the epoch of the exact peak and
 how far TAP's estimate lies above the exact value.
+
+One module for the figure and its verdicts: the slopes, breakpoint, diagnostics and exact-curve
+rows are computed from the same per-epoch table the panels draw, and ``rejudge`` recomputes them
+from that table as the CSV stores it (a run whose ``metrics.csv`` files are gone).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from tapmachine.core.priors import Bernoulli
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, build_machine
 from tapmachine.train.methods import gradients
+from tapmachine.train.update import sampling_steps_at
 
 __all__ = [
     "training_price",
@@ -66,8 +67,20 @@ def _step_price(spec: dict, settings: TrainSettings, x, g, reps: int) -> dict:
             chains = contrastive.PersistentChains.from_data(
                 x[:1000], n_chains=settings.batch_size, generator=g
             )
-        t = cpu_seconds(lambda: gradients(machine, batch, settings, chains, g), reps)
-        return {"batch": t}
+
+        def timed(k: int) -> float:
+            s = dataclasses.replace(settings, sampling_steps=k)
+            return cpu_seconds(lambda: gradients(machine, batch, s, chains, g), reps)
+
+        k = settings.sampling_steps
+        if not isinstance(k, dict):
+            return {"batch": timed(k)}
+        # a rising k (update.sampling_steps_at): a step's cost is linear in k, so the mean step
+        # is the line through the first and last k at the epochs' mean k
+        ks = [sampling_steps_at(k, e) for e in range(1, settings.epochs + 1)]
+        first, last = timed(k["start"]), timed(k["end"])
+        slope = (last - first) / max(1, k["end"] - k["start"])
+        return {"batch": first + slope * (sum(ks) / len(ks) - k["start"])}
 
     def run(k: int) -> None:
         if settings.train_iterations == "converge":

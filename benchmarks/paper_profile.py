@@ -157,7 +157,9 @@ def _solver_label(settings: TrainSettings) -> str:
     """How a training step reaches its model term: CD-k / PCD-k, the converged solver, or k
     fixed iterations (of adaTAP where ``inference`` says so)."""
     if settings.method in ("cd", "pcd"):
-        return f"{settings.method.upper()}-{settings.sampling_steps}"
+        k = settings.sampling_steps
+        steps = f"{k['start']}..{k['end']}" if isinstance(k, dict) else k
+        return f"{settings.method.upper()}-{steps}"
     if settings.train_iterations == "converge":
         return f"{settings.solver} to convergence"
     prefix = "adaTAP" if settings.inference == "adatap" else "Alg. 1"

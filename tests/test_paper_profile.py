@@ -219,3 +219,34 @@ def test_counts_from_must_name_a_directory(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run.main(["paper_profile", "--no-tracking", "--counts-from", str(tmp_path / "none")])
     assert "--counts-from" in capsys.readouterr().err
+
+
+def test_a_rising_k_is_priced_at_the_epochs_mean_k(monkeypatch):
+    """A CD step's cost is linear in k: a k rising 1..25 every 10 epochs over 250 epochs (mean
+    k 13) is priced on the line through its first and last k, at k = 13."""
+    import torch
+
+    from benchmarks import paper_prices
+    from tapmachine.train import TrainSettings
+
+    timed_k = []
+    monkeypatch.setattr(
+        paper_prices, "gradients", lambda machine, x, s, chains, g: timed_k.append(s.sampling_steps)
+    )
+    monkeypatch.setattr(
+        paper_prices, "cpu_seconds", lambda fn, reps: (fn(), 2.0 + 0.5 * timed_k[-1])[1]
+    )
+    spec = {
+        "dataset": "binary_mnist",
+        "visible": {"prior": "bernoulli"},
+        "hidden": [{"prior": "bernoulli", "units": 3}],
+        "method": "cd",
+        "sampling_steps": {"start": 1, "end": 25, "every": 10},
+        "epochs": 250,
+    }
+    x = torch.bernoulli(torch.full((20, 6), 0.5))
+    price = paper_prices._step_price(spec, TrainSettings.from_spec(spec), x, torch.Generator(), 1)
+    assert timed_k == [1, 25]
+    assert price == {"batch": pytest.approx(2.0 + 0.5 * 13)}
+    label = paper_profile._solver_label(TrainSettings.from_spec(spec))
+    assert label == "CD-1..25"

@@ -174,6 +174,16 @@ def mutate(config, path, value):
             "models.rmnist_h100.learning_rate: end 0.01 exceeds start",
         ),
         (
+            ["models", "bmnist_h25", "sampling_steps"],
+            {"start": 5, "end": 2, "every": 10},
+            "models.bmnist_h25.sampling_steps: end 2 is below start 5",
+        ),
+        (
+            ["models", "bmnist_h25", "learning_rate"],
+            {"over_sampling_steps": 0.05, "end": 0.01},
+            "models.bmnist_h25.learning_rate: ",
+        ),
+        (
             ["ucd", "dbm", "models", "ucd_lmi", "method"],
             "ucd",
             "ucd.dbm.models.ucd_lmi.method: 'ucd' is not one of",
@@ -487,6 +497,7 @@ def test_cd25_anchor_overlay_trains_rbm_m_recipe_beside_the_paper_table():
     into the training settings), scored on the stochastic binarisation with the table's other
     rows, and nothing else of paper.yaml changed."""
     from tapmachine.train import TrainSettings
+    from tapmachine.train.update import learning_rate, sampling_steps_at
 
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     files = [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/sm_cd25_anchor.yaml"]
@@ -497,7 +508,11 @@ def test_cd25_anchor_overlay_trains_rbm_m_recipe_beside_the_paper_table():
     assert both == paper
     assert (anchor["dataset"], anchor["train_dataset"]) == ("stochastic_binary_mnist", "real_mnist")
     s = TrainSettings.from_spec(anchor)
-    assert (s.method, s.sampling_steps, s.batch_size, s.learning_rate) == ("cd", 25, 100, 0.05)
+    assert (s.method, s.batch_size, s.epochs) == ("cd", 100, 250)
+    # rbm.m's anneal_lr: CD = ceil(epoch / 10), epsilon = 0.05 / CD, CD-25 over the last ten
+    ks = [sampling_steps_at(s.sampling_steps, e) for e in range(1, s.epochs + 1)]
+    assert ks == [-(-e // 10) for e in range(1, 251)] and ks[-10:] == [25] * 10
+    assert learning_rate(s.learning_rate, 250, s.epochs, ks[-1]) == 0.05 / 25
     assert s.momentum == {"initial": 0.5, "final": 0.9, "switch_epoch": 5} and s.prior_momentum
     assert (s.l2, s.weight_init_std, s.visible_init, s.resample) == (
         0.0002,

@@ -1,6 +1,7 @@
 """The optimiser knobs of Salakhutdinov's CD training of the RBMs of Salakhutdinov & Murray
-(2008): a two-level momentum, momentum on the biases, and rows drawn anew as Bernoulli(grey
-level) at every presentation; each checked against a hand computation or an exact count."""
+(2008): a two-level momentum, momentum on the biases, rows drawn anew as Bernoulli(grey level) at
+every presentation, and a CD-k whose k rises while the step shrinks as 1 / k (``rbm.m``'s
+``anneal_lr``); each checked against a hand computation or an exact count."""
 
 import dataclasses
 
@@ -19,9 +20,16 @@ from tapmachine.train.build import build_from_spec
 from tapmachine.train.job import prepare
 from tapmachine.train.loop import Carried, eval_rows, present, run_epoch
 from tapmachine.train.resume import fingerprint
-from tapmachine.train.update import apply_update, momentum_at, prior_velocity_start
+from tapmachine.train.update import (
+    apply_update,
+    learning_rate,
+    momentum_at,
+    prior_velocity_start,
+    sampling_steps_at,
+)
 
 SCHEDULE = {"initial": 0.5, "final": 0.9, "switch_epoch": 5}
+RISING_K = {"start": 1, "end": 25, "every": 10}
 
 
 def _rbm() -> BoltzmannMachine:
@@ -49,6 +57,57 @@ def test_each_epoch_updates_with_its_scheduled_momentum(monkeypatch):
     s = settings(epochs=7, batch_size=10, momentum=SCHEDULE, method="cd", evaluate=False)
     train(_rbm(), x, s, seeded_generator(0, "schedule"), progress=False)
     assert seen == [0.5] * 10 + [0.9] * 4  # 2 batches an epoch
+
+
+def test_rising_k_is_rbm_m_s_ceil_of_epoch_over_ten_up_to_25():
+    epochs = range(1, 301)
+    assert [sampling_steps_at(RISING_K, e) for e in epochs] == [
+        min(25, -(-e // 10)) for e in epochs
+    ]
+    assert [sampling_steps_at({"start": 3, "end": 4, "every": 2}, e) for e in (1, 2, 3, 9)] == [
+        3,
+        3,
+        4,
+        4,
+    ]
+    assert sampling_steps_at(7, 120) == 7
+    # rbm.m's epsilon = epsilon_0 / CD
+    lr = {"over_sampling_steps": 0.05}
+    assert [learning_rate(lr, e, 250, sampling_steps_at(RISING_K, e)) for e in (1, 11, 250)] == [
+        0.05,
+        0.025,
+        0.05 / 25,
+    ]
+
+
+def test_each_epoch_samples_and_steps_with_its_scheduled_k(monkeypatch):
+    """Over 3 epochs of {start: 1, end: 2, every: 2}: CD-1, CD-1, CD-2 with steps lr, lr, lr / 2,
+    recorded per epoch in the metrics; a constant k leaves both alone and adds no column."""
+    seen = []
+    cd = contrastive.cd_gradients
+
+    def recording(machine, x, k, generator):
+        seen.append(k)
+        return cd(machine, x, k, generator)
+
+    monkeypatch.setattr(contrastive, "cd_gradients", recording)
+    x = torch.bernoulli(torch.full((20, 4), 0.5), generator=torch.Generator().manual_seed(1))
+    s = settings(
+        epochs=3,
+        batch_size=10,
+        method="cd",
+        evaluate=False,
+        sampling_steps={"start": 1, "end": 2, "every": 2},
+        learning_rate={"over_sampling_steps": 0.1},
+    )
+    _, history = train(_rbm(), x, s, seeded_generator(0, "rising"), progress=False)
+    assert seen == [1, 1, 1, 1, 2, 2]  # 2 batches an epoch
+    assert [row["sampling_steps"] for row in history] == [1, 1, 2]
+    assert [row["learning_rate"] for row in history] == [0.1, 0.1, 0.05]
+    seen.clear()
+    constant = dataclasses.replace(s, sampling_steps=3, learning_rate=0.1)
+    _, history = train(_rbm(), x, constant, seeded_generator(0, "rising"), progress=False)
+    assert seen == [3] * 6 and "sampling_steps" not in history[0]
 
 
 def test_bias_momentum_is_the_heavy_ball_step_of_the_biases():
@@ -182,6 +241,10 @@ def test_bad_momentum_schedules_and_resamples_are_refused():
         TrainSettings(momentum={"initial": 0.5, "final": 0.9})
     with pytest.raises(TrainingError, match="resample must be one of"):
         TrainSettings(resample="gaussian")
+    with pytest.raises(TrainingError, match="start <= end"):
+        TrainSettings(sampling_steps={"start": 5, "end": 2, "every": 1})
+    with pytest.raises(TrainingError, match="over_sampling_steps"):
+        TrainSettings(learning_rate={"over_sampling_steps": 0.1, "end": 0.01})
 
 
 def test_the_knobs_enter_the_fingerprint_only_when_set():
@@ -196,6 +259,8 @@ def test_the_knobs_enter_the_fingerprint_only_when_set():
         {"resample": "bernoulli"},
         {"momentum": SCHEDULE},
         {"visible_init": "neutral"},
+        {"sampling_steps": RISING_K},
+        {"learning_rate": {"over_sampling_steps": 0.05}},
     ):
         assert fingerprint(_rbm(), x, dataclasses.replace(base, **changed)) != fp, changed
 

@@ -48,15 +48,16 @@ class TAPMachine(BoltzmannEstimator):
         Support [lower, upper] of truncated priors (schema ``prior.lower``, ``prior.upper``).
     method : {"tap", "cd", "pcd"}, default="tap"
         Gradient: TAP (Alg. 2), CD-k or PCD-k (``sampling_steps`` = k).
-    sampling_steps : int, default=1
-        k of CD-k and PCD-k.
+    sampling_steps : int or dict, default=1
+        k of CD-k and PCD-k, or ``{"start": ..., "end": ..., "every": ...}``: k rising by one every
+        ``every`` epochs (``train.update.sampling_steps_at``).
     epochs : int, default=100
         Passes over the rows (joint training of a deep machine, after pretraining).
     batch_size : int, default=100
         Rows per gradient step (M).
     learning_rate : float or dict, default=0.005
-        Step size, or ``{"start": ..., "end": ...}``: geometric decay from the first epoch to the
-        last.
+        Step size, ``{"start": ..., "end": ...}``: geometric decay from the first epoch to the
+        last, or ``{"over_sampling_steps": e}``: e / k for an epoch of CD-k steps.
     momentum : float, default=0.5
         eta of Alg. 2, as heavy-ball momentum on the whole previous step.
     l2 : float, default=0.001

@@ -156,10 +156,16 @@ def validate(config: dict, schema_file: str | Path) -> dict:
                 f"rows, for bernoulli visible units only (here {model['visible']['prior']})"
             )
         rate = model["learning_rate"]
-        if isinstance(rate, dict) and rate["end"] > rate["start"]:
+        if isinstance(rate, dict) and "end" in rate and rate["end"] > rate["start"]:
             raise ConfigError(
                 f"config error at models.{name}.learning_rate: end {rate['end']} exceeds "
                 f"start {rate['start']} (schedules decay)"
+            )
+        k = model["sampling_steps"]
+        if isinstance(k, dict) and k["end"] < k["start"]:
+            raise ConfigError(
+                f"config error at models.{name}.sampling_steps: end {k['end']} is below "
+                f"start {k['start']} (k rises)"
             )
     _check_likelihood(config)
     _check_harvest_and_figures(config)

@@ -43,6 +43,7 @@ from tapmachine.train.update import (
     learning_rate,
     momentum_at,
     prior_velocity_start,
+    sampling_steps_at,
 )
 
 __all__ = ["Carried", "train", "run_epoch", "present", "eval_rows"]
@@ -197,8 +198,12 @@ def run_epoch(
         x_eval = eval_rows(x_train, settings)
     epoch = carried.epoch + 1
     t0, cpu0 = time.perf_counter(), time.process_time()
-    lr = learning_rate(settings.learning_rate, epoch, settings.epochs)
+    k = sampling_steps_at(settings.sampling_steps, epoch)
+    lr = learning_rate(settings.learning_rate, epoch, settings.epochs, k)
     eta = momentum_at(settings.momentum, epoch)
+    scheduled_k = isinstance(settings.sampling_steps, dict)
+    if scheduled_k:
+        settings = dataclasses.replace(settings, sampling_steps=k)
     n = x_train.shape[0]
     n_batches = max(1, n // settings.batch_size)
     order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
@@ -228,6 +233,8 @@ def run_epoch(
     if steps is not None:
         machine = steps.end(epoch)
     metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
+    if scheduled_k:
+        metrics["sampling_steps"] = k
     if settings.evaluate:
         metrics.update(
             evaluate_tap_log_likelihood(

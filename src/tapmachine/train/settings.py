@@ -69,6 +69,7 @@ class TrainSettings:
     epochs: int = _RBM["epochs"]
     batch_size: int = _RBM["batch_size"]
     n_solutions: int | None = _RBM["n_solutions"]
+    #: A number, {start, end} or {over_sampling_steps} (``update.learning_rate``).
     learning_rate: float | dict = _RBM["learning_rate"]
     #: Heavy-ball momentum: a number, or {initial, final, switch_epoch} (``update.momentum_at``).
     momentum: float | dict = _RBM["momentum"]
@@ -82,7 +83,8 @@ class TrainSettings:
     visible_init: str = _RBM["visible_init"]
     #: A name of the gradient-method registry (``train.methods``).
     method: str = _RBM["method"]
-    sampling_steps: int = _RBM["sampling_steps"]
+    #: k of CD-k / PCD-k: a number, or {start, end, every} (``update.sampling_steps_at``).
+    sampling_steps: int | dict = _RBM["sampling_steps"]
     damping: float = _TAP["damping"]
     #: TAP solver of the converged training steps and the per-epoch evaluation (``tap.SOLVERS``):
     #: Alg. 1's damped iteration, or Anderson mixing on it (same fixed points, fewer iterations;
@@ -141,6 +143,19 @@ class TrainSettings:
         if not (it == "converge" or (isinstance(it, int) and not isinstance(it, bool) and it >= 1)):
             raise TrainingError(
                 f"tap.train_iterations must be a positive integer or 'converge', not {it!r}"
+            )
+        k = self.sampling_steps
+        rising = isinstance(k, dict) and set(k) == {"start", "end", "every"}
+        if isinstance(k, dict) and not (rising and k["start"] <= k["end"]):
+            raise TrainingError(
+                f"sampling_steps must be a number or {{start, end, every}} with start <= end, "
+                f"not {k!r}"
+            )
+        lr = self.learning_rate
+        if isinstance(lr, dict) and set(lr) not in ({"start", "end"}, {"over_sampling_steps"}):
+            raise TrainingError(
+                f"learning_rate must be a number, {{start, end}} or {{over_sampling_steps}}, "
+                f"not {lr!r}"
             )
         m = self.momentum
         if isinstance(m, dict) and set(m) != {"initial", "final", "switch_epoch"}:

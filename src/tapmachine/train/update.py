@@ -12,6 +12,7 @@ from tapmachine.train.settings import TrainingError, TrainSettings
 __all__ = [
     "RHO_RANGE",
     "learning_rate",
+    "sampling_steps_at",
     "momentum_at",
     "prior_velocity_start",
     "step_prior_parameter",
@@ -23,19 +24,40 @@ __all__ = [
 RHO_RANGE = (1e-6, 1.0 - 1e-6)
 
 
-def learning_rate(schedule: float | dict, epoch: int, epochs: int) -> float:
-    """Step size at ``epoch`` (1-based): constant, or geometric from ``start`` to ``end``.
+def learning_rate(
+    schedule: float | dict, epoch: int, epochs: int, sampling_steps: int = 1
+) -> float:
+    """Step size at ``epoch`` (1-based): constant, geometric from ``start`` to ``end``, or
+    ``over_sampling_steps`` / k with k the epoch's CD-k steps (``sampling_steps``).
 
     Table 1 gives real-MNIST a step size from 1e-2 down to 1e-5; a geometric decay over the
     epochs is the monotone schedule Alg. 2 allows. An epoch past ``epochs`` (an estimator's
-    further ``partial_fit``) keeps the last step size, ``end``.
+    further ``partial_fit``) keeps the last step size, ``end``. The third form is the
+    ``anneal_lr`` branch of Salakhutdinov's ``rbm.m`` (repository surban/ruslan-ais): epsilon =
+    epsilon_0 / CD, the step shrinking as ``sampling_steps_at`` lengthens the chains.
     """
     if not isinstance(schedule, dict):
         return float(schedule)
+    if "over_sampling_steps" in schedule:
+        return float(schedule["over_sampling_steps"]) / sampling_steps
     if epochs == 1:
         return float(schedule["start"])
     frac = min(epoch - 1, epochs - 1) / (epochs - 1)
     return float(schedule["start"] * (schedule["end"] / schedule["start"]) ** frac)
+
+
+def sampling_steps_at(schedule: int | dict, epoch: int) -> int:
+    """k of the CD-k / PCD-k steps of ``epoch`` (1-based): constant, or ``start`` rising by one
+    every ``every`` epochs up to ``end``.
+
+    The rising form is the ``anneal_lr`` branch of Salakhutdinov's ``rbm.m`` (repository
+    surban/ruslan-ais), CD = ceil(epoch / 10): ``{start: 1, end: 25, every: 10}`` reaches CD-25
+    at epoch 241.
+    """
+    if not isinstance(schedule, dict):
+        return int(schedule)
+    rise = (epoch - 1) // schedule["every"]
+    return int(min(schedule["end"], schedule["start"] + rise))
 
 
 def momentum_at(schedule: float | dict, epoch: int) -> float:

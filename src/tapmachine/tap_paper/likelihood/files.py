@@ -19,6 +19,7 @@ from tapmachine.tap_paper.likelihood.tap_partition import (
     recorded_final_tap_partition,
     recorded_tap_partition,
 )
+from tapmachine.train.update import sampling_steps_at
 
 __all__ = ["resolve_epochs", "score_checkpoints", "score_model", "tracked_metrics"]
 
@@ -187,7 +188,10 @@ def score_model(
         "model": name,
         "dataset": ds.name,
         "method": method,
-        "sampling_steps": spec.get("sampling_steps", 1) if method in ("cd", "pcd") else "",
+        # a rising k (update.sampling_steps_at): the k of the last epoch
+        "sampling_steps": sampling_steps_at(spec.get("sampling_steps", 1), blob.n_epochs)
+        if method in ("cd", "pcd")
+        else "",
         "hidden_units": machine.sizes[1],
         "n_train": base.shape[0],
         "epochs": blob.n_epochs,

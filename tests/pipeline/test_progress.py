@@ -149,3 +149,17 @@ def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert progress.run_progress(tmp_path / "empty") == []
     assert progress.format_progress([]) == "no model has a checkpoint yet\n"
+
+
+def test_a_rising_k_prices_each_epoch_left_at_its_own_k():
+    """Epoch times 3 + 2 k at k = 1, 1, 2 (two k seen): the line is recovered and the epochs left
+    of {start: 1, end: 3, every: 2} over 6 epochs (k = 2, 3, 3) cost 7 + 9 + 9 s; with one k
+    seen, its time scales with k (an upper bound)."""
+    schedule = {"start": 1, "end": 3, "every": 2}
+    history = [
+        {"epoch": 1, "sampling_steps": 1, "epoch_seconds": 5.0},
+        {"epoch": 2, "sampling_steps": 1, "epoch_seconds": 5.0},
+        {"epoch": 3, "sampling_steps": 2, "epoch_seconds": 7.0},
+    ]
+    assert progress._rising_k_seconds(history, schedule, 3, 6) == pytest.approx(25.0)
+    assert progress._rising_k_seconds(history[:2], schedule, 2, 6) == pytest.approx(5.0 * 10)

@@ -102,6 +102,33 @@ def _evaluation_seconds(rows: list[dict]) -> float:
     return sum(times) / len(times) if times else math.nan
 
 
+def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int) -> float:
+    """Seconds of epochs ``done + 1`` to ``total`` of a CD-k whose k rises
+    (``train.update.sampling_steps_at``), each priced by the line a + b k through the median
+    ``epoch_seconds`` of each k the history has seen (least squares); with one k seen, that k's
+    median scaled by k / k_seen, an upper bound (an epoch's evaluation and data handling do not
+    grow with k)."""
+    from tapmachine.train.update import sampling_steps_at
+
+    by_k: dict[int, list[float]] = {}
+    for row in history:
+        if "epoch_seconds" in row:
+            k = row.get("sampling_steps", sampling_steps_at(schedule, row["epoch"]))
+            by_k.setdefault(int(k), []).append(row["epoch_seconds"])
+    if not by_k:
+        return math.nan
+    ks = sorted(by_k)
+    medians = [statistics.median(by_k[k]) for k in ks]
+    if len(ks) == 1:
+        a, b = 0.0, medians[0] / ks[0]
+    else:
+        k_mean, t_mean = statistics.fmean(ks), statistics.fmean(medians)
+        b = sum((k - k_mean) * (t - t_mean) for k, t in zip(ks, medians, strict=True))
+        b /= sum((k - k_mean) ** 2 for k in ks)
+        a = t_mean - b * k_mean
+    return sum(a + b * sampling_steps_at(schedule, e) for e in range(done + 1, total + 1))
+
+
 def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
     remaining_hours}`` of the model trained in ``model_dir``; None where training has not
@@ -111,7 +138,8 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
     still to evaluate (with ``expected``, the signature the run's config gives the model: every
     epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
-    pace plus those evaluations at their original pace (0 once finished).
+    pace plus those evaluations at their original pace (0 once finished); for a CD-k whose k
+    rises, the epochs left at their own k (``_rising_k_seconds``).
     """
     from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
 
@@ -136,6 +164,9 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
     pace = statistics.median(times) if times else math.nan
     left = 0 if finished else max(total - done, 0)
     seconds = left * pace if left else 0.0
+    k = ckpt.settings.get("sampling_steps") if not finished else None
+    if left and isinstance(k, dict):
+        seconds = _rising_k_seconds(history, k, done, total)
     if pending:
         seconds += len(pending) * _evaluation_seconds(pending)
     return {

@@ -1058,3 +1058,30 @@ def test_ucd_sample_verdicts_diverse_copies_and_pcd_failure():
     assert verdict(pcd, 1, 0.0, far) == ["held"]  # PCD collapsed: the paper's Fig. 2a
     rows = ucd_dbm.images.sample_claims(pcd, "m", 36, 36, 90.0, 130.0, far)
     assert rows[-1]["held"] == "not held" and "does not fail at this size" in rows[-1]["detail"]
+
+
+def test_ucd_completion_labels_its_columns_and_fits_two_collapsed_panels(tmp_path):
+    """Fig. 3 (2nd paper) of two models on 28 x 28 images, 8 completions each, from a DBM barely
+    trained (its completions collapse): each panel names its three columns, and its two-line
+    title (with "(collapsed)") fits the panel (the autouse legibility check)."""
+    import json
+
+    from tapmachine.figures import ucd_dbm
+    from tapmachine.io import data
+    from tapmachine.pipeline.stages import ucd_dbm as stage
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((260, 784)) < 0.3).astype(np.float32)
+    y = rng.integers(0, 10, 260)
+    ds = data.Dataset(
+        x[:200], y[:200], x[200:], y[200:], (28, 28), {"source": "test"}, "binary_test"
+    )
+    data.save_dataset(ds, tmp_path / "binary_test.npz")
+    spec = {"method": "ucd_lmi", "hidden": [16, 16], "epochs": 1, "batch_size": 50, "ucd": {}}
+    stage.train_dbm("ucd_lmi", json.loads(json.dumps(spec)), tmp_path / "binary_test.npz", tmp_path)
+    paths, datasets = [tmp_path / "model.pt"] * 2, [tmp_path / "binary_test.npz"] * 2
+    result = ucd_dbm.completion(paths, datasets, seed=1, n=8)
+    for ax in result.figure.axes:
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        assert labels == list(ucd_dbm.images.COMPLETION_COLUMNS)
+    assert "(collapsed)" in result.figure.axes[0].get_title()

@@ -60,11 +60,11 @@ def _title(fig, title: str, blobs: list) -> None:
     fig.suptitle(title + note)
 
 
-def _distinct_title(name: str, n_distinct: int, n: int, what: str) -> str:
+def _distinct_title(name: str, n_distinct: int, n: int) -> str:
     """A panel's two-line title: the model, and how many of its images are distinct (marked
-    collapsed below ``COLLAPSE_FRACTION``)."""
+    collapsed below ``COLLAPSE_FRACTION``), short enough for a completion panel's three columns."""
     collapsed = " (collapsed)" if n_distinct < COLLAPSE_FRACTION * n else ""
-    return f"{name}\n{n_distinct} of {n} {what} distinct{collapsed}"
+    return f"{name}\n{n_distinct} of {n} distinct{collapsed}"
 
 
 def _load(path, device="cpu"):
@@ -190,7 +190,7 @@ def samples(
             nearest = diversity.nearest_hamming(images, torch.as_tensor(ds.x_train))
             data_spread = diversity.mean_pairwise_hamming(torch.as_tensor(ds.x_test[:n]))
         ax.imshow(_grid(images.numpy(), blob["image_shape"], 6), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(_distinct_title(info.name, n_distinct, n, "samples"))
+        ax.set_title(_distinct_title(info.name, n_distinct, n))
         blobs.append(blob)
         ax.axis("off")
         for i in range(n):
@@ -263,6 +263,20 @@ def _all_nan(x) -> bool:
     return bool(np.isnan(np.asarray(x, dtype=float)).all())
 
 
+#: Fig. 3's columns: the test image with its lower half hidden (grey), its completion, the image.
+COMPLETION_COLUMNS = ("input", "filled", "truth")
+
+
+def _label_columns(ax, width: int, labels) -> None:
+    """An image grid's axes without frame or y ticks, ``labels`` under its equal-width columns."""
+    step = width / len(labels)
+    ax.set_xticks([(j + 0.5) * step - 0.5 for j in range(len(labels))], labels)
+    ax.set_yticks([])
+    ax.tick_params(length=0, labelsize="small")
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
 @styled
 def completion(
     model_paths, data_paths, seed: int = 0, n: int = 8, device: str = "cpu"
@@ -299,12 +313,13 @@ def completion(
         mean_fill = (torch.as_tensor(ds.x_train).double().mean(0) >= 0.5).to(truth.dtype)
         base = (mean_fill[mask][None, :] != truth[:, mask]).double().mean(1)
         rows = torch.stack([masked, filled, truth], 1).reshape(3 * n, -1)
-        ax.imshow(_grid(rows.numpy(), (h, w), 3), cmap="gray", vmin=0, vmax=1)
+        grid = _grid(rows.numpy(), (h, w), 3)
+        ax.imshow(grid, cmap="gray", vmin=0, vmax=1)
         halves = filled[:, mask].cpu().numpy()
         n_distinct = len({halves[i].tobytes() for i in range(n)})
-        ax.set_title(_distinct_title(info.name, n_distinct, n, "completions"))
+        ax.set_title(_distinct_title(info.name, n_distinct, n))
         blobs.append(blob)
-        ax.axis("off")
+        _label_columns(ax, grid.shape[1], COMPLETION_COLUMNS)
         for i in range(n):
             drawn.append(
                 {

@@ -315,6 +315,13 @@ def test_likelihood_table_states_the_binarisation(trained, tiny_dataset, tmp_pat
         ("TAP minus the published -86.34 nats: like", "CD-25 minus the published -86.34 nats: like")
     )
     assert list(alike) == [False, False, True, True]
+    # only CD-25 on like data can test the chain: -0.66 is within 1.5 nats
+    assert list(vs_published["held"]) == ["", "", "", "held"]
+    far = [c.with_name("far.csv") for c in csvs[3:]]
+    pd.read_csv(csvs[3]).assign(ais_ll_test=-88.0).to_csv(far[0], index=False)
+    result = likelihood_table.make([*csvs[:3], far[0]], [model] * 4, data_files=data_files)
+    rows = result.table[result.table["kind"] == "claim"]
+    assert rows[rows["claim"] == "cd25_minus_published_cd25"]["held"].tolist()[-1] == "not held"
     # The model files share one dataset name here: every row is one group, TAP vs the best CD.
     assert len(rows[rows["claim"] == "tap_minus_best_sampling_baseline"]) == 1
 

@@ -117,6 +117,9 @@ def test_claim_differences_find_a_changed_value_verdict_and_row():
         "d [m]: value nan -> 0.5, verdict '' -> ''",
     ]
     assert only == ["only in the CSV: e", "only in the redraw: f"]
+    by_epoch = table([("g", 1.0, "m", "", 3)])
+    in_memory = by_epoch.assign(epoch=pd.Series([None, 3], dtype=object))
+    assert redraw.claim_differences(in_memory, by_epoch) == ([], [])  # epoch 3 is 3.0 from a CSV
 
 
 def test_redraw_table_command_writes_png_and_csv_and_refuses_other_verdicts(

@@ -131,11 +131,16 @@ def _claim_rows(figure_table: pd.DataFrame) -> dict:
     rows = figure_table[figure_table["kind"] == "claim"]
     out, seen = {}, {}
     for r in rows.to_dict("records"):
-        key = tuple("" if _blank(r.get(c)) else str(r.get(c)) for c in ("claim", "model", "epoch"))
+        key = tuple(_key_part(r.get(c)) for c in ("claim", "model", "epoch"))
         seen[key] = seen.get(key, 0) + 1
         held = r.get("held")
         out[(*key, seen[key])] = (r.get("value"), "" if _blank(held) else str(held))
     return out
+
+
+def _key_part(value) -> str:
+    """A claim row's claim, model or epoch as text; an epoch read back as 3.0 is 3."""
+    return "" if _blank(value) else str(_integral(value))
 
 
 def _blank(value) -> bool:

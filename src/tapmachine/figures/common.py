@@ -293,23 +293,22 @@ def wrap_suptitle(fig, margin: float = 0.97) -> None:
 
 
 def save(result: FigureResult, png, pdf, csv) -> list[Path]:
-    """Write the figure as PNG and PDF (in ``style``) and its table as CSV (each atomically); the
-    paths.
+    """Write the figure as PNG and PDF (in ``style``; no PDF when ``pdf`` is None) and its table
+    as CSV (each atomically); the paths written.
 
     The title is first wrapped to the figure's width (``wrap_suptitle``)."""
-    paths = [Path(png), Path(pdf), Path(csv)]
+    images = [(Path(png), "png")] + ([] if pdf is None else [(Path(pdf), "pdf")])
     wrap_suptitle(result.figure)
     written = []
     try:
         with style():
-            atomic_write(paths[0], lambda fh: result.figure.savefig(fh, format="png"))
-            written.append(paths[0])
-            atomic_write(paths[1], lambda fh: result.figure.savefig(fh, format="pdf"))
-            written.append(paths[1])
-        atomic_write(paths[2], lambda fh: fh.write(result.table.to_csv(index=False).encode()))
-        written.append(paths[2])
+            for path, kind in images:
+                atomic_write(path, lambda fh, kind=kind: result.figure.savefig(fh, format=kind))
+                written.append(path)
+        atomic_write(csv, lambda fh: fh.write(result.table.to_csv(index=False).encode()))
+        written.append(Path(csv))
     except BaseException:
         for p in written:
             p.unlink(missing_ok=True)
         raise
-    return paths
+    return written

@@ -25,6 +25,7 @@ from tapmachine.figures.common import (
     PAGE,
     FigureError,
     FigureResult,
+    ModelInfo,
     claim,
     model_info,
     new_figure,
@@ -36,6 +37,7 @@ __all__ = [
     "ANCHOR_TOLERANCE",
     "REFERENCE",
     "make",
+    "from_rows",
     "method_label",
     "binarisation",
     "dataset_binarisation",
@@ -165,6 +167,19 @@ def make(
             }
         )
         infos.append(info)
+    result = from_rows(rows, reference)
+    result.models = infos
+    result.params = {"score_csvs": [str(c) for c in score_csvs], "reference": reference}
+    return result
+
+
+@styled
+def from_rows(rows: list[dict], reference: bool = True) -> FigureResult:
+    """The table and its chart from the computed models' rows (the drawn rows ``make`` builds:
+    ``model``, ``method``, ``method_label``, the AIS scores, ``dataset``, ``binarisation``, ...),
+    e.g. read back from a drawn table (``figures.redraw``); the published row is added when
+    ``reference``."""
+    rows = [dict(r) for r in rows]
     if reference:
         rows.append(dict(REFERENCE))
     drawn = pd.DataFrame(rows)
@@ -286,9 +301,5 @@ def make(
                     held=abs(difference) <= ANCHOR_TOLERANCE if judged else None,
                 )
             )
-    return FigureResult(
-        fig,
-        table(drawn, claims),
-        infos,
-        params={"score_csvs": [str(c) for c in score_csvs], "reference": reference},
-    )
+    infos = [ModelInfo(name=r["model"], dataset=r["dataset"]) for r in rows if r["computed"]]
+    return FigureResult(fig, table(drawn, claims), infos, params={"reference": reference})

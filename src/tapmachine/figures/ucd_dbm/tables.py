@@ -13,7 +13,15 @@ from tapmachine.figures.common import table as make_table
 from tapmachine.figures.ucd_dbm.images import PAPER_SIZES
 from tapmachine.figures.ucd_dbm.table_image import table_figure
 
-__all__ = ["FID_LABEL", "FLOOR_MODEL", "table1", "table2"]
+__all__ = [
+    "AIS_LABEL",
+    "FID_LABEL",
+    "FLOOR_MODEL",
+    "table1",
+    "table1_from_scores",
+    "table2",
+    "table2_from_scores",
+]
 
 FID_LABEL = "classifier FID (small CNN features; not Inception FID)"
 
@@ -76,12 +84,20 @@ def _rank_agreement(sub: pd.DataFrame, a: str, b: str, a_lower_better: bool) -> 
     return _kendall(x, -sub.loc[ok, b])
 
 
-@styled
 def table1(score_paths) -> FigureResult:
     """Table 1 + beyond the paper: classifier FID, TAP log-likelihood and AIS log-likelihood
     (mean-field lower bound on the data term minus AIS ln Z, nats per image) per DBM, with the
-    rank agreement of each pair of measures (Kendall tau; 1 = the same ranking of the methods)."""
-    df = _scores(score_paths).sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
+    rank agreement of each pair of measures (Kendall tau; 1 = the same ranking of the methods).
+
+    ``score_paths``: the score JSONs of ``tapmachine ucd score``, one per DBM."""
+    return table1_from_scores(_scores(score_paths))
+
+
+@styled
+def table1_from_scores(scores: pd.DataFrame) -> FigureResult:
+    """``table1`` from its score rows (one per DBM, the fields of its score JSON), e.g. those
+    read back from a drawn table (``figures.redraw``)."""
+    df = scores.sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
     if "sizes" not in df:
         df["sizes"] = "unknown"
     if "ais_ll" not in df:
@@ -292,12 +308,20 @@ def _matters_most_claims(df: pd.DataFrame, reference: str, full) -> list:
     ]
 
 
-@styled
 def table2(score_paths) -> FigureResult:
     """Table 2: the ablation (MNIST), each component removed in turn; classifier FID. Verdicts:
     the unbiased gradient's removal raises the FID most (the paper's claim,
-    ``unbiased_gradient_matters_most``), and each removal raises it (``removal_worsens_fid``)."""
-    df = _scores(score_paths).reset_index(drop=True)
+    ``unbiased_gradient_matters_most``), and each removal raises it (``removal_worsens_fid``).
+
+    ``score_paths``: the score JSONs of ``tapmachine ucd score``, one per DBM, in table order."""
+    return table2_from_scores(_scores(score_paths))
+
+
+@styled
+def table2_from_scores(scores: pd.DataFrame) -> FigureResult:
+    """``table2`` from its score rows (one per DBM, in table order), e.g. those read back from a
+    drawn table (``figures.redraw``)."""
+    df = scores.reset_index(drop=True)
     if "sizes" not in df:
         df["sizes"] = "unknown"
     claims = []

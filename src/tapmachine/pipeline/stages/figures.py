@@ -1,4 +1,6 @@
-"""``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and record them as a run.
+"""``tapmachine figure <name>``: draw one figure, write PNG/PDF/CSV and record them as a run;
+``tapmachine redraw-table``: a table drawn again from its CSV; ``tapmachine claims``: the claim
+rows of a run.
 
 ``FIGURES`` is the one table of figure commands: each one's options, the call of its module's
 ``make`` and the module; the ``figure`` command's parsers are built from it.
@@ -450,7 +452,46 @@ def claims_spread(args) -> None:
     print(f"wrote {args.out} (claim rows of {len(runs)} runs)")
 
 
+def redraw_table(args) -> None:
+    """``tapmachine redraw-table``: a table drawn again by the current code from its CSV alone
+    (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under ``--out``, named
+    as the CSV; refused, nothing written, when a claim row's value or verdict differs from the
+    CSV's."""
+    from tapmachine.figures import common, redraw
+    from tapmachine.figures.common import FigureError
+
+    table = redraw.read_table(args.csv)
+    name = args.table or redraw.table_name(args.csv)
+    result = redraw.redraw(table, name)
+    changed, only = redraw.claim_differences(table, result.table)
+    if changed:
+        raise FigureError(
+            f"{args.csv}: the redrawn claim rows differ from the CSV's, nothing written: "
+            + "; ".join(changed)
+        )
+    out, stem = Path(args.out), Path(args.csv).stem
+    pdf = out / f"{stem}.pdf" if args.pdf else None
+    paths = common.save(result, out / f"{stem}.png", pdf, out / f"{stem}.csv")
+    for line in only:
+        print(line)
+    print(f"wrote {', '.join(str(p) for p in paths)} ({name}, claim rows as in {args.csv})")
+
+
 def register(subparsers) -> None:
+    r = subparsers.add_parser(
+        "redraw-table",
+        help="draw a table (ucd_table1, ucd_table2, likelihood_table) again from its CSV alone",
+    )
+    r.add_argument("--csv", required=True, help="the table's CSV (a figure table)")
+    r.add_argument("--out", required=True, help="folder to write <csv name>.png and .csv to")
+    r.add_argument(
+        "--table",
+        default=None,
+        choices=["ucd_table1", "ucd_table2", "likelihood_table"],
+        help="which table the CSV holds (default: the CSV's file name)",
+    )
+    r.add_argument("--pdf", action="store_true", help="also write <csv name>.pdf")
+    r.set_defaults(func=redraw_table)
     spread = subparsers.add_parser(
         "claims-spread",
         help="the claim rows of runs that differ in their seed, side by side (verdict per seed)",

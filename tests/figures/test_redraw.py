@@ -1,0 +1,215 @@
+"""Tables drawn again from their CSVs (``figures.redraw``, ``tapmachine redraw-table``): a table
+made from tiny score files and redrawn from its CSV alone gives the same drawn and claim rows,
+and a CSV whose claim rows the redraw does not reproduce is refused."""
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tapmachine.figures import common, likelihood_table, redraw, ucd_dbm
+from tapmachine.pipeline import cli
+
+COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "ucd_cpu"
+
+COUPLING = dict(tau_mean_mean=1.0, tau_mean_min=1.0, tau_mean_max=1.0, tau_max=1.0)
+COUPLING.update(T_mean_mean=7.25, T_mean_min=5.5, T_mean_max=9.125, T_max=31.0)
+
+
+def _score_files(folder: Path) -> dict[str, list[Path]]:
+    """Score JSONs as ``tapmachine ucd score`` writes them: Table 1's (two datasets, a floor,
+    coupling times, a DBM without an AIS score) and Table 2's ablation."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def write(dataset, model, method, fid, **extra):
+        row = {"dataset": dataset, "model": model, "method": method, "spec": '{"cap": 10}'}
+        row.update(sizes="784-50-50", classifier_fid=fid, classifier_accuracy=0.93)
+        row.update(tap_ll=-0.1 - fid / 1000, ais_ll=-fid / 3, fid_floor=2.25)
+        row.update(extra)
+        path = folder / f"{dataset}_{model}.json"
+        path.write_text(json.dumps(row))
+        return path
+
+    table1 = [
+        write("binary_mnist", "ucd_lmi", "ucd_lmi", 41.5, **COUPLING),
+        write("binary_mnist", "pcd", "dbm_pcd", 310.25),
+        write("binary_mnist", "centered", "centered_pcd", 120.0, ais_ll=None),
+        write("binary_fashion_mnist", "ucd_lmi", "ucd_lmi", 88.0, **COUPLING),
+        write("binary_fashion_mnist", "pcd", "dbm_pcd", 70.5),
+    ]
+    table2 = [
+        write("binary_mnist", "ucd_lmi", "ucd_lmi", 41.5, **COUPLING),
+        write("binary_mnist", "no_unbiased", "dbm_pcd", 200.0),
+        write("binary_mnist", "no_centering", "ucd_lmi", 39.0, **COUPLING),
+    ]
+    return {"ucd_table1": table1, "ucd_table2": table2}
+
+
+@pytest.fixture
+def drawn_tables(tmp_path):
+    """Tables 1-2 drawn by the current code from tiny score files, saved as the workflow saves
+    them: name -> (CSV path, score rows)."""
+    out = {}
+    for name, paths in _score_files(tmp_path / "scores").items():
+        result = getattr(ucd_dbm, name.removeprefix("ucd_"))(paths)
+        csv = tmp_path / "figures" / f"{name}.csv"
+        common.save(result, csv.with_suffix(".png"), None, csv)
+        out[name] = (csv, [json.loads(p.read_text()) for p in paths])
+    return out
+
+
+@pytest.mark.parametrize("name", ["ucd_table1", "ucd_table2"])
+def test_a_ucd_table_redrawn_from_its_csv_is_the_same_table(drawn_tables, name):
+    csv, rows = drawn_tables[name]
+    table = redraw.read_table(csv)
+    scores = redraw.inputs(table, name)
+    # the score rows come back field for field, in the table's order (Table 1: by FID)
+    expected = pd.DataFrame(rows)
+    if name == "ucd_table1":
+        expected = expected.sort_values(["dataset", "classifier_fid"]).reset_index(drop=True)
+    assert sorted(scores.columns) == sorted(expected.columns)
+    for column in expected:
+        for got, want in zip(scores[column], expected[column], strict=True):
+            assert got == want or (pd.isna(got) and pd.isna(want)), (column, got, want)
+    again = redraw.redraw(table, name)
+    assert again.table.to_csv(index=False) == csv.read_text()  # drawn and claim rows alike
+    assert redraw.claim_differences(table, again.table) == ([], [])
+    held = again.table["held"].fillna("")
+    assert {"held", "not held"} <= set(held)  # the tiny tables give verdicts both ways
+
+
+def test_table1_from_its_csv_keeps_the_floor_and_the_missing_ais_score(drawn_tables):
+    csv, _ = drawn_tables["ucd_table1"]
+    scores = redraw.inputs(redraw.read_table(csv), "ucd_table1")
+    assert ucd_dbm.FLOOR_MODEL not in set(scores["model"])
+    assert scores["fid_floor"].tolist() == [2.25] * 5
+    centered = scores[scores["model"] == "centered"]
+    assert math.isnan(centered["ais_ll"].iloc[0])
+    claims = redraw.redraw(redraw.read_table(csv), "ucd_table1").table.set_index(["claim", "model"])
+    # the fashion PCD DBM has the lower FID there: UCD-LMI best on MNIST only
+    assert claims.loc[("ucd_lmi_best_fid", "binary_mnist"), "held"] == "held"
+    assert claims.loc[("ucd_lmi_best_fid", "binary_fashion_mnist"), "held"] == "not held"
+    assert claims.loc[("local_search_steps_T", "binary_mnist/ucd_lmi"), "value"] == 7.25
+
+
+def test_a_table_whose_drawn_rows_lack_a_read_column_is_not_redrawn(drawn_tables):
+    csv, _ = drawn_tables["ucd_table2"]
+    table = redraw.read_table(csv).drop(columns=["classifier_accuracy"])
+    with pytest.raises(common.FigureError, match="classifier_accuracy"):
+        redraw.redraw(table, "ucd_table2")
+    with pytest.raises(common.FigureError, match="no table named 'fig3'"):
+        redraw.table_name(csv.with_name("fig3.csv"))
+
+
+def test_claim_differences_find_a_changed_value_verdict_and_row():
+    def table(rows):
+        claims = [common.claim(*row) for row in rows]
+        return common.table([{"x": 1.0}], claims)
+
+    a = table([("c", 1.0, "m", "", None, True), ("d", math.nan, "m"), ("e", 2.0)])
+    assert redraw.claim_differences(a, a.copy()) == ([], [])  # NaN equals NaN
+    b = table([("c", 1.0, "m", "", None, False), ("d", 0.5, "m"), ("f", 2.0)])
+    changed, only = redraw.claim_differences(a, b)
+    assert changed == [
+        "c [m]: value 1.0 -> 1.0, verdict 'held' -> 'not held'",
+        "d [m]: value nan -> 0.5, verdict '' -> ''",
+    ]
+    assert only == ["only in the CSV: e", "only in the redraw: f"]
+    by_epoch = table([("g", 1.0, "m", "", 3)])
+    in_memory = by_epoch.assign(epoch=pd.Series([None, 3], dtype=object))
+    assert redraw.claim_differences(in_memory, by_epoch) == ([], [])  # epoch 3 is 3.0 from a CSV
+
+
+def test_redraw_table_command_writes_png_and_csv_and_refuses_other_verdicts(
+    drawn_tables, tmp_path, capsys
+):
+    csv, _ = drawn_tables["ucd_table2"]
+    out = tmp_path / "redrawn"
+    assert cli.main(["redraw-table", "--csv", str(csv), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["ucd_table2.csv", "ucd_table2.png"]
+    assert (out / "ucd_table2.csv").read_text() == csv.read_text()
+    # a verdict the CSV states but its own numbers do not give: refused, nothing written
+    table = pd.read_csv(csv)
+    row = table.index[table["claim"] == "removal_worsens_fid"][0]
+    table.loc[row, "held"] = "not held" if table.loc[row, "held"] == "held" else "held"
+    forged = tmp_path / "forged" / "ucd_table2.csv"
+    forged.parent.mkdir()
+    table.to_csv(forged, index=False)
+    elsewhere = tmp_path / "elsewhere"
+    argv = ["redraw-table", "--csv", str(forged), "--out", str(elsewhere), "--pdf"]
+    assert cli.main(argv) == 2
+    assert "removal_worsens_fid" in capsys.readouterr().err
+    assert not elsewhere.exists()
+    renamed = tmp_path / "table.csv"
+    renamed.write_text(csv.read_text())
+    argv = ["redraw-table", "--csv", str(renamed), "--out", str(out), "--table", "ucd_table2"]
+    assert cli.main(argv + ["--pdf"]) == 0
+    assert (out / "table.pdf").stat().st_size > 0
+
+
+def test_the_command_offers_every_table_redraw_knows():
+    parser = cli._parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["redraw-table"]
+    table = next(a for a in sub._actions if a.dest == "table")
+    assert list(table.choices) == list(redraw.TABLES)
+
+
+def _likelihood_rows():
+    def row(model, method, steps, ll):
+        return {
+            "model": model,
+            "method": method,
+            "method_label": likelihood_table.method_label(method, steps),
+            "sampling_steps": steps,
+            "hidden_units": 20,
+            "n_train": 300,
+            "epochs": 4,
+            "updates": 60,
+            "ais_ll_test": ll,
+            "ais_ll_test_lower": ll - 0.75,
+            "ais_ll_test_upper": ll + 0.75,
+            "ais_ll_test_stderr_images": 0.5,
+            "log_z_ais": 40.0,
+            "log_z_ais_stderr": 0.25,
+            "tap_ll_test": ll + 3.0,
+            "pl_test": ll + 5.0,
+            "n_test_images": 100,
+            "ais": "10 runs, 200 betas",
+            "source": "computed here",
+            "computed": 1,
+            "dataset": "binary_mnist",
+            "binarisation": "thresholded: pixel/255 > 0.5",
+            "reference": "",
+        }
+
+    return [row("h20", "tap", None, -120.5), row("h20_cd25", "cd", 25, -121.0)]
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_the_likelihood_table_redrawn_from_its_csv_is_the_same_table(tmp_path, reference):
+    rows = _likelihood_rows()
+    result = likelihood_table.from_rows(rows, reference)
+    csv = tmp_path / "likelihood_table.csv"
+    common.save(result, tmp_path / "likelihood_table.png", None, csv)
+    table = redraw.read_table(csv)
+    got, with_reference = redraw.inputs(table, "likelihood_table")
+    assert with_reference is reference
+    assert [r["n_train"] for r in got] == [300, 300] and isinstance(got[0]["n_train"], int)
+    assert [r["method_label"] for r in got] == ["TAP", "CD-25"]
+    again = redraw.redraw(table, "likelihood_table")
+    assert again.table.to_csv(index=False) == csv.read_text()
+    labels = [t.get_text() for t in again.figure.axes[0].get_yticklabels()]
+    assert labels[0] == "TAP: h20\n300 img x 4 ep = 60 updates; thresholded"
+
+
+@pytest.mark.parametrize("name", ["ucd_table1", "ucd_table2"])
+def test_the_committed_demonstration_tables_redraw_to_their_own_csv(name):
+    """docs/results/ucd_cpu: the current code, given the committed CSV alone, computes the same
+    drawn and claim rows (its PNG is drawn by ``tapmachine redraw-table``)."""
+    csv = COMMITTED / f"{name}.csv"
+    table = redraw.read_table(csv)
+    again = redraw.redraw(table, name)
+    assert redraw.claim_differences(table, again.table) == ([], [])
+    assert again.table.to_csv(index=False) == csv.read_text()

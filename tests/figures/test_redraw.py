@@ -213,3 +213,25 @@ def test_the_committed_demonstration_tables_redraw_to_their_own_csv(name):
     again = redraw.redraw(table, name)
     assert redraw.claim_differences(table, again.table) == ([], [])
     assert again.table.to_csv(index=False) == csv.read_text()
+
+
+def test_claims_rejudge_judges_the_tables_again_from_their_csvs(drawn_tables):
+    """A table CSV whose verdict an older rule wrote (here: turned over) reads as written, and
+    with rejudge as the current code judges it from the CSV's drawn rows."""
+    from tapmachine.figures import claims as claims_report
+
+    csv, _ = drawn_tables["ucd_table2"]
+    table = pd.read_csv(csv)
+    judged = (table["kind"] == "claim") & table["held"].isin(["held", "not held"])
+    row = (judged & table["model"].notna()).idxmax()
+    truth = table.loc[row, "held"]
+    table.loc[row, "held"] = "held" if truth == "not held" else "not held"
+    table.to_csv(csv, index=False)
+    claim, model = table.loc[row, "claim"], table.loc[row, "model"]
+
+    def verdict(rows):
+        rows = rows[rows["figure"] == "ucd_table2"]
+        return rows[(rows["claim"] == claim) & (rows["model"] == model)]["held"].iloc[0]
+
+    assert verdict(claims_report.collect(csv.parent)) != truth
+    assert verdict(claims_report.collect(csv.parent, rejudge=True)) == truth

@@ -60,7 +60,8 @@ PAPER_CLAIMS = {
 
 COLUMNS = ("figure", "claim", "model", "epoch", "value", "detail", "held")
 
-#: Figures whose claim rows ``collect(..., rejudge=True)`` computes again from their CSV.
+#: Figures whose claim rows ``collect(..., rejudge=True)`` computes again from their CSV: by
+#: their module's ``rejudge``, and the tables ``figures.redraw`` draws again (``redraw.TABLES``).
 REJUDGED = ("fig3", "fig4", "fig5")
 
 
@@ -70,13 +71,16 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
     Columns ``COLUMNS`` (``figure`` is the CSV's stem), figures in name order, rows in file order.
     A CSV without a ``kind`` column (not a figure table) is skipped; a folder without any figure
     CSV is an error (the run has not drawn its figures). With ``rejudge``, a figure whose module
-    has a ``rejudge`` function (``REJUDGED``) has its claim rows computed again by the current
-    code from the CSV's own drawn rows: the verdicts of a committed run whose inputs are gone,
-    as the code now words them.
+    has a ``rejudge`` function (``REJUDGED``) or a table ``figures.redraw`` draws again has its
+    claim rows computed again by the current code from the CSV's own drawn rows: the verdicts of
+    a committed run whose inputs are gone, as the code now words them.
     """
     import importlib
 
+    import matplotlib.pyplot as plt
     import pandas as pd
+
+    from tapmachine.figures import redraw
 
     folder = Path(figures_dir)
     if not folder.is_dir():
@@ -89,6 +93,10 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
         if rejudge and path.stem in REJUDGED:
             module = importlib.import_module(f"tapmachine.figures.{path.stem}")
             table = module.rejudge(table)
+        elif rejudge and path.stem in redraw.TABLES:
+            result = redraw.redraw(table, path.stem)
+            plt.close(result.figure)
+            table = result.table
         rows = table[table["kind"] == "claim"].copy()
         rows.insert(0, "figure", path.stem)
         for col in COLUMNS:

@@ -531,8 +531,9 @@ def register(subparsers) -> None:
     c.add_argument(
         "--rejudge",
         action="store_true",
-        help="compute the claim rows of fig3, fig4 and fig5 again from their CSVs' drawn rows "
-        "(the current verdicts of a run whose inputs are gone, e.g. docs/results/paper)",
+        help="compute the claim rows of fig3, fig4, fig5 and the tables (ucd_table1, ucd_table2, "
+        "likelihood_table) again from their CSVs' drawn rows (the current verdicts of a run "
+        "whose inputs are gone, e.g. docs/results/paper)",
     )
     c.set_defaults(func=claims_report)
     add_figure_command(subparsers)

@@ -27,6 +27,7 @@ STAGES = (
     "stability",
     "likelihood",
     "figures",
+    "claims",
     "ucd",
     "denoise",
     "deep",

@@ -1,0 +1,134 @@
+"""Commands that read a run's figure CSVs back: ``tapmachine claims`` (the claim rows of a run as
+markdown), ``tapmachine claims-spread`` (runs that differ in their seed, side by side) and
+``tapmachine redraw-table`` (a table drawn again from its CSV alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def claims_report(args) -> None:
+    """``tapmachine claims``: the claim rows of a run's figure CSVs as one markdown report."""
+    from tapmachine.figures import claims
+
+    folder = Path(args.results)
+    if (folder / "figures").is_dir():
+        folder = folder / "figures"
+    # resumed training jobs count all their epochs
+    models, dbms = folder.parent / "models", folder.parent / "ucd" / "dbm"
+    out = claims.write_report(
+        folder,
+        args.out,
+        args.title,
+        args.level,
+        args.benchmarks,
+        args.section,
+        models if models.is_dir() else None,
+        args.logs,
+        args.rejudge,
+        dbms if dbms.is_dir() else None,
+    )
+    print(f"wrote {out} (claim rows of {folder})")
+
+
+def claims_spread(args) -> None:
+    """``tapmachine claims-spread``: the claim rows of runs that differ only in their seed, side
+    by side, with each verdict over the seeds (``figures.seed_spread``)."""
+    from tapmachine.figures import seed_spread
+    from tapmachine.io.files import atomic_write
+
+    runs = {}
+    for folder in map(Path, args.results):
+        runs[folder.name] = folder / "figures" if (folder / "figures").is_dir() else folder
+    table = seed_spread.spread(runs)
+    text = seed_spread.spread_markdown(table, args.title, args.level)
+    atomic_write(args.out, lambda fh: fh.write(text), text=True)
+    if args.csv:
+        atomic_write(args.csv, lambda fh: table.to_csv(fh, index=False), text=True)
+    print(f"wrote {args.out} (claim rows of {len(runs)} runs)")
+
+
+def redraw_table(args) -> None:
+    """``tapmachine redraw-table``: a table drawn again by the current code from its CSV alone
+    (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under ``--out``, named
+    as the CSV; refused, nothing written, when a claim row's value or verdict differs from the
+    CSV's."""
+    from tapmachine.figures import common, redraw
+    from tapmachine.figures.common import FigureError
+
+    table = redraw.read_table(args.csv)
+    name = args.table or redraw.table_name(args.csv)
+    result = redraw.redraw(table, name)
+    changed, only = redraw.claim_differences(table, result.table)
+    if changed:
+        raise FigureError(
+            f"{args.csv}: the redrawn claim rows differ from the CSV's, nothing written: "
+            + "; ".join(changed)
+        )
+    out, stem = Path(args.out), Path(args.csv).stem
+    pdf = out / f"{stem}.pdf" if args.pdf else None
+    paths = common.save(result, out / f"{stem}.png", pdf, out / f"{stem}.csv")
+    for line in only:
+        print(line)
+    print(f"wrote {', '.join(str(p) for p in paths)} ({name}, claim rows as in {args.csv})")
+
+
+def register(subparsers) -> None:
+    r = subparsers.add_parser(
+        "redraw-table",
+        help="draw a table (ucd_table1, ucd_table2, likelihood_table) again from its CSV alone",
+    )
+    r.add_argument("--csv", required=True, help="the table's CSV (a figure table)")
+    r.add_argument("--out", required=True, help="folder to write <csv name>.png and .csv to")
+    r.add_argument(
+        "--table",
+        default=None,
+        choices=["ucd_table1", "ucd_table2", "likelihood_table"],
+        help="which table the CSV holds (default: the CSV's file name)",
+    )
+    r.add_argument("--pdf", action="store_true", help="also write <csv name>.pdf")
+    r.set_defaults(func=redraw_table)
+    spread = subparsers.add_parser(
+        "claims-spread",
+        help="the claim rows of runs that differ in their seed, side by side (verdict per seed)",
+    )
+    spread.add_argument(
+        "--results", nargs="+", required=True, help="results folders of the runs (results/<run>)"
+    )
+    spread.add_argument("--out", required=True, help="markdown file to write")
+    spread.add_argument("--csv", default=None, help="also write the table as CSV")
+    spread.add_argument("--title", default=None, help="heading of the report")
+    spread.add_argument("--level", type=int, default=2, help="heading level of the title")
+    spread.set_defaults(func=claims_spread)
+    c = subparsers.add_parser(
+        "claims", help="every figure's claim rows of a run (held / not held) as markdown"
+    )
+    c.add_argument(
+        "--results", required=True, help="a run's results folder (results/<run>) or its figures/"
+    )
+    c.add_argument("--out", required=True, help="markdown file to write")
+    c.add_argument("--title", default=None, help="heading of the report")
+    c.add_argument("--level", type=int, default=2, help="heading level of the title")
+    c.add_argument(
+        "--benchmarks", default=None, help="the run's benchmarks/ folder: add job wall times"
+    )
+    c.add_argument(
+        "--logs",
+        default=None,
+        help="the run's logs/ folder: a resumed training job's log names the epoch its last "
+        "start resumed from, so its wall time counts its earlier starts exactly",
+    )
+    c.add_argument(
+        "--section",
+        default=None,
+        help="replace only the part between <!-- claims:SECTION --> and <!-- /claims:SECTION -->"
+        " of --out (e.g. docs/results.md)",
+    )
+    c.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="compute the claim rows of fig3, fig4, fig5 and the tables (ucd_table1, ucd_table2, "
+        "likelihood_table) again from their CSVs' drawn rows (the current verdicts of a run "
+        "whose inputs are gone, e.g. docs/results/paper)",
+    )
+    c.set_defaults(func=claims_report)

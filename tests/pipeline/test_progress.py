@@ -23,11 +23,11 @@ class Stop(Exception):
     """Ends training after an epoch's checkpoint, as a session's end does."""
 
 
-def _train(model_dir, epochs, stop_after=None):
+def _train(model_dir, epochs, stop_after=None, **settings_kw):
     x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
     g = seeded_generator(0, "progress")
     machine = build_machine(SPEC, x, 0.01, g)
-    settings = TrainSettings(epochs=epochs, batch_size=10, eval_samples=20)
+    settings = TrainSettings(epochs=epochs, batch_size=10, eval_samples=20, **settings_kw)
 
     def on_epoch(epoch, metrics, machine):
         if epoch == stop_after:
@@ -141,6 +141,34 @@ def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, 
     config_file.write_text(yaml.safe_dump(config))
     assert cli.main(["progress", "--results", str(run), "--configfile", str(config_file)]) == 2
     assert "models.m.epochs" in capsys.readouterr().err
+
+
+def test_progress_shows_the_share_of_converged_training_steps(tmp_path, capsys):
+    """Converged training (Alg. 2 to convergence) shows the mean of its epochs'
+    train_converged_step_share and the latest epoch's iterations per row; training with a fixed
+    number of iterations shows n/a in both columns."""
+    run = tmp_path / "results" / "run"
+    converged = run / "models" / "a_converged"
+    with pytest.raises(Stop):
+        _train(converged, epochs=5, stop_after=3, train_iterations="converge")
+    from tapmachine.io.modelfile import Checkpoint
+
+    history = Checkpoint.load(converged / "checkpoints" / "epoch_3.pt").history
+    row = progress.model_progress(converged)
+    shares = [h["train_converged_step_share"] for h in history]
+    assert row["converged_step_share"] == pytest.approx(sum(shares) / 3)
+    assert row["row_iterations"] == history[-1]["train_mean_iterations"] > 0
+    fixed = run / "models" / "b_fixed"
+    with pytest.raises(Stop):
+        _train(fixed, epochs=5, stop_after=1)
+    assert math.isnan(progress.model_progress(fixed)["converged_step_share"])
+
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "conv. steps" in out[0] and "sweeps/row" in out[0]
+    a, b = out[1].split(), out[2].split()
+    assert a[4] == f"{row['converged_step_share']:.2%}" and a[5] == f"{row['row_iterations']:.1f}"
+    assert b[4:6] == ["n/a", "n/a"]
 
 
 def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):

@@ -131,15 +131,19 @@ def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int
 
 def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
-    remaining_hours}`` of the model trained in ``model_dir``; None where training has not
-    written a checkpoint yet.
+    remaining_hours, converged_step_share, row_iterations}`` of the model trained in
+    ``model_dir``; None where training has not written a checkpoint yet.
 
     ``epoch_seconds`` is the median ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
     still to evaluate (with ``expected``, the signature the run's config gives the model: every
     epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
     pace plus those evaluations at their original pace (0 once finished); for a CD-k whose k
-    rises, the epochs left at their own k (``_rising_k_seconds``).
+    rises, the epochs left at their own k (``_rising_k_seconds``). ``converged_step_share`` is
+    the share of training steps so far with at least 99% of their rows converged (the mean of the
+    epochs' ``train_converged_step_share``: Fig. 3's ``training_steps_converged``, goal 0.99) and
+    ``row_iterations`` the latest epoch's mean solver iterations per row in a training step (what
+    an epoch's cost grows with); both NaN for training that does not solve to convergence.
     """
     from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
 
@@ -177,7 +181,15 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         "epoch_seconds": pace,
         "reevaluating": len(pending),
         "remaining_hours": seconds / 3600.0,
+        "converged_step_share": _mean_of(history, "train_converged_step_share"),
+        "row_iterations": (history or [{}])[-1].get("train_mean_iterations", math.nan),
     }
+
+
+def _mean_of(history: list[dict], key: str) -> float:
+    """Mean of ``key`` over the epochs that have it; NaN where none has."""
+    values = [row[key] for row in history if key in row]
+    return statistics.fmean(values) if values else math.nan
 
 
 def run_progress(results: str | Path, expected: dict[str, tuple] | None = None) -> list[dict]:
@@ -204,7 +216,10 @@ def format_progress(rows: list[dict]) -> str:
     other: divide by the jobs running at once for a wall time)."""
     if not rows:
         return "no model has a checkpoint yet\n"
-    header = f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10}  state"
+    header = (
+        f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10} "
+        f"{'conv. steps':>11} {'sweeps/row':>10}  state"
+    )
     lines = [header]
     for r in rows:
         state = "finished" if r["finished"] else "in progress"
@@ -213,8 +228,11 @@ def format_progress(rows: list[dict]) -> str:
             state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
         pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
+        share = _or_na(r.get("converged_step_share", math.nan), "{:.2%}")
+        sweeps = _or_na(r.get("row_iterations", math.nan), "{:.1f}")
         lines.append(
-            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f}  {state}"
+            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f} "
+            f"{share:>11} {sweeps:>10}  {state}"
         )
     left = sum(r["remaining_hours"] for r in rows if not math.isnan(r["remaining_hours"]))
     lines.append(f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f}")
@@ -263,6 +281,10 @@ def format_running(rows: list[dict]) -> str:
         left = "?" if math.isnan(r["eta_hours"]) else _eta_text(r["eta_hours"])
         lines.append(f"{r['job']:<40} {done:>13} {left:>8}  {r['desc']}")
     return "\n".join(lines) + "\n"
+
+
+def _or_na(value: float, spec: str) -> str:
+    return "n/a" if math.isnan(value) else spec.format(value)
 
 
 def _eta_text(hours: float) -> str:

@@ -17,6 +17,7 @@ from tapmachine.core.estimators.ais import (
     AISResult,
     ais_log_partition,
     linear_schedule,
+    refined_schedule,
     salakhutdinov_schedule,
 )
 from tapmachine.core.estimators.base_rate import BASE_CLIP, base_rate_field
@@ -36,6 +37,7 @@ __all__ = [
     "base_rate_field",
     "exact_log_partition",
     "linear_schedule",
+    "refined_schedule",
     "pseudo_log_likelihood",
     "salakhutdinov_schedule",
     "test_log_likelihood",

@@ -1,5 +1,7 @@
 """``tapmachine score``: AIS, TAP and pseudo-likelihood of a model or its checkpoints (App. F);
-``tapmachine exact-curve``: Fig. 3's curve computed exactly for an enumerable RBM.
+``tapmachine exact-curve``: Fig. 3's curve computed exactly for an enumerable RBM;
+``tapmachine ais-check``: how far a model's AIS estimate moves with more runs, a finer schedule,
+other seeds and reverse annealing (``tap_paper.likelihood.ais_check``; a CSV, no tracking).
 
 The library side is ``tap_paper.likelihood``; here the scores are logged to a run of experiment
 "likelihood" of their own (step = epoch for checkpoints), tagged ``model_run_id`` = the model's
@@ -114,6 +116,67 @@ def exact_curve(args) -> None:
     print(f"wrote {args.out}")
 
 
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated integers, not {text!r}") from None
+
+
+def ais_check(args) -> None:
+    """AIS of one parameter set (``model.pt``, or the checkpoint of ``--epoch``) at the baseline
+    and with more work, one row per estimate (``ais_check.ais_check``), written to ``--out``."""
+    import torch
+
+    from tapmachine.io import data
+    from tapmachine.io.files import write_csv
+    from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
+    from tapmachine.tap_paper.likelihood import ais_check as check
+
+    set_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    try:
+        settings = check.AISCheckSettings(
+            runs=_int_list(args.runs, "--runs"),
+            densities=_int_list(args.density, "--density"),
+            seeds=args.seeds,
+            reverse=not args.no_reverse,
+            n_betas=args.n_betas,
+        )
+        blob = ModelFile.load(model_path(args.model_dir))
+        source = (
+            blob
+            if args.epoch is None
+            else Checkpoint.load(checkpoint_path(args.model_dir, args.epoch))
+        )
+        machine = source.machine(device=args.device, dtype=dtype)
+        ds = data.load_dataset(args.data)
+        x_train = torch.as_tensor(ds.x_train, dtype=dtype)[: blob.spec.get("n_train") or None]
+        x_test = torch.as_tensor(ds.x_test, dtype=dtype)
+        if x_test.shape[0] == 0:
+            raise ValueError(f"{args.data} has no test images to score")
+        what = f"{blob.name}" + ("" if args.epoch is None else f" epoch {args.epoch}")
+
+        def on_row(row):
+            print(
+                f"{what}: {row['direction']} {row['runs']} runs x {row['n_betas']} temperatures, "
+                f"seed {row['seed']}: ln Z {row['log_z']:.3f} +- {row['log_z_stderr']:.3f}, "
+                f"test {row['ll_test']:.3f} nats ({row['seconds']:.1f} s)",
+                flush=True,
+            )
+
+        rows = check.ais_check(
+            machine, x_train, x_test, settings, (args.seed, blob.name, "ais-check"), on_row
+        )
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(f"ais-check of {args.model_dir}: {err}") from err
+    for row in rows:
+        row.update(model=blob.name, epoch=args.epoch or blob.n_epochs, dataset=ds.name)
+    write_csv(rows, args.out)
+    print(check.summary(rows))
+    print(f"wrote {args.out}")
+
+
 def score(args) -> None:
     from tapmachine.io.modelfile import ModelFile, model_path
     from tapmachine.tap_paper import likelihood
@@ -183,3 +246,30 @@ def register(subparsers) -> None:
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--tracking", default=None)
     e.set_defaults(func=exact_curve)
+
+    a = subparsers.add_parser(
+        "ais-check",
+        help="how far a model's AIS test log-likelihood moves with more runs, a finer schedule, "
+        "other seeds and reverse annealing",
+    )
+    a.add_argument("--model-dir", required=True, help="results/models/{model} (model.pt inside)")
+    a.add_argument("--data", required=True, help="the model's dataset (.npz)")
+    a.add_argument("--epoch", type=int, default=None, help="a checkpoint's epoch (else model.pt)")
+    a.add_argument("--runs", default="100,1000", help="AIS runs; the first is the baseline")
+    a.add_argument(
+        "--density",
+        default="1,10",
+        help="refinements of Salakhutdinov's 14,501 temperatures (each step divided by it); "
+        "the first is the baseline",
+    )
+    a.add_argument(
+        "--n-betas",
+        type=int,
+        default=None,
+        help="thin the baseline schedule to this many temperatures (as likelihood's ais.n_betas)",
+    )
+    a.add_argument("--seeds", type=int, default=4, help="seeds of the baseline")
+    a.add_argument("--no-reverse", action="store_true", help="leave out reverse AIS")
+    a.add_argument("--out", required=True, help="CSV to write")
+    add_numeric_args(a)
+    a.set_defaults(func=ais_check)

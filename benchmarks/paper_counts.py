@@ -103,8 +103,10 @@ def _mean(values: list[float]) -> float | None:
 
 def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool) -> dict:
     """Mean iterations per row of one checkpoint: a converged training step (``train``, K rows
-    from a batch) and the per-epoch evaluation (``eval``, second pass included); with
-    ``curve_solver`` also the deep curve's solve (``curve``: Alg. 1, ``tap_likelihood_curve``)."""
+    from a batch, with its sweeps, ``train_sweeps``: the slowest row's iterations, and the rows
+    those sweeps swept, ``train_row_sweeps``: ``tap.working_set_sizes`` summed) and the per-epoch
+    evaluation (``eval``, second pass included); with ``curve_solver`` also the deep curve's
+    solve (``curve``: Alg. 1, ``tap_likelihood_curve``)."""
     out = {}
     if settings.train_iterations == "converge":
         K = settings.n_solutions or settings.batch_size
@@ -117,6 +119,8 @@ def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool) -> di
             solver=settings.solver,
         )
         out["train"] = float(st.iterations.double().mean())
+        out["train_sweeps"] = float(st.iterations.max())
+        out["train_row_sweeps"] = float(sum(tap.working_set_sizes(st.iterations.tolist())))
     solvers = {"eval": settings.solver, **({"curve": "damped"} if curve_solver else {})}
     for key, solver in solvers.items():
         t0 = time.process_time()

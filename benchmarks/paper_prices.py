@@ -5,8 +5,18 @@ the iteration counts that multiply them come from ``paper_counts``.
 
 A TAP price is linear in the sweeps: the step (or solve) is timed at two sweep counts with the
 tolerance 0 (so every row runs all of them) and the cost of n sweeps is ``one + per_iter (n -
-1)``. Values of the couplings do not change a sweep's cost, so the machines are freshly built
-(W ~ N(0, 0.05^2)).
+1)``. For binary units the values of the couplings do not change a sweep's cost, but for the
+truncated priors they do: their moments are evaluated piecewise (``priors.truncnorm``), and a
+trained machine puts more units in the costly pieces (real MNIST's sweep costs 1.4-1.8 times a
+fresh machine's). A training job is therefore priced on a trained checkpoint of its sizes and
+priors where the profile has one (``training_price``'s ``machine``), else on a freshly built
+machine (W ~ N(0, 0.05^2)).
+
+A converged training step solves K rows that stop at different sweeps, and the solve sweeps
+fewer rows as they stop (``tap.working_set_sizes``). Its sweeps are priced as a fixed cost per
+sweep plus a cost per row swept (``per_sweep``, ``per_row_sweep``: the solve timed at K and at
+K / 10 rows), which the slowest row's sweeps and the rows swept multiply (``paper_counts``): on
+a small layer the fixed cost dominates and the step follows its slowest row, not its mean.
 """
 
 from __future__ import annotations
@@ -53,11 +63,12 @@ def _machine(spec: dict, x: torch.Tensor, g: torch.Generator):
     return build_machine(spec, x[:1000], 0.05, g)
 
 
-def _step_price(spec: dict, settings: TrainSettings, x, g, reps: int) -> dict:
-    """One training minibatch of ``spec`` (``gradients`` on its batch): ``{"batch"}`` for CD /
-    PCD, else the TAP line ``{"one", "per_iter"}`` in the sweeps of its solver (adaTAP: its
-    iterations, timed at 1 and 2)."""
-    machine = _machine(spec, x, g)
+def _step_price(spec: dict, settings: TrainSettings, x, g, reps: int, machine=None) -> dict:
+    """One training minibatch of ``spec`` (``gradients`` on its batch) on ``machine`` (a fresh
+    one when None): ``{"batch"}`` for CD / PCD, else the TAP line ``{"one", "per_iter"}`` in
+    the sweeps of its solver (adaTAP: its iterations, timed at 1 and 2), with a converged step's
+    ``_sweep_price``."""
+    machine = machine if machine is not None else _machine(spec, x, g)
     batch = x[: settings.batch_size]
     if settings.method in ("cd", "pcd"):
         chains = None
@@ -90,7 +101,30 @@ def _step_price(spec: dict, settings: TrainSettings, x, g, reps: int) -> dict:
         gradients(machine, batch, s, None, g)
 
     adatap = settings.inference == "adatap"
-    return _linear(run, 1, 2 if adatap else 11, 1 if adatap else reps)
+    price = _linear(run, 1, 2 if adatap else 11, 1 if adatap else reps)
+    if settings.train_iterations == "converge" and not adatap:
+        price.update(_sweep_price(machine, x, settings, reps))
+    return price
+
+
+def _sweep_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) -> dict:
+    """A converged step's sweep as ``per_sweep + per_row_sweep n`` for n rows still swept: the
+    step's solve (its solver, tolerance 0) timed per sweep at its K rows and at K / 10, with
+    ``rows`` = K."""
+    K = settings.n_solutions or settings.batch_size
+    rows = x[torch.arange(K) % x.shape[0]]
+
+    def per_sweep(n: int) -> float:
+        def run(k: int) -> None:
+            tap.solve(machine, rows[:n], damping=settings.damping, tol=0.0, max_iter=k,
+                      solver=settings.solver)  # fmt: skip
+
+        return _linear(run, 1, 11, reps)["per_iter"]
+
+    few = max(1, K // 10)
+    at_k, at_few = per_sweep(K), per_sweep(few)
+    per_row = max(0.0, (at_k - at_few) / (K - few)) if K > few else 0.0
+    return {"per_sweep": max(0.0, at_k - per_row * K), "per_row_sweep": per_row, "rows": K}
 
 
 def solve_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) -> dict:
@@ -108,9 +142,10 @@ def solve_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) ->
     return {"one": line["one"] / n, "per_iter": line["per_iter"] / n, "fixed": fixed / n}
 
 
-def training_price(spec: dict, quick: bool, seed: int = 0) -> dict:
+def training_price(spec: dict, quick: bool, seed: int = 0, machine=None) -> dict:
     """The unit costs of one model's training job: ``step`` (a minibatch, ``_step_price``),
-    ``eval`` (the per-epoch TAP evaluation per row, ``solve_price``; None without one) and,
+    ``eval`` (the per-epoch TAP evaluation per row, ``solve_price``; None without one), both on
+    ``machine`` (a trained machine of the spec's sizes and priors; a fresh one when None) and,
     for a deep machine with ``pretrain``, ``pretrain``: each greedy RBM's step (its layer sizes
     and priors; the upper RBMs on binary inputs of the lower layer's width). Also the data
     source and the training rows (``n_rows``, at most ``n_train``)."""
@@ -119,11 +154,12 @@ def training_price(spec: dict, quick: bool, seed: int = 0) -> dict:
     x_all, source = dataset_rows(spec["dataset"])
     n_rows = min(spec.get("n_train") or x_all.shape[0], x_all.shape[0])
     reps = 2 if quick else 4
-    price = {"data": source, "n_rows": n_rows, "step": _step_price(spec, settings, x_all, g, reps)}
+    step = _step_price(spec, settings, x_all, g, reps, machine)
+    price = {"data": source, "n_rows": n_rows, "step": step, "trained_machine": machine is not None}
     price["eval"] = None
     if settings.evaluate:
         rows = min(settings.eval_samples, n_rows, PRICE_ROWS["quick" if quick else "full"])
-        machine = _machine(spec, x_all, g)
+        machine = machine if machine is not None else _machine(spec, x_all, g)
         price["eval"] = solve_price(machine, x_all[:rows], settings, reps)
         price["eval_rows"] = min(settings.eval_samples, n_rows)
     if spec.get("pretrain") and len(spec["hidden"]) > 1:

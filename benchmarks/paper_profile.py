@@ -23,7 +23,7 @@ from benchmarks.paper_jobs import (
     paper_jobs,
     schedule_hours,
 )
-from tapmachine.train import TrainSettings
+from tapmachine.train import TrainSettings, load_model
 
 __all__ = [
     "BUDGET_HOURS",
@@ -94,11 +94,35 @@ class Measurements:
             bool(spec.get("pretrain"))
         )
 
-    def training(self, spec: dict) -> dict:
-        key = self._key(spec)
+    def training(self, spec: dict, name: str | None = None) -> dict:
+        """``name``'s training prices, on the latest checkpoint of its count source where that
+        machine has the spec's sizes and priors (``priced_on``), else on a fresh machine."""
+        checkpoint = self._pricing_checkpoint(spec, name)
+        key = self._key(spec) + repr(checkpoint)
         if key not in self._training:
-            self._training[key] = pricing.training_price(spec, self.quick)
+            machine = load_model(checkpoint, dtype=torch.float32) if checkpoint else None
+            price = pricing.training_price(spec, self.quick, machine=machine)
+            self._training[key] = {**price, "priced_on": str(checkpoint) if checkpoint else None}
         return self._training[key]
+
+    def _pricing_checkpoint(self, spec: dict, name: str | None) -> Path | None:
+        """The last checkpoint of ``name``'s count source if it is a machine like ``spec``'s:
+        the same layer sizes and unit priors (a sweep's cost depends on both and, for the
+        truncated priors, on the trained values)."""
+        if name is None or name not in self.counts:
+            return None
+        paths = self.sets.get(self.counts[name]["source"]) or []
+        if not paths or spec.get("pretrain"):
+            return None
+        machine = load_model(paths[-1], dtype=torch.float32)
+        layers = [spec["visible"], *spec["hidden"]]
+        if list(machine.sizes[1:]) != [layer["units"] for layer in spec["hidden"]]:
+            return None
+        priors = [type(p).__name__.lower() for p in machine.priors]
+        wanted = [layer.get("prior", "bernoulli").replace("_", "") for layer in layers]
+        if [p.replace("_", "") for p in priors] != wanted:
+            return None
+        return paths[-1]
 
     def curve_solve(self, spec: dict) -> dict:
         """Fig. 11's curve solve per row: Alg. 1 (``tap_likelihood_curve`` has no solver key)
@@ -147,9 +171,16 @@ def _solve_seconds(price: dict, rows: int, iterations: float, fixed: bool = True
     return rows * (per_row + (price.get("fixed", 0.0) if fixed else 0.0))
 
 
-def _step_seconds(step: dict, iterations) -> float:
+def _step_seconds(step: dict, iterations, counts: dict | None = None) -> float:
+    """A training step: a CD/PCD batch; a converged TAP step from its counts' sweeps and rows
+    swept where both the price and the counts have them (the first sweep, of all K rows, is in
+    ``one``); else the line at ``iterations`` per row."""
     if "batch" in step:
         return step["batch"]
+    if "per_row_sweep" in step and counts and counts.get("train_sweeps") is not None:
+        extra_sweeps = max(0.0, counts["train_sweeps"] - 1)
+        extra_rows = max(0.0, counts["train_row_sweeps"] - step["rows"])
+        return step["one"] + step["per_sweep"] * extra_sweeps + step["per_row_sweep"] * extra_rows
     return step["one"] + step["per_iter"] * max(0.0, iterations - 1)
 
 
@@ -170,13 +201,13 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
     """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
     pretraining (its RBMs' steps at the deep machine's counts, each epoch's evaluation priced
     as the deep machine's: an upper bound)."""
-    price = meas.training(spec)
+    price = meas.training(spec, name)
     counts = meas.counts[name]
     settings = TrainSettings.from_spec(spec)
     n_batches = max(1, price["n_rows"] // settings.batch_size)
     it = settings.train_iterations
     iterations = counts["train"] if it == "converge" else it
-    step = _step_seconds(price["step"], iterations)
+    step = _step_seconds(price["step"], iterations, counts if it == "converge" else None)
     evaluation = 0.0
     if price["eval"] is not None:
         evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
@@ -193,12 +224,15 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         "solver": _solver_label(settings),
         "inference": settings.inference,
         "train_iterations": iterations,
+        "train_sweeps": counts.get("train_sweeps") if it == "converge" else None,
+        "train_row_sweeps": counts.get("train_row_sweeps") if it == "converge" else None,
         "eval_rows": price.get("eval_rows"),
         "eval_iterations": counts["eval"],
         "seconds_per_step": step,
         "eval_seconds_per_epoch": evaluation,
         "pretrain_seconds": pretrain,
         "counted_on": counts["source"],
+        "priced_on": price.get("priced_on"),
         "data": price["data"],
     }
 
@@ -223,7 +257,7 @@ def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
         trained = dataclasses.asdict(TrainSettings.from_spec(spec))
         score_settings = likelihood.ScoreSettings.from_config(section, spec)
         reused = not likelihood.evaluation_differs(trained, score_settings)
-        eval_price = meas.training(spec)["eval"]
+        eval_price = meas.training(spec, job.model)["eval"]
         tap_s = _solve_seconds(eval_price, section["tap_inits"], meas.counts[job.model]["eval"])
         per = parts["ais"] + parts["pl"] + (0.0 if reused else tap_s)
         n = 1

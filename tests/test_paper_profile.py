@@ -118,7 +118,7 @@ class _Stub:
         self.exact_epoch = self.baselines = self.timing = unit
         self._flat = flat
 
-    def training(self, spec):
+    def training(self, spec, name=None):
         pretrain = [dict(self._flat)] * len(spec["hidden"]) if spec.get("pretrain") else []
         return {"n_rows": 1000, "step": dict(self._flat), "eval": dict(self._flat),
                 "eval_rows": 10, "data": "stub", "pretrain": pretrain}  # fmt: skip
@@ -250,3 +250,44 @@ def test_a_rising_k_is_priced_at_the_epochs_mean_k(monkeypatch):
     assert price == {"batch": pytest.approx(2.0 + 0.5 * 13)}
     label = paper_profile._solver_label(TrainSettings.from_spec(spec))
     assert label == "CD-1..25"
+
+
+def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkeypatch):
+    """A solve of n rows and k sweeps costing 0.3 + k (0.2 + 0.01 n) gives per_sweep 0.2 and
+    per_row_sweep 0.01 (timed at K = 100 and 10 rows); a step whose slowest row takes 50 sweeps
+    and whose sweeps swept 2,000 rows costs one + 0.2 x 49 + 0.01 x 1,900, and when every row
+    takes k sweeps the price is the line at k."""
+    import torch
+
+    from benchmarks import paper_prices
+    from tapmachine.train import TrainSettings
+
+    solves = []
+    monkeypatch.setattr(
+        paper_prices.tap,
+        "solve",
+        lambda machine, x, max_iter, **kw: solves.append((x.shape[0], max_iter)),
+    )
+    monkeypatch.setattr(
+        paper_prices,
+        "cpu_seconds",
+        lambda fn, reps: (fn(), 0.3 + solves[-1][1] * (0.2 + 0.01 * solves[-1][0]))[1],
+    )
+    spec = {"batch_size": 100, "n_solutions": 100, "train_iterations": "converge"}
+    settings = TrainSettings.from_spec(spec)
+    sweep = paper_prices._sweep_price(None, torch.zeros(30, 4), settings, 1)
+    assert {n for n, _ in solves} == {100, 10}
+    assert sweep == {
+        "per_sweep": pytest.approx(0.2),
+        "per_row_sweep": pytest.approx(0.01),
+        "rows": 100,
+    }
+    step = {"one": 1.5, "per_iter": 0.2 + 0.01 * 100, **sweep}
+    counts = {"train": 20.0, "train_sweeps": 50.0, "train_row_sweeps": 2000.0}
+    assert paper_profile._step_seconds(step, 20.0, counts) == pytest.approx(
+        1.5 + 0.2 * 49 + 0.01 * 1900
+    )
+    alike = {"train": 7.0, "train_sweeps": 7.0, "train_row_sweeps": 700.0}
+    assert paper_profile._step_seconds(step, 7.0, alike) == pytest.approx(1.5 + 1.2 * 6)
+    # counts without sweeps (an older count): the line at the mean iterations
+    assert paper_profile._step_seconds(step, 20.0, {"train": 20.0}) == pytest.approx(1.5 + 1.2 * 19)

@@ -348,3 +348,32 @@ def test_newton_damped_first_sweep_and_stop_rule():
     again = _undamped_sweep(m, state)
     step = sum(((u - v) ** 2).sum(1) for u, v in zip(state.a, again.a, strict=True)) / sum(m.sizes)
     assert float(step.max()) < 1e-9
+
+
+@pytest.mark.parametrize("solver", ["damped", "newton_sor"])
+def test_working_set_sizes_replay_the_rows_a_solve_sweeps(monkeypatch, solver):
+    """``tap.working_set_sizes`` of a solve's per-row iterations equals the rows the solve swept
+    at each sweep (recorded inside it): rows that stop at different sweeps are dropped in
+    batches of at least a sixteenth of the working set."""
+    from tapmachine.core.tap import inference
+
+    machine, g = random_machine(Bernoulli, (30, 12), 0.9, 7)
+    starts = torch.rand(64, 30, generator=g, dtype=DT)
+    # a third of the rows start near their fixed points and stop sweeps before the others
+    near = tap.solve(machine, starts[:20], damping=0.5, tol=1e-10, max_iter=400, solver=solver)
+    starts[:20] = near.a[0]
+    swept = []
+    original = inference._sweep_once
+
+    def recording(t, work, *args):
+        swept.append(int(work.pending.numel()))
+        return original(t, work, *args)
+
+    monkeypatch.setattr(inference, "_sweep_once", recording)
+    state = tap.solve(machine, starts, damping=0.5, tol=1e-12, max_iter=400, solver=solver)
+    its = state.iterations
+    assert len(set(its.tolist())) >= 4 and int(its.min()) + 3 < int(its.max())
+    assert swept == tap.working_set_sizes(state.iterations.tolist())
+    assert swept[0] == 64 and min(swept) < 64 and len(swept) == int(its.max())
+    assert tap.working_set_sizes([]) == []
+    assert tap.working_set_sizes([3, 3]) == [2, 2, 2]

@@ -51,7 +51,7 @@ from tapmachine.core.tap.inference import (
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
 from tapmachine.core.tap.onsager import onsager_spectral_radius, onsager_strength
-from tapmachine.core.tap.settings import SolverSettings
+from tapmachine.core.tap.settings import SolverSettings, working_set_sizes
 from tapmachine.core.tap.stability import sweep_radius_krylov, sweep_stability
 from tapmachine.core.tap.state import TAPState
 
@@ -77,4 +77,5 @@ __all__ = [
     "onsager_spectral_radius",
     "sweep_stability",
     "sweep_radius_krylov",
+    "working_set_sizes",
 ]

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from tapmachine.core.tap.damped import mean_bounds, neighbour_fields
 from tapmachine.core.tap.damped import sweep as damped_sweep
+from tapmachine.core.tap.settings import COMPACT_EVERY
 
 __all__ = ["anderson", "solve_layer"]
 
@@ -303,10 +304,8 @@ def _anderson_block(work, tilt, maps, tol, max_iter, memory, stop_scale, warm):
             pending &= ~done
             if not bool(pending.any()):
                 break
-        # Finished rows keep iterating (their results are stored) until they are a sixteenth
-        # of the working set: compacting the history at every convergence costs more.
         n_left = int(pending.sum())
-        if 16 * (pending.numel() - n_left) >= pending.numel():
+        if COMPACT_EVERY * (pending.numel() - n_left) >= pending.numel():
             left = torch.nonzero(pending, as_tuple=True)[0]
             pending, active = pending[left], active[left]
             a, c, A, B = ([x[left] for x in part] for part in (a, c, A, B))

@@ -32,7 +32,7 @@ from torch import Tensor
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.tap.anderson import anderson
 from tapmachine.core.tap.damped import newton_sweep, sweep
-from tapmachine.core.tap.settings import SOLVERS, SolverSettings, retry_tolerance
+from tapmachine.core.tap.settings import COMPACT_EVERY, SOLVERS, SolverSettings, retry_tolerance
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
@@ -260,9 +260,7 @@ def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse):
             n_left = int(work.pending.sum())
             if n_left == 0:
                 break
-            # Finished rows keep iterating (their results are stored) until they are a
-            # sixteenth of the working set: compacting at every convergence costs more.
-            if 16 * (work.pending.numel() - n_left) >= work.pending.numel():
+            if COMPACT_EVERY * (work.pending.numel() - n_left) >= work.pending.numel():
                 work.keep(work.pending)
                 work.pending = torch.ones(n_left, dtype=torch.bool, device=device)
     return out, iterations, converged

@@ -12,10 +12,34 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-__all__ = ["SOLVERS", "SolverSettings", "retry_tolerance"]
+__all__ = ["COMPACT_EVERY", "SOLVERS", "SolverSettings", "retry_tolerance", "working_set_sizes"]
 
 #: TAP solvers (``solve``'s ``solver``; config ``tap.solver``, ``harvest.<model>.solver``).
 SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
+
+#: A solve drops the rows that have converged from its working set once they are at least
+#: 1 / COMPACT_EVERY of it: finished rows keep being swept (their results already stored) until
+#: then, since compacting at every convergence costs more than the sweeps it saves.
+COMPACT_EVERY = 16
+
+
+def working_set_sizes(iterations) -> list[int]:
+    """The rows swept at each sweep of a solve whose rows stopped after ``iterations`` sweeps
+    (one count per row), under the ``COMPACT_EVERY`` rule: what a solve's time follows, a
+    fixed cost per sweep plus a cost per row swept (``benchmarks.paper_prices``)."""
+    stops = sorted(int(k) for k in iterations)
+    if not stops:
+        return []
+    working = pending = len(stops)
+    sizes, i = [], 0
+    for t in range(1, stops[-1] + 1):
+        sizes.append(working)
+        while i < len(stops) and stops[i] == t:
+            i += 1
+            pending -= 1
+        if COMPACT_EVERY * (working - pending) >= working:
+            working = pending
+    return sizes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -291,3 +291,49 @@ def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkey
     assert paper_profile._step_seconds(step, 7.0, alike) == pytest.approx(1.5 + 1.2 * 6)
     # counts without sweeps (an older count): the line at the mean iterations
     assert paper_profile._step_seconds(step, 20.0, {"train": 20.0}) == pytest.approx(1.5 + 1.2 * 19)
+
+
+def test_training_is_priced_on_a_counted_checkpoint_of_the_same_machine(tmp_path, monkeypatch):
+    """A model whose count source is a machine of its sizes and priors is priced on that
+    source's latest checkpoint (a trained truncated prior sweeps at another cost than a fresh
+    one); other hidden sizes, other priors or a deep machine with pretraining are priced on a
+    fresh machine."""
+    import torch
+
+    from benchmarks import paper_prices
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.train import build_machine
+
+    spec = {
+        "dataset": "real_mnist",
+        "visible": {"prior": "truncated_gauss_bernoulli"},
+        "hidden": [{"prior": "bernoulli", "units": 6}],
+    }
+    x = torch.rand(40, 16, generator=torch.Generator().manual_seed(0))
+    machine = build_machine(spec, x, 0.05, torch.Generator().manual_seed(1))
+    paths = []
+    for epoch in (1, 2):
+        path = tmp_path / f"epoch_{epoch}" / "model.pt"  # load_model reads model.pt by name
+        path.parent.mkdir()
+        ModelFile.from_machine(machine, "m", spec=spec).save(path)
+        paths.append(path)
+    meas = object.__new__(paper_profile.Measurements)
+    meas.quick, meas._training = True, {}
+    meas.counts = {"m": {"source": "m"}, "other": {"source": "m"}}
+    meas.sets = {"m": paths}
+    priced = []
+    monkeypatch.setattr(
+        paper_prices,
+        "training_price",
+        lambda spec, quick, machine=None: priced.append(machine) or {"step": {}},
+    )
+    assert meas._pricing_checkpoint(spec, "m") == paths[-1]
+    assert meas.training(spec, "m")["priced_on"] == str(paths[-1])
+    assert priced[-1] is not None and priced[-1].sizes == (16, 6)
+    wider = {**spec, "hidden": [{"prior": "bernoulli", "units": 7}]}
+    binary = {**spec, "visible": {"prior": "bernoulli"}}
+    deep = {**spec, "pretrain": {"epochs": 1}}
+    for other in (wider, binary, deep):
+        assert meas._pricing_checkpoint(other, "other") is None
+    assert meas._pricing_checkpoint(spec, None) is None
+    assert meas.training(binary, "other")["priced_on"] is None and priced[-1] is None

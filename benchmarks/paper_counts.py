@@ -24,7 +24,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.checkpoints import SOLVE_MODELS, other_checkpoints, solve_checkpoints
+from benchmarks.checkpoints import (
+    OTHER_MODELS,
+    SOLVE_MODELS,
+    other_checkpoints,
+    solve_checkpoints,
+)
 from benchmarks.common import dataset_rows
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
@@ -50,13 +55,17 @@ def checkpoint_sets(
     """Checkpoints by model: the binary-MNIST ones (``solve_checkpoints``) and those of the
     other datasets' models (``other_checkpoints``), trained where missing; with ``run_models``
     (a run's ``results/{run}/models``), each model that run has checkpoints of counts on its
-    own instead (``run_checkpoint_sets``)."""
+    own instead (``run_checkpoint_sets``), and a set of benchmark checkpoints the run covers
+    whole (every binary-MNIST size, or every other dataset's model) is not trained at all."""
+    run = run_checkpoint_sets(run_models, cfg["models"]) if run_models is not None else {}
     sets: dict[str, list[Path]] = {}
-    for name, _, path in solve_checkpoints(directory, quick):
-        sets.setdefault(name, []).append(path)
-    sets.update(other_checkpoints(directory, cfg["models"], quick))
-    if run_models is not None:
-        sets.update(run_checkpoint_sets(run_models, cfg["models"]))
+    if not all(name in run for name in SOLVE_MODELS):
+        for name, _, path in solve_checkpoints(directory, quick):
+            sets.setdefault(name, []).append(path)
+    others = [name for name in OTHER_MODELS if name in cfg["models"]]
+    if not all(name in run for name in others):
+        sets.update(other_checkpoints(directory, cfg["models"], quick))
+    sets.update(run)
     return sets
 
 

@@ -337,3 +337,39 @@ def test_training_is_priced_on_a_counted_checkpoint_of_the_same_machine(tmp_path
         assert meas._pricing_checkpoint(other, "other") is None
     assert meas._pricing_checkpoint(spec, None) is None
     assert meas.training(binary, "other")["priced_on"] is None and priced[-1] is None
+
+
+def test_benchmark_checkpoints_a_run_covers_are_not_trained(tmp_path, monkeypatch):
+    """With a run that has checkpoints of every binary-MNIST size, the binary benchmark
+    checkpoints are not trained (the others still are, for the models the run lacks); with
+    every other dataset's model too, nothing is trained."""
+    from benchmarks import paper_counts
+    from benchmarks.checkpoints import OTHER_MODELS, SOLVE_MODELS
+
+    trained = []
+    monkeypatch.setattr(
+        paper_counts, "solve_checkpoints", lambda d, q: trained.append("solve") or []
+    )
+    monkeypatch.setattr(
+        paper_counts, "other_checkpoints", lambda d, specs, q: trained.append("other") or {}
+    )
+    cfg = {"models": {name: {} for name in (*SOLVE_MODELS, *OTHER_MODELS)}}
+    models = tmp_path / "models"
+
+    def write(name):
+        path = models / name / "checkpoints" / "epoch_1.pt"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+
+    for name in SOLVE_MODELS:
+        write(name)
+    sets = paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, models)
+    assert trained == ["other"] and set(sets) == set(SOLVE_MODELS)
+    for name in OTHER_MODELS:
+        write(name)
+    trained.clear()
+    sets = paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, models)
+    assert trained == [] and set(sets) == {*SOLVE_MODELS, *OTHER_MODELS}
+    trained.clear()
+    paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, None)
+    assert trained == ["solve", "other"]

@@ -125,16 +125,23 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def ais_check(args) -> None:
     """AIS of one parameter set (``model.pt``, or the checkpoint of ``--epoch``) at the baseline
-    and with more work, one row per estimate (``ais_check.ais_check``), written to ``--out``."""
-    import torch
-
-    from tapmachine.io import data
+    and with more work, one row per estimate (``likelihood.ais_check_model``), written to
+    ``--out``."""
     from tapmachine.io.files import write_csv
-    from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
+    from tapmachine.tap_paper import likelihood
     from tapmachine.tap_paper.likelihood import ais_check as check
 
     set_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
+    what = Path(args.model_dir).name + ("" if args.epoch is None else f" epoch {args.epoch}")
+
+    def on_row(row):
+        print(
+            f"{what}: {row['direction']} {row['runs']} runs x {row['n_betas']} temperatures, "
+            f"seed {row['seed']}: ln Z {row['log_z']:.3f} +- {row['log_z_stderr']:.3f}, "
+            f"test {row['ll_test']:.3f} nats ({row['seconds']:.1f} s)",
+            flush=True,
+        )
+
     try:
         settings = check.AISCheckSettings(
             runs=_int_list(args.runs, "--runs"),
@@ -143,35 +150,12 @@ def ais_check(args) -> None:
             reverse=not args.no_reverse,
             n_betas=args.n_betas,
         )
-        blob = ModelFile.load(model_path(args.model_dir))
-        source = (
-            blob
-            if args.epoch is None
-            else Checkpoint.load(checkpoint_path(args.model_dir, args.epoch))
-        )
-        machine = source.machine(device=args.device, dtype=dtype)
-        ds = data.load_dataset(args.data)
-        x_train = torch.as_tensor(ds.x_train, dtype=dtype)[: blob.spec.get("n_train") or None]
-        x_test = torch.as_tensor(ds.x_test, dtype=dtype)
-        if x_test.shape[0] == 0:
-            raise ValueError(f"{args.data} has no test images to score")
-        what = f"{blob.name}" + ("" if args.epoch is None else f" epoch {args.epoch}")
-
-        def on_row(row):
-            print(
-                f"{what}: {row['direction']} {row['runs']} runs x {row['n_betas']} temperatures, "
-                f"seed {row['seed']}: ln Z {row['log_z']:.3f} +- {row['log_z_stderr']:.3f}, "
-                f"test {row['ll_test']:.3f} nats ({row['seconds']:.1f} s)",
-                flush=True,
-            )
-
-        rows = check.ais_check(
-            machine, x_train, x_test, settings, (args.seed, blob.name, "ais-check"), on_row
-        )
+        rows = likelihood.ais_check_model(
+            args.model_dir, args.data, settings, args.epoch, args.seed, args.device, args.dtype,
+            on_row,
+        )  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(f"ais-check of {args.model_dir}: {err}") from err
-    for row in rows:
-        row.update(model=blob.name, epoch=args.epoch or blob.n_epochs, dataset=ds.name)
     write_csv(rows, args.out)
     print(check.summary(rows))
     print(f"wrote {args.out}")

@@ -21,12 +21,13 @@ functions (``score_checkpoints``, ``score_model``) read models and datasets, wri
 parameter set and mirror the numbers to MLflow.
 
 Modules: ``settings``, ``tap_partition`` (TAP's ln Z), ``score`` (one parameter set), ``files``,
-``exact_curve``.
+``exact_curve``, ``ais_check`` (how far an AIS estimate moves with the work put into it).
 """
 
 from tapmachine.io.modelfile import checkpoint_path
 from tapmachine.tap_paper.likelihood.exact_curve import exact_curve
 from tapmachine.tap_paper.likelihood.files import (
+    ais_check_model,
     resolve_epochs,
     score_checkpoints,
     score_model,
@@ -50,6 +51,7 @@ from tapmachine.tap_paper.likelihood.tap_partition import (
 
 __all__ = [
     "FULL_SALAKHUTDINOV",
+    "ais_check_model",
     "SPLITS",
     "TAP_INFO_KEYS",
     "ScoreSettings",

@@ -21,7 +21,13 @@ from tapmachine.tap_paper.likelihood.tap_partition import (
 )
 from tapmachine.train.update import sampling_steps_at
 
-__all__ = ["resolve_epochs", "score_checkpoints", "score_model", "tracked_metrics"]
+__all__ = [
+    "ais_check_model",
+    "resolve_epochs",
+    "score_checkpoints",
+    "score_model",
+    "tracked_metrics",
+]
 
 
 def _data_for(model: ModelFile, data_path, settings: ScoreSettings, dtype):
@@ -228,3 +234,32 @@ def score_model(
     )
     write_csv([row], out_csv)
     return row
+
+
+def ais_check_model(
+    model_dir: str | os.PathLike,
+    data_path: str | os.PathLike,
+    settings,
+    epoch: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    on_row=None,
+) -> list[dict]:
+    """``ais_check.ais_check`` of a model's ``model.pt`` (or of its checkpoint ``epoch``) on its
+    dataset: the base-rate model fitted to the rows it was trained on, every test image scored;
+    each row also names the model, the epoch and the dataset."""
+    from tapmachine.tap_paper.likelihood.ais_check import ais_check
+
+    blob = ModelFile.load(model_path(model_dir))
+    source = blob if epoch is None else Checkpoint.load(checkpoint_path(model_dir, epoch))
+    torch_dtype = getattr(torch, dtype)
+    images, _, base, ds = _data_for(blob, data_path, ScoreSettings(n_test=None), torch_dtype)
+    if images["test"].shape[0] == 0:
+        raise ValueError(f"{data_path} has no test images to score")
+    machine = source.machine(device=device, dtype=torch_dtype)
+    labels = (seed, blob.name, "ais-check")
+    rows = ais_check(machine, base, images["test"], settings, labels, on_row)
+    for row in rows:
+        row.update(model=blob.name, epoch=epoch or blob.n_epochs, dataset=ds.name)
+    return rows

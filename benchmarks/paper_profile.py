@@ -69,6 +69,7 @@ class Measurements:
         self.cfg, self.quick = cfg, quick
         self.sets = counting.checkpoint_sets(cfg, checkpoints, quick, counts_from)
         self._training: dict[str, dict] = {}
+        self._priced_on: dict[tuple, Path | None] = {}
         self._curve: dict[str, dict] = {}
         self._score: dict[str, dict] = {}
         self._pl: dict[int, float] = {}
@@ -108,9 +109,15 @@ class Measurements:
     def _pricing_checkpoint(self, spec: dict, name: str | None) -> Path | None:
         """The last checkpoint of ``name``'s count source if it is a machine like ``spec``'s:
         the same layer sizes and unit priors (a sweep's cost depends on both and, for the
-        truncated priors, on the trained values)."""
+        truncated priors, on the trained values); looked up once per spec and model."""
         if name is None or name not in self.counts:
             return None
+        key = (self._key(spec), name)
+        if key not in self._priced_on:
+            self._priced_on[key] = self._matching_checkpoint(spec, name)
+        return self._priced_on[key]
+
+    def _matching_checkpoint(self, spec: dict, name: str) -> Path | None:
         paths = self.sets.get(self.counts[name]["source"]) or []
         if not paths or spec.get("pretrain"):
             return None

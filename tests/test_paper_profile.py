@@ -318,7 +318,7 @@ def test_training_is_priced_on_a_counted_checkpoint_of_the_same_machine(tmp_path
         ModelFile.from_machine(machine, "m", spec=spec).save(path)
         paths.append(path)
     meas = object.__new__(paper_profile.Measurements)
-    meas.quick, meas._training = True, {}
+    meas.quick, meas._training, meas._priced_on = True, {}, {}
     meas.counts = {"m": {"source": "m"}, "other": {"source": "m"}}
     meas.sets = {"m": paths}
     priced = []

@@ -30,8 +30,7 @@ from torch import Tensor
 from tapmachine.core import estimators
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.seeding import seeded_generator
-from tapmachine.tap_paper.likelihood.exact_curve import MAX_CURVE_UNITS
-from tapmachine.tap_paper.likelihood.settings import ais_schedule
+from tapmachine.tap_paper.likelihood.settings import MAX_CURVE_UNITS, ais_schedule
 
 __all__ = ["AISCheckSettings", "ais_check", "summary"]
 

@@ -27,7 +27,7 @@ from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.tap_paper.likelihood.files import resolve_epochs
-from tapmachine.tap_paper.likelihood.settings import ais_schedule
+from tapmachine.tap_paper.likelihood.settings import MAX_CURVE_UNITS, ais_schedule
 
 __all__ = [
     "MAX_CURVE_UNITS",
@@ -36,10 +36,6 @@ __all__ = [
     "exact_curve",
     "partial_path",
 ]
-
-#: The largest enumerated layer an exact curve accepts: Fig. 3's Nh = 25. Each further unit
-#: doubles the cost (2^25 states: about 7 CPU-minutes an epoch).
-MAX_CURVE_UNITS = 25
 
 
 def exact_log_likelihood_per_unit(machine, x: torch.Tensor) -> tuple[float, float, float]:

@@ -10,10 +10,20 @@ from torch import Tensor
 from tapmachine.core import estimators, tap
 from tapmachine.io.schema import defaults
 
-__all__ = ["FULL_SALAKHUTDINOV", "SPLITS", "ScoreSettings", "ais_schedule", "schedule_label"]
+__all__ = [
+    "FULL_SALAKHUTDINOV",
+    "MAX_CURVE_UNITS",
+    "SPLITS",
+    "ScoreSettings",
+    "ais_schedule",
+    "schedule_label",
+]
 
 SPLITS = ("train", "test")
 FULL_SALAKHUTDINOV = 14501
+#: The largest layer enumerated for an exact ln Z (the exact curve, ``ais-check``): Fig. 3's
+#: Nh = 25. Each further unit doubles the cost (2^25 states: about 7 CPU-minutes).
+MAX_CURVE_UNITS = 25
 _AIS, _SCORING, _TAP = defaults("ais"), defaults("likelihood_scoring"), defaults("model")["tap"]
 
 

@@ -9,6 +9,7 @@ convex exponents with mass at both bounds, and rho -> 0, 1 for the Gauss-Bernoul
 import math
 import warnings
 
+import mpmath as mp
 import numpy as np
 import pytest
 import torch
@@ -21,6 +22,7 @@ from tapmachine.core.priors import (
     Spin,
     TruncatedGaussBernoulli,
     TruncatedGaussian,
+    truncated,
     truncnorm,
 )
 
@@ -631,3 +633,70 @@ def test_truncated_gaussian_sampling_closed_regime(dtype):
         mu, sd = u / v, 1 / math.sqrt(v)
         ref = truncnorm((lo - mu) / sd, (hi - mu) / sd, loc=mu, scale=sd)
         assert kstest(x[:, i].double().numpy(), ref.cdf).pvalue > 1e-3, regime
+
+
+def test_powers_by_doubling_are_the_powers():
+    """``_powers``' product tree is x^k within k eps (against ``pow``, within an ulp of exact),
+    as the sequential product is, and with autograd its gradient is that of x^k."""
+    x = torch.linspace(-0.9, 0.9, 1001, dtype=F64)
+    for n in (1, 2, 3, 20, 30):
+        tree = truncnorm._powers(x, n)
+        assert tree.shape == (n, x.numel())
+        k = torch.arange(1, n + 1, dtype=F64).unsqueeze(1)
+        exact = x.unsqueeze(0) ** k
+        bound = k * torch.finfo(F64).eps * exact.abs()
+        assert ((tree - exact).abs() <= bound).all()
+    tracked = x.clone().requires_grad_()
+    truncnorm._powers(tracked, 5)[4].sum().backward()
+    torch.testing.assert_close(tracked.grad, 5.0 * x**4)
+
+
+def test_laplace_fraction_against_mpmath():
+    """``_mills_cf`` against c1 from 90-digit erfcx (sqrt(pi) erfcx z = 1/(z + (1/2)/(z + c1))):
+    relative error about 1e-15 for z >= 2, 1e-11 down to z = 1.5."""
+    z = torch.cat([torch.linspace(1.5, 2.0, 26, dtype=F64), torch.logspace(0.31, 8, 99, dtype=F64)])
+    with mp.workdps(90):
+
+        def c1(v):
+            v = mp.mpf(v)
+            inverse = 1 / (mp.sqrt(mp.pi) * mp.erfc(v) * mp.exp(v * v))
+            return float((mp.mpf(1) / 2) / (inverse - v) - v)
+
+        reference = torch.tensor([c1(v) for v in z.tolist()], dtype=F64)
+    rel = ((truncnorm._mills_cf(z) - reference) / reference).abs()
+    assert rel[z >= 2.0].max() < 1.5e-15
+    assert rel.max() < 1e-11
+
+
+def test_prior_normaliser_follows_parameters_changed_in_place():
+    """The prior's own normaliser is kept between moment evaluations (``_prior_tilt``), yet an
+    in-place update of U or V, also one through ``.data`` that bumps no version counter, is
+    never served the old value: the moments match a freshly built prior's."""
+    g = torch.Generator().manual_seed(7)
+    N = 300
+    U, V = torch.randn(N, dtype=F64, generator=g) * 3.0, torch.randn(N, dtype=F64, generator=g)
+    rho = 0.1 + 0.8 * torch.rand(N, dtype=F64, generator=g)
+    B, A = torch.randn(4, N, dtype=F64, generator=g) * 4.0, -torch.rand(4, N, dtype=F64)
+    prior = TruncatedGaussBernoulli(rho, U, V, 0.0, 1.0)
+
+    def fresh():
+        return TruncatedGaussBernoulli(rho.clone(), U.clone(), V.clone(), 0.0, 1.0)
+
+    for update in (
+        lambda: U.data.add_(0.5),
+        lambda: V.data.mul_(-1.0),
+        lambda: U.add_(torch.randn(N, dtype=F64, generator=g)),
+    ):
+        first = prior.moments(B, A)
+        for x, y in zip(prior.moments(B, A), first, strict=True):  # served from the cache
+            torch.testing.assert_close(x, y, rtol=0.0, atol=0.0)
+        update()
+        truncnorm_reference = fresh()
+        truncated._PRIOR_TILTS.clear()
+        expected = truncnorm_reference.moments(B, A)
+        prior.moments(B, A)  # repopulate with the new values, then compare a second read
+        for x, y in zip(prior.moments(B, A), expected, strict=True):
+            torch.testing.assert_close(x, y, rtol=0.0, atol=0.0)
+        assert not all(torch.equal(x, y) for x, y in zip(first, expected, strict=True))
+    z = prior.gaussian.log_partition(B, A)
+    torch.testing.assert_close(prior.gaussian.log_partition(B, A), z, rtol=0.0, atol=0.0)

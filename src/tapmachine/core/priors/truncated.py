@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -21,6 +22,41 @@ class _Tilted(NamedTuple):
     c: Tensor  # f_c of Q (eq. 81)
     a_p: Tensor  # <x> under P
     c_p: Tensor  # var x under P
+
+
+_PRIOR_TILTS: list[tuple[tuple, Tensor, Tensor, tn.Tilt]] = []  # most recent first
+_PRIOR_TILTS_KEPT = 4
+
+
+def _prior_tilt(U: Tensor, V: Tensor, lower: float, upper: float, log_z: bool, moments: bool):
+    """``anchored`` of the prior P itself, exp(-V x^2/2 + U x) on [lower, upper].
+
+    P does not depend on the fields, yet every moment evaluation of a layer needs its
+    normaliser: a TAP solve would recompute it at each sweep, the careful regimes' many small
+    operations on a few hundred units costing ~8% of a sweep of real-MNIST visible units.
+    Without autograd the last few results are kept, each with a copy of the U and V it was
+    computed from, and served (as fresh copies: callers may consume them) while U and V are
+    equal to those copies, so an update of the parameters in place, however it is made, is
+    never served a stale value.
+    """
+    compute = functools.partial(
+        tn.anchored, tn.wide(U), tn.wide(V), lower, upper, U.dtype, log_z, moments
+    )
+    if torch.is_grad_enabled() and (U.requires_grad or V.requires_grad):
+        return compute()
+    key = (lower, upper, log_z, moments, U.dtype, V.dtype, U.device, U.shape, V.shape)
+    kept = (
+        i
+        for i, (k, u, v, _) in enumerate(_PRIOR_TILTS)
+        if k == key and torch.equal(u, U) and torch.equal(v, V)
+    )
+    hit = next(kept, None)
+    if hit is None:
+        _PRIOR_TILTS.insert(0, (key, U.clone(), V.clone(), compute()))
+        del _PRIOR_TILTS[_PRIOR_TILTS_KEPT:]
+    else:
+        _PRIOR_TILTS.insert(0, _PRIOR_TILTS.pop(hit))
+    return tn.Tilt(*(t if t is None else t.clone() for t in _PRIOR_TILTS[0][3]))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -77,9 +113,8 @@ class TruncatedGaussian(Prior):
         return tn.anchored(b, s, self.lower, self.upper, native, log_z, moments, owned=True)
 
     def _tilt_p(self, log_z: bool, moments: bool) -> tn.Tilt:
-        """The prior P itself."""
-        U, V = tn.wide(self.U), tn.wide(self.V)
-        return tn.anchored(U, V, self.lower, self.upper, self.U.dtype, log_z, moments)
+        """The prior P itself (``_prior_tilt``: computed once per value of U and V)."""
+        return _prior_tilt(self.U, self.V, self.lower, self.upper, log_z, moments)
 
     def _anchor(self, t: tn.Tilt) -> Tensor:
         """The bound each element of ``t`` leans on."""

@@ -200,6 +200,27 @@ def _tail_coefficients(dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.as_tensor(np.stack([a, n * a, n * (n - 1) * a]), dtype=dtype, device=device)
 
 
+def _powers(x: Tensor, n: int) -> Tensor:
+    """Rows x^1 .. x^n of the flattened ``x``, shape (n, x.numel()).
+
+    Without autograd by repeated doubling (rows k+1 .. 2k are rows 1 .. k times x^k, written
+    in place): log2(n) contiguous products, 2-3x faster on CPU than a cumulative product along
+    the first axis, which is strided across the elements. Each power is a product tree, within k
+    eps of x^k as the sequential product is. With autograd, the cumulative product.
+    """
+    flat = x.reshape(-1)
+    if torch.is_grad_enabled() and flat.requires_grad:
+        return flat.expand(n, -1).cumprod(0)
+    powers = flat.new_empty(n, flat.numel())
+    powers[0] = flat
+    k = 1
+    while k < n:
+        m = min(k, n - k)
+        torch.mul(powers[:m], powers[k - 1], out=powers[k : k + m])
+        k += m
+    return powers
+
+
 def _tail_piece(kappa: Tensor, q: Tensor, moments: bool = True):
     """Piece int_0^ext e^{-kappa v - q v^2/2} dv for kappa > 0, |w| = |q| / kappa^2 <= 0.01.
 
@@ -207,12 +228,12 @@ def _tail_piece(kappa: Tensor, q: Tensor, moments: bool = True):
     kappa * int = T(w) = sum_n (-1)^n (2n-1)!! w^n (20 terms: error < 1e-17). With H1 = w T'/T
     and H2 = w^2 T''/T, d/dkappa gives mean = (1 + 2 H1) / kappa and
     var = (1 + 6 H1 + 4 H2 - 4 H1^2) / kappa^2, without the cancellation of the closed forms
-    (eq. 92 addresses the same limit with a Taylor series of Erf). The powers of w are one
-    cumulative product and the three sums one matrix product.
+    (eq. 92 addresses the same limit with a Taylor series of Erf). The powers of w are
+    ``_powers`` and the three sums one matrix product.
     """
     w = q / (kappa * kappa)
     coef = _tail_coefficients(w.dtype, w.device)
-    powers = w.reshape(1, -1).expand(_TAIL_TERMS, -1).cumprod(0)  # w^1 .. w^20, one row each
+    powers = _powers(w, _TAIL_TERMS)  # w^1 .. w^20, one row each
     if not moments:
         t0 = torch.addmm(coef[:1, :1], coef[:1, 1:], powers).reshape(w.shape)
         return (torch.log(t0) - torch.log(kappa),)
@@ -260,12 +281,13 @@ def _mills_cf(z: Tensor) -> Tensor:
     """c1 = 1/(z + (3/2)/(z + 2/(z + ...))) for z >= 1.5, in float64 (_CF_TERMS levels).
 
     Laplace's continued fraction sqrt(pi) erfcx(z) = 1/(z + (1/2)/(z + c1)) evaluated as
-    u P(u^2) / Q(u^2), u = 1/z (``_cf_coefficients``): one cumulative product and one matrix
-    product instead of a loop; relative error < 1e-15 for z >= 2 (< 1e-11 at z = 1.5).
+    u P(u^2) / Q(u^2), u = 1/z (``_cf_coefficients``): ``_powers`` and one matrix product
+    instead of a loop; relative error about 1e-15 for z >= 2 (< 1e-11 at z = 1.5; tests
+    against 90-digit erfcx).
     """
     u = 1.0 / wide(z)
-    v = (u * u).reshape(1, -1)
-    powers = v.expand(_CF_TERMS // 2, -1).cumprod(0)  # v^1 .. v^(n/2), one row each
+    v = u * u
+    powers = _powers(v, _CF_TERMS // 2)  # v^1 .. v^(n/2), one row each
     coef = _cf_coefficients(v.device)
     num, den = torch.addmm(coef[:, :1], coef[:, 1:], powers)
     return u * (num / den).reshape(u.shape)

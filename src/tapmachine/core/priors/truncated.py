@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import NamedTuple
 
@@ -39,9 +38,10 @@ def _prior_tilt(U: Tensor, V: Tensor, lower: float, upper: float, log_z: bool, m
     equal to those copies, so an update of the parameters in place, however it is made, is
     never served a stale value.
     """
-    compute = functools.partial(
-        tn.anchored, tn.wide(U), tn.wide(V), lower, upper, U.dtype, log_z, moments
-    )
+
+    def compute():
+        return tn.anchored(tn.wide(U), tn.wide(V), lower, upper, U.dtype, log_z, moments)
+
     if torch.is_grad_enabled() and (U.requires_grad or V.requires_grad):
         return compute()
     key = (lower, upper, log_z, moments, U.dtype, V.dtype, U.device, U.shape, V.shape)

@@ -637,11 +637,13 @@ def _gauss_tail(f, g1, g2, width, log_z: bool, moments: bool) -> list[Tensor]:
 
 
 def _careful(kappa, kappa_far, s, tilt, h: float, dtype: torch.dtype, log_z: bool, moments: bool):
-    """The regimes after "closed" in the table above, on a subset.
+    """The regimes after "closed" in the table above, on a subset, as autograd needs them.
 
     Inputs as for ``closed_setup`` plus the tilt p = h |c|; returns (ln int f / f(anchor),)
     and/or (mean distance from the anchor, variance), in the dtype of ``kappa``. The "tail"
-    regime is computed in float64, the others in ``dtype``.
+    regime is computed in float64, the others in ``dtype``. Each regime sees only its own
+    elements (``_piecewise``), so no gradient passes through values outside its domain; without
+    autograd, ``_careful_pieces`` gives the same values with less gathering.
     """
 
     def tail(k, kf, ss, _):

@@ -377,3 +377,21 @@ def test_working_set_sizes_replay_the_rows_a_solve_sweeps(monkeypatch, solver):
     assert swept[0] == 64 and min(swept) < 64 and len(swept) == int(its.max())
     assert tap.working_set_sizes([]) == []
     assert tap.working_set_sizes([3, 3]) == [2, 2, 2]
+
+
+@pytest.mark.parametrize("solver", ["damped", "anderson", "newton_sor"])
+def test_solutions_are_ordinary_tensors_callers_may_update_and_differentiate(solver):
+    """``solve`` sweeps in inference mode; what it returns is made outside it: a caller may
+    update the solutions in place and use them under autograd (neither is allowed on an
+    inference tensor), and partly converged solves (rows frozen early) return the same."""
+    m, g = random_machine(TruncatedGaussian, (10, 6), 0.4, 11)
+    x = torch.rand(5, 10, dtype=DT, generator=g)
+    for max_iter in (3, 500):
+        state = tap.solve(m, x, tol=1e-10, max_iter=max_iter, solver=solver)
+        fields = [*state.a, *state.c, *state.A, *state.B, state.iterations, state.converged]
+        assert not any(t.is_inference() for t in fields)
+        weight = torch.ones(6, dtype=DT, requires_grad=True)
+        (state.a[1] * weight).sum().backward()
+        torch.testing.assert_close(weight.grad, state.a[1].sum(0))
+        state.a[0].mul_(0.5)
+        state.iterations.add_(1)

@@ -151,7 +151,9 @@ def solve(
     a, c, given, tilt = _start(
         machine, a_visible, c_visible, a_hidden, c_hidden, visible_tilt, clamped
     )
-    with torch.no_grad():
+    # inference_mode, not no_grad: a sweep is hundreds of small operations, and skipping their
+    # version-counter and autograd bookkeeping saves ~10% of a converged real-MNIST solve.
+    with torch.inference_mode():
         maps = _maps(machine, clamped)
         if solver == "anderson":
             out, iterations, converged = _solve_anderson(
@@ -162,7 +164,14 @@ def solve(
             out, iterations, converged = _iterate(
                 work, maps, given, solver, damping, tol, max_iter, fuse
             )
-    return TAPState(*out, iterations, converged, clamped=clamped)
+    a, c, A, B = ([_ordinary(t) for t in layers] for layers in out)
+    return TAPState(a, c, A, B, _ordinary(iterations), _ordinary(converged), clamped=clamped)
+
+
+def _ordinary(t: Tensor) -> Tensor:
+    """``t``, copied if it was made in inference mode: callers may update a solve's results in
+    place or use them under autograd."""
+    return t.clone() if t.is_inference() else t
 
 
 def _start(machine, a_visible, c_visible, a_hidden, c_hidden, visible_tilt, clamped):

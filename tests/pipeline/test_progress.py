@@ -191,3 +191,18 @@ def test_a_rising_k_prices_each_epoch_left_at_its_own_k():
     ]
     assert progress._rising_k_seconds(history, schedule, 3, 6) == pytest.approx(25.0)
     assert progress._rising_k_seconds(history[:2], schedule, 2, 6) == pytest.approx(5.0 * 10)
+
+
+def test_short_epochs_read_as_seconds_not_zero():
+    """The faces' 0.4-second epochs read "0.43", not "0"; from 10 s in whole seconds."""
+    row = {
+        "model": "m", "epochs_done": 1, "epochs_total": 2, "finished": False,
+        "remaining_hours": 0.0,
+    }  # fmt: skip
+
+    def pace(seconds):
+        table = progress.format_progress([{**row, "epoch_seconds": seconds}])
+        return table.splitlines()[1].split()[2]
+
+    seconds = (0.43, 0.0071, 9.46, 761.4, math.nan)
+    assert [pace(s) for s in seconds] == ["0.43", "0.0071", "9.5", "761", "n/a"]

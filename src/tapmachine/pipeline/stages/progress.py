@@ -226,7 +226,7 @@ def format_progress(rows: list[dict]) -> str:
         if r.get("reevaluating"):
             n = r["reevaluating"]
             state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
-        pace = "n/a" if math.isnan(r["epoch_seconds"]) else f"{r['epoch_seconds']:.0f}"
+        pace = _pace_text(r["epoch_seconds"])
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
         share = _or_na(r.get("converged_step_share", math.nan), "{:.2%}")
         sweeps = _or_na(r.get("row_iterations", math.nan), "{:.1f}")
@@ -281,6 +281,14 @@ def format_running(rows: list[dict]) -> str:
         left = "?" if math.isnan(r["eta_hours"]) else _eta_text(r["eta_hours"])
         lines.append(f"{r['job']:<40} {done:>13} {left:>8}  {r['desc']}")
     return "\n".join(lines) + "\n"
+
+
+def _pace_text(seconds: float) -> str:
+    """Seconds an epoch: whole seconds from 10 s, two significant figures below (a sub-second
+    epoch would otherwise read "0")."""
+    if math.isnan(seconds):
+        return "n/a"
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
 
 
 def _or_na(value: float, spec: str) -> str:

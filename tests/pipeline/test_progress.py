@@ -81,8 +81,45 @@ def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[:2] == ["a_done", "3/3"] and out[1].endswith("finished")
     assert out[2].split()[:2] == ["b_stopped", "2/7"] and out[2].endswith("in progress")
-    total = sum(r["remaining_hours"] for r in progress.run_progress(run))
-    assert math.isclose(float(out[-1].split()[-1]), total, abs_tol=0.005)
+    rows = progress.run_progress(run)
+    total = sum(r["remaining_hours"] for r in rows)
+    cpu_total = sum(r["remaining_cpu_hours"] for r in rows)
+    assert math.isclose(float(out[-1].split()[-2]), total, abs_tol=0.005)
+    assert math.isclose(float(out[-1].split()[-1]), cpu_total, abs_tol=0.005)
+
+
+def test_cpu_hours_left_count_the_cpu_an_epoch_took_not_its_wall_time(tmp_path, capsys):
+    """On a shared machine an epoch's wall time is its share of the cores: the CPU hours left
+    scale the wall-clock hours by the latest epochs' CPU over wall time. A history without CPU
+    times shows n/a and adds nothing to the total."""
+    from tapmachine.io.modelfile import Checkpoint
+
+    run = tmp_path / "results" / "paper"
+    shared, untimed = run / "models" / "a_shared", run / "models" / "b_untimed"
+    for model_dir in (shared, untimed):
+        with pytest.raises(Stop):
+            _train(model_dir, epochs=9, stop_after=3)
+    latest = shared / "checkpoints" / "epoch_3.pt"
+    ckpt = Checkpoint.load(latest)
+    times = [(30.0, 9.0), (40.0, 10.0), (20.0, 8.0)]  # wall, CPU seconds
+    for row, (wall, cpu) in zip(ckpt.history, times, strict=True):
+        row["epoch_seconds"], row["epoch_cpu_seconds"] = wall, cpu
+    ckpt.save(latest)
+    row = progress.model_progress(shared)
+    assert row["remaining_hours"] == pytest.approx(6 * 30.0 / 3600)  # median wall 30 s
+    assert row["remaining_cpu_hours"] == pytest.approx(6 * 9.0 / 3600)  # median CPU 9 s
+    latest = untimed / "checkpoints" / "epoch_3.pt"
+    ckpt = Checkpoint.load(latest)
+    for row in ckpt.history:
+        del row["epoch_cpu_seconds"]
+    ckpt.save(latest)
+    assert math.isnan(progress.model_progress(untimed)["remaining_cpu_hours"])
+
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "CPU h left" in out[0]
+    assert out[1].split()[4] == "0.01" and out[2].split()[4] == "n/a"
+    assert out[-1].split()[-1] == "0.01"
 
 
 def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
@@ -167,8 +204,8 @@ def test_progress_shows_the_share_of_converged_training_steps(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "conv. steps" in out[0] and "sweeps/row" in out[0]
     a, b = out[1].split(), out[2].split()
-    assert a[4] == f"{row['converged_step_share']:.2%}" and a[5] == f"{row['row_iterations']:.1f}"
-    assert b[4:6] == ["n/a", "n/a"]
+    assert a[5] == f"{row['converged_step_share']:.2%}" and a[6] == f"{row['row_iterations']:.1f}"
+    assert b[5:7] == ["n/a", "n/a"]
 
 
 def test_progress_of_a_missing_run_is_a_clear_error(tmp_path, capsys):

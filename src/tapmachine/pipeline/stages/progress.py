@@ -5,9 +5,13 @@ A paper-size run takes hours and, where sessions end, several starts. Snakemake'
 (``snakemake ... -n``) lists the jobs still to run, not the epochs inside a job that resumes from
 its checkpoints. For every model of a run that has begun training (``results/<run>/models/*``
 and the DBMs under ``results/<run>/ucd/dbm/*/*``) this reads ``model.pt`` once the job has
-finished, else its latest checkpoint, and reports the epochs done of the total, the mean wall
-time of its latest epochs and what the remaining epochs take at that pace. Models with no
-checkpoint yet are not listed (the dry run lists their jobs).
+finished, else its latest checkpoint, and reports the epochs done of the total, the median wall
+time of its latest epochs and what the remaining epochs take at that pace, in wall-clock hours
+and in CPU hours. On a machine shared with other jobs the wall-clock pace is the share this job
+got, so its hours overstate what the work costs; the CPU hours (each epoch's
+``epoch_cpu_seconds``, all of the job's threads) do not, and their sum over the jobs divided by
+the cores is the wall time left on idle cores. Models with no checkpoint yet are not listed (the
+dry run lists their jobs).
 
 A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
 earlier epochs again (``train.resume.reevaluate_history``), rewriting their checkpoints from epoch 1
@@ -131,15 +135,18 @@ def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int
 
 def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
-    remaining_hours, converged_step_share, row_iterations}`` of the model trained in
-    ``model_dir``; None where training has not written a checkpoint yet.
+    remaining_hours, remaining_cpu_hours, converged_step_share, row_iterations}`` of the model
+    trained in ``model_dir``; None where training has not written a checkpoint yet.
 
     ``epoch_seconds`` is the median ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
     still to evaluate (with ``expected``, the signature the run's config gives the model: every
     epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
     pace plus those evaluations at their original pace (0 once finished); for a CD-k whose k
-    rises, the epochs left at their own k (``_rising_k_seconds``). ``converged_step_share`` is
+    rises, the epochs left at their own k (``_rising_k_seconds``). ``remaining_cpu_hours`` is the
+    same time in CPU hours: ``remaining_hours`` times the ratio of the median CPU to the median
+    wall time of the same latest epochs (NaN where they recorded no CPU time; 0 once
+    finished). ``converged_step_share`` is
     the share of training steps so far with at least 99% of their rows converged (the mean of the
     epochs' ``train_converged_step_share``: Fig. 3's ``training_steps_converged``, goal 0.99) and
     ``row_iterations`` the latest epoch's mean solver iterations per row in a training step (what
@@ -173,6 +180,8 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         seconds = _rising_k_seconds(history, k, done, total)
     if pending:
         seconds += len(pending) * _evaluation_seconds(pending)
+    cpu = [row["epoch_cpu_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_cpu_seconds" in row]
+    cpu_share = statistics.median(cpu) / pace if cpu and times and pace > 0 else math.nan
     return {
         "model": model_dir.name,
         "epochs_done": done,
@@ -181,6 +190,7 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         "epoch_seconds": pace,
         "reevaluating": len(pending),
         "remaining_hours": seconds / 3600.0,
+        "remaining_cpu_hours": 0.0 if seconds == 0 else seconds * cpu_share / 3600.0,
         "converged_step_share": _mean_of(history, "train_converged_step_share"),
         "row_iterations": (history or [{}])[-1].get("train_mean_iterations", math.nan),
     }
@@ -213,11 +223,12 @@ def run_progress(results: str | Path, expected: dict[str, tuple] | None = None) 
 
 def format_progress(rows: list[dict]) -> str:
     """The rows as an aligned text table, with the remaining hours summed (one job after the
-    other: divide by the jobs running at once for a wall time)."""
+    other): wall-clock hours at each job's recent pace, and CPU hours (divided by the cores, the
+    wall time left on idle cores)."""
     if not rows:
         return "no model has a checkpoint yet\n"
     header = (
-        f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10} "
+        f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10} {'CPU h left':>10} "
         f"{'conv. steps':>11} {'sweeps/row':>10}  state"
     )
     lines = [header]
@@ -230,12 +241,16 @@ def format_progress(rows: list[dict]) -> str:
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
         share = _or_na(r.get("converged_step_share", math.nan), "{:.2%}")
         sweeps = _or_na(r.get("row_iterations", math.nan), "{:.1f}")
+        cpu = _or_na(r.get("remaining_cpu_hours", math.nan), "{:.2f}")
         lines.append(
-            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f} "
+            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f} {cpu:>10} "
             f"{share:>11} {sweeps:>10}  {state}"
         )
-    left = sum(r["remaining_hours"] for r in rows if not math.isnan(r["remaining_hours"]))
-    lines.append(f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f}")
+    left = _sum_known(r["remaining_hours"] for r in rows)
+    cpu_left = _sum_known(r.get("remaining_cpu_hours", math.nan) for r in rows)
+    lines.append(
+        f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f} {cpu_left:>10.2f}"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -289,6 +304,11 @@ def _pace_text(seconds: float) -> str:
     if math.isnan(seconds):
         return "n/a"
     return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
+
+
+def _sum_known(values) -> float:
+    """Sum of the values that are not NaN (a model without times adds nothing)."""
+    return sum(v for v in values if not math.isnan(v))
 
 
 def _or_na(value: float, spec: str) -> str:

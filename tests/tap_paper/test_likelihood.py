@@ -568,3 +568,73 @@ def test_config_checks_the_exact_curves_of_fig3():
     late["figures"]["fig3"]["exact"] = {"models": ["bmnist_h25"], "epochs": [1, 99]}
     with pytest.raises(ConfigError, match="99 exceeds"):
         validate(late, SCHEMA)
+
+
+def test_score_checkpoints_resumes_from_the_epochs_a_stopped_job_scored(
+    trained, tiny_dataset, tmp_path, monkeypatch
+):
+    """A job stopped after its first epoch keeps that epoch's row; started again it scores only
+    the epochs left, and its CSV equals an uninterrupted job's, value for value (timings aside).
+    A changed
+    checkpoint, or other settings, are scored anew."""
+    import importlib
+
+    from tapmachine.io.modelfile import Checkpoint
+    from tapmachine.io.partial import partial_path
+
+    module = importlib.import_module("tapmachine.tap_paper.likelihood.files")
+    whole = tmp_path / "whole.csv"
+    module.score_checkpoints(trained, tiny_dataset, whole, TINY, "all", seed=2)
+    scored = []
+    real = module.score_machine
+
+    def counted(machine, *args, **kw):
+        scored.append(1)
+        return real(machine, *args, **kw)
+
+    def stop_after_first(epoch, row):
+        raise KeyboardInterrupt  # the session ends
+
+    monkeypatch.setattr(module, "score_machine", counted)
+    out = tmp_path / "scores.csv"
+    with pytest.raises(KeyboardInterrupt):
+        module.score_checkpoints(
+            trained, tiny_dataset, out, TINY, "all", seed=2, on_row=stop_after_first
+        )
+    assert not out.exists() and partial_path(out).exists() and len(scored) == 1
+    module.score_checkpoints(trained, tiny_dataset, out, TINY, "all", seed=2)
+    assert len(scored) == 3  # epoch 1 kept, epochs 2 and 3 scored
+    assert not partial_path(out).exists()
+    resumed, uninterrupted = pd.read_csv(out), pd.read_csv(whole)
+    timings = [c for c in uninterrupted.columns if "seconds" in c]
+    assert len(timings) >= 1 and list(resumed.columns) == list(uninterrupted.columns)
+    pd.testing.assert_frame_equal(
+        resumed.drop(columns=timings), uninterrupted.drop(columns=timings), check_exact=True
+    )
+
+    # other settings: every epoch scored anew
+    with pytest.raises(KeyboardInterrupt):
+        module.score_checkpoints(
+            trained, tiny_dataset, out, TINY, "all", seed=2, on_row=stop_after_first
+        )
+    other = dataclasses.replace(TINY, pl_sites=5)
+    module.score_checkpoints(trained, tiny_dataset, out, other, [1], seed=2)
+    assert len(scored) == 5
+    # a checkpoint rewritten (here its history touched) since its row was kept: scored anew
+    copy = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(trained, copy)
+    with pytest.raises(KeyboardInterrupt):
+        module.score_checkpoints(
+            copy, tiny_dataset, out, TINY, "all", seed=2, on_row=stop_after_first
+        )
+    ckpt = Checkpoint.load(copy / "checkpoints" / "epoch_1.pt")
+    ckpt.history[-1]["note"] = "rewritten"
+    ckpt.save(copy / "checkpoints" / "epoch_1.pt")
+    module.score_checkpoints(copy, tiny_dataset, out, TINY, [1], seed=2)
+    assert len(scored) == 7
+    # an unreadable file of kept rows is ignored, not trusted
+    partial_path(out).write_text("{not json\n")
+    module.score_checkpoints(trained, tiny_dataset, out, TINY, [1], seed=2)
+    assert len(scored) == 8

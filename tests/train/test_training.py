@@ -659,3 +659,93 @@ def test_a_truncated_gaussian_prior_from_one_row_is_finite():
     prior = visible_prior({"prior": "truncated_gaussian"}, torch.tensor([[0.2, 0.7, 0.0]]))
     assert all(bool(torch.isfinite(v).all()) for v in prior.params().values())
     assert torch.equal(prior.V, torch.full((3,), 100.0))
+
+
+class _Stopped(Exception):
+    """A job stopped part-way through an epoch (a session's end)."""
+
+
+@pytest.mark.parametrize(
+    "method, extra",
+    [("tap", {"train_iterations": "converge"}), ("pcd", {}), ("cd", {"resample": "bernoulli"})],
+)
+def test_a_job_stopped_mid_epoch_resumes_at_its_batch_bit_for_bit(tmp_path, capsys, method, extra):
+    """With the state kept at every batch boundary (``in_progress_seconds=0``), a job stopped
+    after its 5th minibatch of epoch 2 resumes at that batch: parameters, momentum and every
+    number of the history but the timings equal an uninterrupted run's, and the epoch's timings
+    add both parts. The file goes once its epoch is done."""
+    from tapmachine.io.modelfile import in_progress_path
+
+    x = bars_and_stripes().repeat(4, 1)  # 120 rows: 12 batches of 10 an epoch
+    s = settings(epochs=3, method=method, learning_rate={"start": 0.05, "end": 0.01}, **extra)
+
+    def run(folder, on_step=None, every=0.0):
+        g = seeded_generator(4, "mid-epoch")
+        m = build_machine(SPEC, x, 0.5, g)  # couplings strong enough that PCD's chains matter
+        return train(
+            m, x, s, g, checkpoint_dir=folder, progress=False, on_step=on_step,
+            in_progress_seconds=every,
+        )  # fmt: skip
+
+    whole, history = run(tmp_path / "whole", every=None)
+    steps_seen = []
+
+    def stop_in_epoch_2(step, metrics):
+        steps_seen.append(step)
+        if step == 12 + 5:
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        run(tmp_path / "stopped", stop_in_epoch_2)
+    kept = in_progress_path(tmp_path / "stopped")
+    assert kept.exists()
+    capsys.readouterr()
+    resumed_steps = []
+    resumed, resumed_history = run(tmp_path / "stopped", lambda step, _: resumed_steps.append(step))
+    assert "resuming epoch 2 after its batch 4" in capsys.readouterr().err
+    # the kept state is that after batch 4 (written before batch 5's update was offered again)
+    assert resumed_steps[0] == 12 + 5 and resumed_steps[-1] == 36
+    assert not kept.exists()
+    for a, b in zip(
+        [*whole.weights, whole.visible.U], [*resumed.weights, resumed.visible.U], strict=True
+    ):
+        assert torch.equal(a, b)
+    timing = ("train_seconds", "epoch_seconds", "epoch_cpu_seconds")
+    for a, b in zip(history, resumed_history, strict=True):
+        assert {k: v for k, v in a.items() if k not in timing} == {
+            k: v for k, v in b.items() if k not in timing
+        }
+
+
+def test_a_kept_mid_epoch_state_of_another_run_or_damaged_is_not_used(tmp_path, capsys):
+    from tapmachine.io.modelfile import in_progress_path
+
+    x = bars_and_stripes()
+    folder = tmp_path / "ckpt"
+
+    def run(lr, on_step=None):
+        g = seeded_generator(5, "other")
+        m = build_machine(SPEC, x, 0.01, g)
+        s = settings(epochs=2, learning_rate=lr)
+        return train(
+            m, x, s, g, checkpoint_dir=folder, progress=False, on_step=on_step,
+            in_progress_seconds=0.0,
+        )  # fmt: skip
+
+    def stop(step, _):
+        if step == 2:
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        run(0.05, stop)
+    assert in_progress_path(folder).exists()
+    capsys.readouterr()
+    run(0.02)  # other settings: every checkpoint and the kept state are stale
+    assert "resuming epoch" not in capsys.readouterr().err
+    with pytest.raises(_Stopped):
+        run(0.05, stop)
+    in_progress_path(folder).write_bytes(b"not a torch file")
+    run(0.05)
+    err = capsys.readouterr().err
+    assert "in_progress.pt" in err and "resuming epoch" not in err
+    assert not in_progress_path(folder).exists()

@@ -420,3 +420,41 @@ def test_one_path_from_config_entry_to_initial_machine(tmp_path):
     save_dataset(Dataset(x / 2, y, x[:10], y[:10], (1, 5), {}, "half"), tmp_path / "half.npz")
     with pytest.raises(TrainingError, match=r"train row 0, column 1: 0.5 is outside \{0, 1\}"):
         prepare("d", entry, tmp_path / "half.npz")
+
+
+@pytest.mark.parametrize("method", ["ucd_lmi", "centered_pcd"])
+def test_dbm_training_stopped_mid_epoch_resumes_to_the_same_parameters(tmp_path, method):
+    """Stopped after the 3rd of an epoch's 5 minibatches, with the state kept at every batch
+    boundary (``in_progress_seconds=0``: chains, offsets and the stream as they were then), a
+    resumed DBM ends bitwise equal to one trained in one go."""
+
+    class Stopped(Exception):
+        pass
+
+    def run(folder, on_step=None):
+        g = seeded_generator(0, "test", "mid-epoch")
+        machine = dbm.build_dbm(SIZES, g, dbm.DBMOptions(), 0.01)
+        x = dbm.data_for(machine, _data(g)[:100])
+        settings = TrainSettings(
+            epochs=2, batch_size=20, learning_rate=0.05, momentum=0.5, l2=0.0, method=method,
+            evaluate=False,
+        )  # fmt: skip
+        return train(
+            machine, x, settings, g, checkpoint_dir=folder, progress=False, on_step=on_step,
+            in_progress_seconds=0.0,
+        )  # fmt: skip
+
+    def stop(step, _):
+        if step == 5 + 3:
+            raise Stopped
+
+    whole, _ = run(tmp_path / "whole")
+    with pytest.raises(Stopped):
+        run(tmp_path / "cut", stop)
+    resumed, history = run(tmp_path / "cut")
+    assert [row["epoch"] for row in history] == [1, 2]
+    for a, b in zip(whole.weights, resumed.weights, strict=True):
+        assert torch.equal(a, b)
+    for pa, pb in zip(whole.priors, resumed.priors, strict=True):
+        for key, value in pa.params().items():
+            assert torch.equal(value, pb.params()[key])

@@ -6,6 +6,7 @@ classes, nothing executed on load)::
 
     results/models/{model}/model.pt                  ModelFile: machine, spec, history, provenance
     results/models/{model}/checkpoints/epoch_{e}.pt  Checkpoint: the training state after epoch e
+    results/models/{model}/checkpoints/in_progress.pt  EpochInProgress: part-way through the next
 
 A machine is stored as its weights and, per layer, the prior's class name, tensor parameters and
 plain configuration (``machine_state``); the class is looked up in ``tapmachine.core.priors``.
@@ -30,17 +31,20 @@ __all__ = [
     "CheckpointFormatError",
     "ModelFile",
     "Checkpoint",
+    "EpochInProgress",
     "machine_state",
     "machine_from_state",
     "model_path",
     "checkpoint_dir",
     "checkpoint_path",
+    "in_progress_path",
     "checkpoint_epochs",
     "latest_checkpoint",
 ]
 
 MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
+IN_PROGRESS_FILE = "in_progress.pt"
 
 #: Layout of a checkpoint, stored in it (``format``); a checkpoint of another layout is refused
 #: with ``CheckpointFormatError``. 2: a gradient method's persistent state under ``state``
@@ -70,6 +74,11 @@ def checkpoint_dir(model_dir: str | os.PathLike) -> Path:
 def checkpoint_path(model_dir: str | os.PathLike, epoch: int) -> Path:
     """The checkpoint written by training after ``epoch`` (1-based)."""
     return checkpoint_dir(model_dir) / f"epoch_{int(epoch)}.pt"
+
+
+def in_progress_path(ckpt_dir: str | os.PathLike) -> Path:
+    """Where training keeps its state part-way through an epoch (not an ``epoch_*.pt``)."""
+    return Path(ckpt_dir) / IN_PROGRESS_FILE
 
 
 def checkpoint_epochs(ckpt_dir: str | os.PathLike) -> list[int]:
@@ -112,7 +121,7 @@ def machine_from_state(state: dict, device="cpu", dtype=None) -> BoltzmannMachin
     return machine.to(device=device, dtype=dtype)
 
 
-def _read(path: Path, what: str) -> dict:
+def _read_blob(path: Path, what: str) -> dict:
     if not path.exists():
         raise ModelFileError(f"{path} not found: train the model first")
     try:
@@ -121,7 +130,14 @@ def _read(path: Path, what: str) -> dict:
         # truncated, overwritten or half-copied: the reason's first sentence (torch's are long)
         reason = str(err).strip().split(". ")[0] if str(err).strip() else type(err).__name__
         raise ModelFileError(f"{path} is not a readable {what} ({reason})") from err
-    if not isinstance(blob, dict) or "machine" not in blob:
+    if not isinstance(blob, dict):
+        raise ModelFileError(f"{path} is not a {what}")
+    return blob
+
+
+def _read(path: Path, what: str) -> dict:
+    blob = _read_blob(path, what)
+    if "machine" not in blob:
         raise ModelFileError(f"{path} is not a {what} (no machine in it)")
     return blob
 
@@ -226,3 +242,63 @@ class Checkpoint:
 
     def machine(self, device="cpu", dtype=None) -> BoltzmannMachine:
         return machine_from_state(self.machine_state, device=device, dtype=dtype)
+
+
+@dataclasses.dataclass
+class EpochInProgress:
+    """Training part-way through epoch ``checkpoint.epoch + 1``: ``checkpoint`` holds the state
+    after the epoch's first ``batches`` minibatches (machine, momentum, the method's state and
+    the random stream as they are then; the history of the epochs before), ``order`` the epoch's
+    row order, ``step_stats`` its per-step tallies so far, and ``seconds`` and ``cpu_seconds``
+    the wall and CPU time it has taken. A job stopped mid-epoch resumes at that batch with the
+    numbers of an uninterrupted one."""
+
+    checkpoint: Checkpoint
+    batches: int
+    order: torch.Tensor
+    step_stats: dict
+    seconds: float
+    cpu_seconds: float
+
+    @property
+    def epoch(self) -> int:
+        """The last whole epoch (this state is part-way through the next)."""
+        return self.checkpoint.epoch
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> EpochInProgress:
+        path = Path(path)
+        blob = _read_blob(path, "training state part-way through an epoch")
+        found = blob.get("format", 1)
+        if found != CHECKPOINT_FORMAT or "checkpoint" not in blob:
+            raise CheckpointFormatError(f"{path} is not of format {CHECKPOINT_FORMAT}")
+        inner = blob["checkpoint"]
+        fields = [f.name for f in dataclasses.fields(Checkpoint) if f.name != "machine_state"]
+        missing = [name for name in fields if name not in inner] + [
+            name
+            for name in ("batches", "order", "step_stats", "seconds", "cpu_seconds")
+            if name not in blob
+        ]
+        if missing or "machine" not in inner:
+            raise ModelFileError(f"{path} is not whole (no {', '.join(missing) or 'machine'})")
+        checkpoint = Checkpoint(machine_state=inner["machine"], **{n: inner[n] for n in fields})
+        return cls(
+            checkpoint,
+            int(blob["batches"]),
+            blob["order"],
+            dict(blob["step_stats"]),
+            float(blob["seconds"]),
+            float(blob["cpu_seconds"]),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        blob = {
+            "format": CHECKPOINT_FORMAT,
+            "checkpoint": _blob(self.checkpoint),
+            "batches": self.batches,
+            "order": self.order.detach().cpu(),
+            "step_stats": self.step_stats,
+            "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
+        }
+        _write(blob, Path(path))

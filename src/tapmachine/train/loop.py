@@ -23,8 +23,14 @@ from torch import Tensor
 from tapmachine.core import eta
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.io.files import remove_temporaries
-from tapmachine.io.modelfile import Checkpoint, machine_state
-from tapmachine.io.runlog import resume_message
+from tapmachine.io.modelfile import (
+    Checkpoint,
+    EpochInProgress,
+    ModelFileError,
+    in_progress_path,
+    machine_state,
+)
+from tapmachine.io.runlog import SKIPPED, resume_message
 from tapmachine.train import graphs
 from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
 from tapmachine.train.methods import method
@@ -46,7 +52,12 @@ from tapmachine.train.update import (
     sampling_steps_at,
 )
 
-__all__ = ["Carried", "train", "run_epoch", "present", "eval_rows"]
+__all__ = ["Carried", "train", "run_epoch", "present", "eval_rows", "IN_PROGRESS_SECONDS"]
+
+#: Seconds of training between two writes of the state part-way through an epoch: a late
+#: real-MNIST epoch of the paper-size run takes most of an hour on a shared core, and a job
+#: stopped mid-epoch would otherwise train it again from its start.
+IN_PROGRESS_SECONDS = 600.0
 
 
 @dataclasses.dataclass
@@ -100,6 +111,7 @@ def train(
     on_step=None,
     carried: Carried | None = None,
     until: int | None = None,
+    in_progress_seconds: float | None = None,
 ) -> tuple[BoltzmannMachine, list[dict]]:
     """Train ``machine`` on the rows of ``x_train``; returns the final machine and metrics.
 
@@ -108,7 +120,10 @@ def train(
     training rows, ``eval_rows``), weight statistics and timings. With ``checkpoint_dir``, the
     full state (machine, momentum, the method's state, generator, metrics) is saved after every
     epoch and a later call resumes from the last one, giving results identical to an
-    uninterrupted run.
+    uninterrupted run. Part-way through an epoch the state is also kept, at the first batch
+    boundary after every ``in_progress_seconds`` of training (default ``IN_PROGRESS_SECONDS``;
+    ``EpochInProgress`` in ``checkpoints/in_progress.pt``), so that a job stopped mid-epoch
+    resumes at that batch, again with identical results (the epoch's timings add the parts).
     ``on_epoch(epoch, metrics, machine)`` is called after each epoch (logging);
     ``on_step(step, metrics)`` after each update with the method's per-step metrics (the DBM
     methods': tau, T, corrected fraction, start energy gap, norm).
@@ -150,12 +165,22 @@ def train(
             for row in carried.history:
                 if on_epoch is not None:
                     on_epoch(row["epoch"], row, carried.machine)
+        within = resume_in_progress(ckpt_dir, identity, carried, generator, gradient)
+    else:
+        within = None
 
     last_epoch = settings.epochs if until is None else until
     # the whole job's ETA, a line per epoch (the bar below is the epoch's)
     job = eta.Progress(last_epoch, f"training {settings.method}", 0.0, carried.epoch)
+    pause = None
+    if ckpt_dir is not None:
+        every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
+        pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, gradient, every)
     while carried.epoch < last_epoch:
-        metrics = run_epoch(carried, x_train, settings, generator, x_eval, progress, on_step)
+        metrics = run_epoch(
+            carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
+        )
+        within = None
         if ckpt_dir is not None:
             checkpoint = Checkpoint(
                 machine_state=machine_state(carried.machine),
@@ -168,11 +193,68 @@ def train(
                 state=None if carried.state is None else gradient.save_state(carried.state),
             )
             save_checkpoint(checkpoint, ckpt_dir / f"epoch_{carried.epoch}.pt")
+            in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
         if on_epoch is not None:
             on_epoch(carried.epoch, metrics, carried.machine)
         if progress:
             job.advance()
     return carried.machine, carried.history
+
+
+class _InProgressWriter:
+    """``run_epoch``'s ``pause``: writes ``EpochInProgress`` once ``every`` seconds have passed
+    since the last write (or since the writer began)."""
+
+    def __init__(self, ckpt_dir, identity, settings, carried, generator, gradient, every):
+        self.path = in_progress_path(ckpt_dir)
+        self.identity, self.settings, self.every = identity, settings, every
+        self.carried, self.generator, self.gradient = carried, generator, gradient
+        self.last = time.perf_counter()
+
+    def __call__(self, machine, batches, order, step_stats, seconds, cpu_seconds) -> None:
+        if time.perf_counter() - self.last < self.every:
+            return
+        carried = self.carried
+        checkpoint = Checkpoint(
+            machine_state=machine_state(machine),
+            epoch=carried.epoch,
+            history=carried.history,
+            velocity=[v.cpu() for v in carried.velocity],
+            generator=self.generator.get_state(),
+            fingerprint=self.identity,
+            settings=dataclasses.asdict(self.settings),
+            state=None if carried.state is None else self.gradient.save_state(carried.state),
+        )
+        record = EpochInProgress(checkpoint, batches, order, step_stats, seconds, cpu_seconds)
+        save_checkpoint(record, self.path)
+        self.last = time.perf_counter()
+
+
+def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generator, gradient):
+    """The ``EpochInProgress`` of the epoch after ``carried.epoch`` kept in ``ckpt_dir``, with
+    its state loaded into ``carried`` and ``generator``; None (and the file removed) where there
+    is none, or it is of another run or epoch, or cannot be read."""
+    path = in_progress_path(ckpt_dir)
+    if not path.exists():
+        return None
+    try:
+        within = EpochInProgress.load(path)
+    except ModelFileError as err:
+        print(f"{SKIPPED}{err}", file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return None
+    ckpt = within.checkpoint
+    if ckpt.fingerprint != identity or ckpt.epoch != carried.epoch:
+        path.unlink(missing_ok=True)
+        return None
+    machine = carried.machine
+    carried.machine = ckpt.machine(machine.device, machine.dtype)
+    carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
+    generator.set_state(ckpt.generator)
+    if ckpt.state is not None:
+        carried.state = gradient.load_state(ckpt.state, machine.device)
+    print(f"resuming epoch {ckpt.epoch + 1} after its batch {within.batches}", file=sys.stderr)
+    return within
 
 
 def run_epoch(
@@ -183,6 +265,8 @@ def run_epoch(
     x_eval: Tensor | None = None,
     progress: bool = False,
     on_step=None,
+    within: EpochInProgress | None = None,
+    pause=None,
 ) -> dict:
     """One epoch of Alg. 2 from ``carried`` (advanced in place): the step size and momentum of
     epoch ``carried.epoch + 1`` (``update.learning_rate``, ``update.momentum_at``), shuffled
@@ -190,7 +274,12 @@ def run_epoch(
     ``settings.resample``: ``present``), the method's gradient and the update per batch (as
     captured CUDA graphs where ``train.graphs.steps_for`` gives steps), then the evaluation
     (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default ``eval_rows``), weight
-    statistics and timings; returns the epoch's metrics, also appended to ``carried.history``."""
+    statistics and timings; returns the epoch's metrics, also appended to ``carried.history``.
+
+    ``within``: the epoch is continued after the batches it has done (its order, tallies and
+    times; ``carried`` and ``generator`` already hold the state after them). ``pause(machine,
+    batches, order, step_stats, seconds, cpu_seconds)``, if given, is offered every batch
+    boundary before the last (not with captured steps, whose state lives on the device)."""
     from tqdm import tqdm
 
     gradient = method(settings.method)
@@ -198,6 +287,8 @@ def run_epoch(
         x_eval = eval_rows(x_train, settings)
     epoch = carried.epoch + 1
     t0, cpu0 = time.perf_counter(), time.process_time()
+    if within is not None:  # the epoch's earlier part counts in its times
+        t0, cpu0 = t0 - within.seconds, cpu0 - within.cpu_seconds
     k = sampling_steps_at(settings.sampling_steps, epoch)
     lr = learning_rate(settings.learning_rate, epoch, settings.epochs, k)
     eta = momentum_at(settings.momentum, epoch)
@@ -206,15 +297,21 @@ def run_epoch(
         settings = dataclasses.replace(settings, sampling_steps=k)
     n = x_train.shape[0]
     n_batches = max(1, n // settings.batch_size)
-    order = torch.randperm(n, generator=generator, device=generator.device).to(x_train.device)
+    if within is None:
+        order = torch.randperm(n, generator=generator, device=generator.device)
+        first, step_stats = 0, {}
+    else:
+        order, first, step_stats = within.order, within.batches, dict(within.step_stats)
+    order = order.to(x_train.device)
     bar = tqdm(
-        range(n_batches),
+        range(first, n_batches),
         desc=f"epoch {epoch}/{settings.epochs}",
         file=sys.stderr,
         disable=not progress,
         mininterval=5.0,
+        initial=first,
+        total=n_batches,
     )
-    step_stats: dict = {}
     machine, velocity, state = carried.machine, carried.velocity, carried.state
     steps = carried.graphs = graphs.steps_for(machine, settings, carried.graphs)
     if steps is not None:
@@ -230,6 +327,9 @@ def run_epoch(
             check_finite(machine, epoch, b)
         if on_step is not None:
             on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
+        if pause is not None and steps is None and b + 1 < n_batches:
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            pause(machine, b + 1, order, step_stats, seconds, cpu)
     if steps is not None:
         machine = steps.end(epoch)
     metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)

@@ -717,6 +717,40 @@ def test_a_job_stopped_mid_epoch_resumes_at_its_batch_bit_for_bit(tmp_path, caps
         }
 
 
+def test_a_job_stopped_in_an_epochs_evaluation_resumes_after_its_last_batch(
+    tmp_path, capsys, monkeypatch
+):
+    """The state after an epoch's last minibatch is kept too: a stop during the evaluation that
+    follows costs the evaluation only, and the run ends as an uninterrupted one."""
+    x = bars_and_stripes().repeat(4, 1)  # 12 batches an epoch
+    s = settings(epochs=2)
+
+    def run(folder):
+        g = seeded_generator(8, "in-evaluation")
+        m = build_machine(SPEC, x, 0.5, g)
+        return train(m, x, s, g, checkpoint_dir=folder, progress=False, in_progress_seconds=0.0)
+
+    whole, history = run(tmp_path / "whole")
+    real = loop.evaluate_tap_log_likelihood
+    calls = []
+
+    def stop_in_second_evaluation(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise _Stopped
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "evaluate_tap_log_likelihood", stop_in_second_evaluation)
+    with pytest.raises(_Stopped):
+        run(tmp_path / "cut")
+    monkeypatch.setattr(loop, "evaluate_tap_log_likelihood", real)
+    capsys.readouterr()
+    resumed, resumed_history = run(tmp_path / "cut")
+    assert "resuming epoch 2 after its batch 12" in capsys.readouterr().err
+    assert torch.equal(whole.W, resumed.W) and torch.equal(whole.visible.U, resumed.visible.U)
+    assert [h["tap_ll"] for h in history] == [h["tap_ll"] for h in resumed_history]
+
+
 def test_a_kept_mid_epoch_state_of_another_run_or_damaged_is_not_used(tmp_path, capsys):
     from tapmachine.io.modelfile import in_progress_path
 

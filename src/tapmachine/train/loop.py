@@ -279,7 +279,8 @@ def run_epoch(
     ``within``: the epoch is continued after the batches it has done (its order, tallies and
     times; ``carried`` and ``generator`` already hold the state after them). ``pause(machine,
     batches, order, step_stats, seconds, cpu_seconds)``, if given, is offered every batch
-    boundary before the last (not with captured steps, whose state lives on the device)."""
+    boundary, the last too (a long evaluation follows it), but not with captured steps, whose
+    state lives on the device."""
     from tqdm import tqdm
 
     gradient = method(settings.method)
@@ -327,7 +328,7 @@ def run_epoch(
             check_finite(machine, epoch, b)
         if on_step is not None:
             on_step((epoch - 1) * n_batches + b + 1, gradient.step_metrics(state))
-        if pause is not None and steps is None and b + 1 < n_batches:
+        if pause is not None and steps is None:
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             pause(machine, b + 1, order, step_stats, seconds, cpu)
     if steps is not None:

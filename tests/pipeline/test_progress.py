@@ -243,3 +243,62 @@ def test_short_epochs_read_as_seconds_not_zero():
 
     seconds = (0.43, 0.0071, 9.46, 761.4, math.nan)
     assert [pace(s) for s in seconds] == ["0.43", "0.0071", "9.5", "761", "n/a"]
+
+
+def test_an_epoch_kept_part_way_counts_what_is_done_of_it(tmp_path, capsys):
+    """Stopped after 3 of an epoch's 4 minibatches (the state kept at every boundary), a model
+    shows 75% of its next epoch done and prices only the rest of it."""
+    x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    run = tmp_path / "results" / "paper"
+    model_dir = run / "models" / "m"
+    g = seeded_generator(0, "progress")
+    machine = build_machine(SPEC, x, 0.01, g)
+    settings = TrainSettings(epochs=5, batch_size=10, eval_samples=20)
+
+    def stop_in_epoch_3(step, metrics):
+        if step == 2 * 4 + 4:  # epoch 3's 4th update: the state after its 3rd is kept
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(
+            machine, x, settings, g, checkpoint_dir=model_dir / "checkpoints", progress=False,
+            on_step=stop_in_epoch_3, in_progress_seconds=0.0,
+        )  # fmt: skip
+    row = progress.model_progress(model_dir)
+    assert row["epochs_done"] == 2 and row["epoch_fraction"] == 0.75
+    assert row["remaining_hours"] == pytest.approx((5 - 2 - 0.75) * row["epoch_seconds"] / 3600)
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    assert "in progress (75% of epoch 3)" in capsys.readouterr().out
+
+
+def test_a_first_epoch_kept_part_way_is_listed(tmp_path, capsys):
+    """A model with no whole epoch yet but its first kept part-way is listed (0 epochs done, the
+    share of the first, no pace yet); one with nothing kept is not."""
+    x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    run = tmp_path / "results" / "paper"
+    g = seeded_generator(0, "progress")
+    settings = TrainSettings(epochs=5, batch_size=10, eval_samples=20)
+
+    def stop(step, metrics):
+        if step == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(
+            build_machine(SPEC, x, 0.01, g), x, settings, g, progress=False, on_step=stop,
+            checkpoint_dir=run / "models" / "first" / "checkpoints", in_progress_seconds=0.0,
+        )  # fmt: skip
+    (run / "models" / "empty" / "checkpoints").mkdir(parents=True)
+    rows = progress.run_progress(run)
+    assert [r["model"] for r in rows] == ["first"]
+    assert (rows[0]["epochs_done"], rows[0]["epochs_total"], rows[0]["epoch_fraction"]) == (
+        0,
+        5,
+        0.25,
+    )
+    assert math.isnan(rows[0]["remaining_hours"])
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    line = capsys.readouterr().out.splitlines()[1].split()
+    assert line[:5] == ["first", "0/5", "n/a", "n/a", "n/a"] and "(25% of epoch 1)" in " ".join(
+        line
+    )

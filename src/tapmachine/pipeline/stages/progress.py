@@ -135,8 +135,12 @@ def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int
 
 def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
-    remaining_hours, remaining_cpu_hours, converged_step_share, row_iterations}`` of the model
-    trained in ``model_dir``; None where training has not written a checkpoint yet.
+    remaining_hours, remaining_cpu_hours, converged_step_share, row_iterations,
+    epoch_fraction}`` of the model trained in ``model_dir``; None where training has kept nothing
+    yet (no checkpoint, nor its first epoch part-way). ``epoch_fraction`` is the share of the
+    next epoch's minibatches done, as training last kept them part-way through it
+    (``checkpoints/in_progress.pt``; 0 without one), and the hours left count only the rest of
+    that epoch.
 
     ``epoch_seconds`` is the median ``epoch_seconds`` of the latest ``PACE_EPOCHS`` epochs (NaN if
     the history has no times), ``reevaluating`` the epochs a running re-evaluation pass has
@@ -162,18 +166,22 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         history, total, finished = record.history, record.n_epochs, True
     else:
         latest = latest_checkpoint(checkpoint_dir(model_dir))
-        if latest is None:
-            return None
-        ckpt = Checkpoint.load(latest)
-        history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
-        if expected is None:
-            pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+        if latest is None:  # perhaps part-way through its first epoch
+            ckpt = _first_epoch_in_progress(checkpoint_dir(model_dir))
+            if ckpt is None:
+                return None
         else:
-            pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
+            ckpt = Checkpoint.load(latest)
+            if expected is None:
+                pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+            else:
+                pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
+        history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
     pace = statistics.median(times) if times else math.nan
-    left = 0 if finished else max(total - done, 0)
+    fraction = 0.0 if finished else _epoch_fraction(checkpoint_dir(model_dir), done)
+    left = 0 if finished else max(total - done - fraction, 0)
     seconds = left * pace if left else 0.0
     k = ckpt.settings.get("sampling_steps") if not finished else None
     if left and isinstance(k, dict):
@@ -193,7 +201,40 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         "remaining_cpu_hours": 0.0 if seconds == 0 else seconds * cpu_share / 3600.0,
         "converged_step_share": _mean_of(history, "train_converged_step_share"),
         "row_iterations": (history or [{}])[-1].get("train_mean_iterations", math.nan),
+        "epoch_fraction": fraction,
     }
+
+
+def _first_epoch_in_progress(ckpt_dir: Path):
+    """The state kept part-way through a model's first epoch (its ``Checkpoint``: no history
+    yet, the settings), or None."""
+    from tapmachine.io.modelfile import EpochInProgress, ModelFileError, in_progress_path
+
+    path = in_progress_path(ckpt_dir)
+    try:
+        within = EpochInProgress.load(path) if path.exists() else None
+    except ModelFileError:
+        return None
+    return within.checkpoint if within is not None and within.epoch == 0 else None
+
+
+def _epoch_fraction(ckpt_dir: Path, done: int) -> float:
+    """Share of epoch ``done + 1``'s minibatches that training has kept part-way through it; 0
+    where it kept none (or of another epoch, or unreadable)."""
+    from tapmachine.io.modelfile import EpochInProgress, ModelFileError, in_progress_path
+
+    path = in_progress_path(ckpt_dir)
+    if not path.exists():
+        return 0.0
+    try:
+        within = EpochInProgress.load(path)
+    except ModelFileError:
+        return 0.0
+    if within.epoch != done:
+        return 0.0
+    batch = int(within.checkpoint.settings.get("batch_size") or 0)
+    n_batches = max(1, within.order.numel() // batch) if batch > 0 else 0
+    return min(within.batches / n_batches, 1.0) if n_batches else 0.0
 
 
 def _mean_of(history: list[dict], key: str) -> float:
@@ -239,11 +280,14 @@ def format_progress(rows: list[dict]) -> str:
             state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
         pace = _pace_text(r["epoch_seconds"])
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
+        if r.get("epoch_fraction"):
+            state += f" ({r['epoch_fraction']:.0%} of epoch {r['epochs_done'] + 1})"
         share = _or_na(r.get("converged_step_share", math.nan), "{:.2%}")
         sweeps = _or_na(r.get("row_iterations", math.nan), "{:.1f}")
         cpu = _or_na(r.get("remaining_cpu_hours", math.nan), "{:.2f}")
+        hours = _or_na(r["remaining_hours"], "{:.2f}")
         lines.append(
-            f"{r['model']:<28} {epochs:>9} {pace:>8} {r['remaining_hours']:>10.2f} {cpu:>10} "
+            f"{r['model']:<28} {epochs:>9} {pace:>8} {hours:>10} {cpu:>10} "
             f"{share:>11} {sweeps:>10}  {state}"
         )
     left = _sum_known(r["remaining_hours"] for r in rows)

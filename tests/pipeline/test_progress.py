@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from tapmachine.core.seeding import seeded_generator
-from tapmachine.io.modelfile import ModelFile
+from tapmachine.io.modelfile import EpochInProgress, ModelFile, in_progress_path
 from tapmachine.pipeline import cli
 from tapmachine.pipeline.stages import progress
 from tapmachine.train import TrainSettings, build_machine, expected_signature, train
@@ -269,6 +269,13 @@ def test_an_epoch_kept_part_way_counts_what_is_done_of_it(tmp_path, capsys):
     assert row["remaining_hours"] == pytest.approx((5 - 2 - 0.75) * row["epoch_seconds"] / 3600)
     assert cli.main(["progress", "--results", str(run)]) == 0
     assert "in progress (75% of epoch 3)" in capsys.readouterr().out
+    # kept after the epoch's last minibatch: what is left of it is its evaluation
+    within = EpochInProgress.load(in_progress_path(model_dir / "checkpoints"))
+    within.batches = 4
+    within.save(in_progress_path(model_dir / "checkpoints"))
+    assert progress.model_progress(model_dir)["epoch_fraction"] == 1.0
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    assert "in progress (epoch 3 trained, its evaluation left)" in capsys.readouterr().out
 
 
 def test_a_first_epoch_kept_part_way_is_listed(tmp_path, capsys):

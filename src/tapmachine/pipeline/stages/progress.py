@@ -280,7 +280,9 @@ def format_progress(rows: list[dict]) -> str:
             state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
         pace = _pace_text(r["epoch_seconds"])
         epochs = f"{r['epochs_done']}/{r['epochs_total']}"
-        if r.get("epoch_fraction"):
+        if r.get("epoch_fraction") == 1.0:  # every minibatch done: the evaluation is left
+            state += f" (epoch {r['epochs_done'] + 1} trained, its evaluation left)"
+        elif r.get("epoch_fraction"):
             state += f" ({r['epoch_fraction']:.0%} of epoch {r['epochs_done'] + 1})"
         share = _or_na(r.get("converged_step_share", math.nan), "{:.2%}")
         sweeps = _or_na(r.get("row_iterations", math.nan), "{:.1f}")

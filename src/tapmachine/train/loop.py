@@ -149,11 +149,7 @@ def train(
         found = resume_checkpoint(ckpt_dir, identity)
         if found is not None:
             last, ckpt = found
-            carried.machine = ckpt.machine(machine.device, machine.dtype)
-            carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
-            generator.set_state(ckpt.generator)
-            if ckpt.state is not None:
-                carried.state = gradient.load_state(ckpt.state, machine.device)
+            _restore(carried, ckpt, generator, gradient)
             carried.history = ckpt.history
             carried.epoch = ckpt.epoch
             print(resume_message(last, ckpt.epoch), file=sys.stderr)
@@ -175,23 +171,14 @@ def train(
     pause = None
     if ckpt_dir is not None:
         every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
-        pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, gradient, every)
+        pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, every)
     while carried.epoch < last_epoch:
         metrics = run_epoch(
             carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
         )
         within = None
         if ckpt_dir is not None:
-            checkpoint = Checkpoint(
-                machine_state=machine_state(carried.machine),
-                epoch=carried.epoch,
-                history=carried.history,
-                velocity=[v.cpu() for v in carried.velocity],
-                generator=generator.get_state(),
-                fingerprint=identity,
-                settings=dataclasses.asdict(settings),
-                state=None if carried.state is None else gradient.save_state(carried.state),
-            )
+            checkpoint = _checkpoint(carried, carried.machine, generator, identity, settings)
             save_checkpoint(checkpoint, ckpt_dir / f"epoch_{carried.epoch}.pt")
             in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
         if on_epoch is not None:
@@ -201,29 +188,48 @@ def train(
     return carried.machine, carried.history
 
 
+def _checkpoint(carried, machine, generator, identity: str, settings) -> Checkpoint:
+    """The training state: ``machine`` with ``carried``'s momentum, method state, history and
+    epochs done, and the stream ``generator`` is at."""
+    state = carried.state
+    return Checkpoint(
+        machine_state=machine_state(machine),
+        epoch=carried.epoch,
+        history=carried.history,
+        velocity=[v.cpu() for v in carried.velocity],
+        generator=generator.get_state(),
+        fingerprint=identity,
+        settings=dataclasses.asdict(settings),
+        state=None if state is None else method(settings.method).save_state(state),
+    )
+
+
+def _restore(carried, ckpt: Checkpoint, generator, gradient) -> None:
+    """Load ``ckpt``'s machine, momentum, method state and stream into ``carried`` and
+    ``generator`` (on the device and dtype of ``carried``'s machine)."""
+    machine = carried.machine
+    carried.machine = ckpt.machine(machine.device, machine.dtype)
+    carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
+    generator.set_state(ckpt.generator)
+    if ckpt.state is not None:
+        carried.state = gradient.load_state(ckpt.state, machine.device)
+
+
 class _InProgressWriter:
     """``run_epoch``'s ``pause``: writes ``EpochInProgress`` once ``every`` seconds have passed
     since the last write (or since the writer began)."""
 
-    def __init__(self, ckpt_dir, identity, settings, carried, generator, gradient, every):
+    def __init__(self, ckpt_dir, identity, settings, carried, generator, every):
         self.path = in_progress_path(ckpt_dir)
         self.identity, self.settings, self.every = identity, settings, every
-        self.carried, self.generator, self.gradient = carried, generator, gradient
+        self.carried, self.generator = carried, generator
         self.last = time.perf_counter()
 
     def __call__(self, machine, batches, order, step_stats, seconds, cpu_seconds) -> None:
         if time.perf_counter() - self.last < self.every:
             return
-        carried = self.carried
-        checkpoint = Checkpoint(
-            machine_state=machine_state(machine),
-            epoch=carried.epoch,
-            history=carried.history,
-            velocity=[v.cpu() for v in carried.velocity],
-            generator=self.generator.get_state(),
-            fingerprint=self.identity,
-            settings=dataclasses.asdict(self.settings),
-            state=None if carried.state is None else self.gradient.save_state(carried.state),
+        checkpoint = _checkpoint(
+            self.carried, machine, self.generator, self.identity, self.settings
         )
         record = EpochInProgress(checkpoint, batches, order, step_stats, seconds, cpu_seconds)
         save_checkpoint(record, self.path)
@@ -247,12 +253,7 @@ def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generato
     if ckpt.fingerprint != identity or ckpt.epoch != carried.epoch:
         path.unlink(missing_ok=True)
         return None
-    machine = carried.machine
-    carried.machine = ckpt.machine(machine.device, machine.dtype)
-    carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
-    generator.set_state(ckpt.generator)
-    if ckpt.state is not None:
-        carried.state = gradient.load_state(ckpt.state, machine.device)
+    _restore(carried, ckpt, generator, gradient)
     print(f"resuming epoch {ckpt.epoch + 1} after its batch {within.batches}", file=sys.stderr)
     return within
 

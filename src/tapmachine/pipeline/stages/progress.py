@@ -205,32 +205,29 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
     }
 
 
-def _first_epoch_in_progress(ckpt_dir: Path):
-    """The state kept part-way through a model's first epoch (its ``Checkpoint``: no history
-    yet, the settings), or None."""
+def _kept_in_progress(ckpt_dir: Path):
+    """The ``EpochInProgress`` training kept in ``ckpt_dir``; None if none or unreadable."""
     from tapmachine.io.modelfile import EpochInProgress, ModelFileError, in_progress_path
 
     path = in_progress_path(ckpt_dir)
     try:
-        within = EpochInProgress.load(path) if path.exists() else None
+        return EpochInProgress.load(path) if path.exists() else None
     except ModelFileError:
         return None
+
+
+def _first_epoch_in_progress(ckpt_dir: Path):
+    """The state kept part-way through a model's first epoch (its ``Checkpoint``: no history
+    yet, the settings), or None."""
+    within = _kept_in_progress(ckpt_dir)
     return within.checkpoint if within is not None and within.epoch == 0 else None
 
 
 def _epoch_fraction(ckpt_dir: Path, done: int) -> float:
     """Share of epoch ``done + 1``'s minibatches that training has kept part-way through it; 0
     where it kept none (or of another epoch, or unreadable)."""
-    from tapmachine.io.modelfile import EpochInProgress, ModelFileError, in_progress_path
-
-    path = in_progress_path(ckpt_dir)
-    if not path.exists():
-        return 0.0
-    try:
-        within = EpochInProgress.load(path)
-    except ModelFileError:
-        return 0.0
-    if within.epoch != done:
+    within = _kept_in_progress(ckpt_dir)
+    if within is None or within.epoch != done:
         return 0.0
     batch = int(within.checkpoint.settings.get("batch_size") or 0)
     n_batches = max(1, within.order.numel() // batch) if batch > 0 else 0

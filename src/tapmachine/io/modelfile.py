@@ -231,8 +231,15 @@ class Checkpoint:
                 f"{path} is a checkpoint of format {found}; this version of tapmachine reads "
                 f"format {CHECKPOINT_FORMAT} only and cannot resume or score it"
             )
+        return cls.from_blob(blob, path)
+
+    @classmethod
+    def from_blob(cls, blob: dict, path: Path) -> Checkpoint:
+        """The checkpoint stored as ``blob`` (read from ``path``); its format already checked."""
         fields = [f.name for f in dataclasses.fields(cls) if f.name != "machine_state"]
-        missing = [name for name in fields if name not in blob]
+        missing = [name for name in fields if name not in blob] + (
+            [] if "machine" in blob else ["machine"]
+        )
         if missing:
             raise ModelFileError(f"{path} is not a whole checkpoint (no {', '.join(missing)})")
         return cls(machine_state=blob["machine"], **{name: blob[name] for name in fields})
@@ -272,16 +279,14 @@ class EpochInProgress:
         found = blob.get("format", 1)
         if found != CHECKPOINT_FORMAT or "checkpoint" not in blob:
             raise CheckpointFormatError(f"{path} is not of format {CHECKPOINT_FORMAT}")
-        inner = blob["checkpoint"]
-        fields = [f.name for f in dataclasses.fields(Checkpoint) if f.name != "machine_state"]
-        missing = [name for name in fields if name not in inner] + [
+        missing = [
             name
             for name in ("batches", "order", "step_stats", "seconds", "cpu_seconds")
             if name not in blob
         ]
-        if missing or "machine" not in inner:
-            raise ModelFileError(f"{path} is not whole (no {', '.join(missing) or 'machine'})")
-        checkpoint = Checkpoint(machine_state=inner["machine"], **{n: inner[n] for n in fields})
+        if missing:
+            raise ModelFileError(f"{path} is not whole (no {', '.join(missing)})")
+        checkpoint = Checkpoint.from_blob(blob["checkpoint"], path)
         return cls(
             checkpoint,
             int(blob["batches"]),

@@ -458,3 +458,56 @@ def test_dbm_training_stopped_mid_epoch_resumes_to_the_same_parameters(tmp_path,
     for pa, pb in zip(whole.priors, resumed.priors, strict=True):
         for key, value in pa.params().items():
             assert torch.equal(value, pb.params()[key])
+
+
+def test_a_rerun_dbm_job_keeps_the_steps_run_before_it_was_stopped(tmp_path, monkeypatch):
+    """Snakemake deletes ``steps.csv`` before it reruns a stopped job; the steps run before the
+    stop are kept in ``checkpoints/steps.jsonl``, so the rerun's steps.csv and tau summary equal
+    those of a job never stopped. Stopped here during epoch 3's second step, after a line cut
+    short: the kept rows of the unfinished epoch are replaced by the rerun's."""
+    import json
+
+    import numpy as np
+
+    from tapmachine.io import data
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.pipeline.stages import ucd_dbm as stage
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((140, 16)) < 0.3).astype(np.float32)
+    y = rng.integers(0, 10, 140)
+    ds = data.Dataset(x[:100], y[:100], x[100:], y[100:], (4, 4), {"source": "test"}, "bits")
+    data.save_dataset(ds, tmp_path / "bits.npz")
+    spec = {"method": "ucd_lmi", "hidden": [6, 4], "epochs": 3, "batch_size": 25, "ucd": {}}
+
+    def job(out):
+        stage.train_dbm("ucd_lmi", json.loads(json.dumps(spec)), tmp_path / "bits.npz", out)
+        return (out / "steps.csv").read_text(), ModelFile.load(out / "model.pt").extras
+
+    whole_steps, whole_extras = job(tmp_path / "whole")
+    assert len(whole_steps.splitlines()) == 1 + 3 * 4
+
+    class Stopped(Exception):
+        pass
+
+    keep = stage._keep_step
+
+    def stop_at_step_10(path, row):
+        if row["step"] == 10:
+            with open(path, "a") as fh:
+                fh.write('{"step": 10, "tau_m')  # the line a kill cut short
+            raise Stopped
+        keep(path, row)
+
+    monkeypatch.setattr(stage, "_keep_step", stop_at_step_10)
+    with pytest.raises(Stopped):
+        job(tmp_path / "cut")
+    monkeypatch.setattr(stage, "_keep_step", keep)
+    (tmp_path / "cut" / "steps.csv").unlink(missing_ok=True)  # what snakemake does
+    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("epoch_*.pt")) == [
+        "epoch_1.pt",
+        "epoch_2.pt",
+    ]
+    cut_steps, cut_extras = job(tmp_path / "cut")
+    assert cut_steps == whole_steps
+    assert cut_extras["tau_hist"] == whole_extras["tau_hist"]

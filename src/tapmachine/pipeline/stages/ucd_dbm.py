@@ -6,7 +6,8 @@ Commands (all under ``tapmachine ucd``; figures under ``tapmachine figure``):
   by the one training loop (``train.train``, methods ``ucd_lmi``, ``dbm_pcd``,
   ``centered_pcd``); per step to MLflow (experiment ``ucd``): tau, T, corrected fraction, start
   energy gap, estimator norm; per epoch: an image of samples and reconstructions. Writes
-  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv``; the
+  ``model.pt`` (machine, spec, per-epoch history, the tau histogram) and ``steps.csv`` (its
+  rows kept step by step in ``checkpoints/steps.jsonl`` until then, so a rerun keeps them); the
   machine is logged as an MLflow model ``{dataset}_{model}``
   (``pipeline.tracking.model_registry``).
 - ``ucd classifier``: the classifier of the classifier FID (``stages.ucd_classifier``).
@@ -83,8 +84,10 @@ def train_dbm(
         raise UCDDBMError(f"method {spec.get('method')!r} is not one of {list(DBM_METHODS)}")
     outdir = Path(outdir)
     steps_csv = outdir / "steps.csv"
-    # Rows of steps.csv written before an interruption: kept below the first step run now.
-    earlier = _read_steps(steps_csv)
+    # Snakemake deletes a job's declared outputs (steps.csv among them) before it reruns the job,
+    # so the steps run before an interruption are kept beside the checkpoints, one per line.
+    steps_kept = outdir / STEPS_KEPT
+    earlier = _read_kept_steps(steps_kept)
     steps: list[dict] = []
     job = {}
     record = RunRecord("ucd", f"train_{name}", series=[Series(str(steps_csv), "step")])
@@ -113,6 +116,7 @@ def train_dbm(
         def on_step(step, metrics):
             metrics = {k: float(v) for k, v in metrics.items()}
             steps.append({"step": step, **metrics})
+            _keep_step(steps_kept, steps[-1])
             run.log(metrics, step=step, keep=False)
 
         def on_epoch(epoch, metrics, m):
@@ -121,7 +125,6 @@ def train_dbm(
             png = outdir / "epochs" / f"epoch_{epoch}.png"
             png.parent.mkdir(exist_ok=True)
             epoch_image(m, job["prepared"].rows, ds.image_shape, job["images"], png)
-            write_csv(_merged(earlier, steps), steps_csv)
             run.log_artifact(png, "epochs")
 
         def extras(history):
@@ -159,15 +162,40 @@ def train_dbm(
     return machine
 
 
-def _read_steps(path: Path) -> list[dict]:
-    """The rows of an earlier steps.csv (numbers as floats, ``step`` as int); [] if none."""
-    import csv
+#: Where a DBM's training keeps its per-step rows until ``steps.csv`` is written: inside the
+#: checkpoint folder, which the job does not declare as output and so a rerun leaves in place.
+STEPS_KEPT = "checkpoints/steps.jsonl"
 
+
+def _keep_step(path: Path, row: dict) -> None:
+    """Append one step's row to the kept record (one JSON object a line, flushed at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def _read_kept_steps(path: Path) -> list[dict]:
+    """The steps kept by earlier, interrupted runs ([] if none), and the file rewritten to hold
+    just them. Each run appended from the step it resumed at, so a row replaces every kept row
+    from its step on; a line an interruption cut short is left out."""
+    from tapmachine.io.files import atomic_write
+
+    rows: list[dict] = []
     if not path.exists():
-        return []
-    with open(path, newline="") as fh:
-        rows = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
-    return [{**row, "step": int(row["step"])} for row in rows if "step" in row]
+        return rows
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+                row = {**row, "step": int(row["step"])}
+            except (ValueError, KeyError, TypeError):
+                continue
+            while rows and rows[-1]["step"] >= row["step"]:
+                rows.pop()
+            rows.append(row)
+    lines = [json.dumps(row) + "\n" for row in rows]
+    atomic_write(path, lambda fh: fh.writelines(lines), text=True)
+    return rows
 
 
 def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:

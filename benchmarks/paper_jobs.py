@@ -12,7 +12,6 @@ A job's name is the path of its benchmark TSV under ``benchmarks/{run}/`` withou
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from pathlib import Path
 
@@ -156,57 +155,97 @@ def schedule_hours(jobs: list[Job], hours: dict[str, float], cores: int = 2) -> 
     return max(done.values(), default=0.0)
 
 
-def measured_hours(folder: str | Path) -> dict[str, float]:
-    """Wall hours of every job in a run's benchmark folder (``benchmarks/{run}``): each TSV's
-    ``s`` column (Snakemake's ``benchmark:``; a job benchmarked several times, its mean), keyed
-    by the file's path under ``folder`` without ``.tsv``."""
-    folder = Path(folder)
+def measured_hours(
+    folder: str | Path,
+    models_dir: str | Path | None = None,
+    logs_dir: str | Path | None = None,
+    clock: str = "cpu",
+) -> dict[str, float]:
+    """Hours of every job in a run's benchmark folder (``benchmarks/{run}``), keyed by the
+    file's path under ``folder`` without ``.tsv``: with ``clock="cpu"`` its CPU time, the
+    measure a projection prices (one thread's seconds on idle cores; wall time is that only when
+    the job had a core to itself), where recorded, else its wall time; with ``clock="wall"`` its
+    wall time. A training job stopped and resumed counts every start with ``models_dir`` and
+    ``logs_dir`` (the run's ``models/`` and ``logs/``; ``claims.wall_times``), else its last."""
+    from tapmachine.figures.claims import wall_times
+
+    if clock not in ("cpu", "wall"):
+        raise ValueError(f"clock is 'cpu' or 'wall', not {clock!r}")
+    models_dir = models_dir if models_dir is None or Path(models_dir).is_dir() else None
+    logs_dir = logs_dir if logs_dir is None or Path(logs_dir).is_dir() else None
     out = {}
-    for path in sorted(folder.rglob("*.tsv")):
-        with path.open() as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        seconds = [float(r["s"]) for r in rows if r.get("s") not in (None, "", "NA")]
-        if seconds:
-            out[path.relative_to(folder).with_suffix("").as_posix()] = (
-                sum(seconds) / len(seconds) / 3600
-            )
+    for _, row in wall_times(folder, models_dir, logs_dir).iterrows():
+        seconds = row["seconds"]
+        if clock == "cpu" and row["cpu_seconds"] == row["cpu_seconds"]:  # not NaN
+            seconds = row["cpu_seconds"]
+        out[row["job"]] = float(seconds) / 3600
     return out
 
 
-def compare(profile: dict, folder: str | Path) -> list[dict]:
+def compare(profile: dict, folder: str | Path, **measured) -> list[dict]:
     """Per job of a ``paper_profile`` result (its ``jobs_hours``), the projected hours beside
-    the measured ones in the benchmark folder ``folder`` (``measured_hours``) and their ratio
-    (measured / projected; None where either is missing). Jobs measured but not projected are
-    listed too (projected None). Ordered by projected hours, largest first."""
+    the measured ones in the benchmark folder ``folder`` (``measured_hours(folder,
+    **measured)``) and their ratio (measured / projected; None where either is missing). Jobs
+    measured but not projected are listed too (projected None). Ordered by projected hours,
+    largest first."""
     projected = profile["jobs_hours"]
-    measured = measured_hours(folder)
+    hours = measured_hours(folder, **measured)
     rows = []
-    for name in [*projected, *sorted(set(measured) - set(projected))]:
-        p, m = projected.get(name), measured.get(name)
+    for name in [*projected, *sorted(set(hours) - set(projected))]:
+        p, m = projected.get(name), hours.get(name)
         ratio = m / p if p and m is not None else None
         rows.append({"job": name, "projected_hours": p, "measured_hours": m, "ratio": ratio})
     rows.sort(key=lambda r: -(r["projected_hours"] or 0.0))
     return rows
 
 
+def _run_folders(benchmarks: Path) -> tuple[Path, Path]:
+    """The models and logs folders of the run whose benchmark folder is ``benchmarks``
+    (``<root>/benchmarks/<run>`` -> ``<root>/results/<run>/models``, ``<root>/logs/<run>``)."""
+    root, run = benchmarks.resolve().parent.parent, benchmarks.resolve().name
+    return root / "results" / run / "models", root / "logs" / run
+
+
 def main(argv=None) -> int:
     """``python -m benchmarks.paper_jobs PROFILE_JSON BENCHMARK_DIR``: the per-job table of a
     ``paper_profile`` result (one JSON line, as ``benchmarks/run.py`` prints it) against a run's
-    benchmark folder (e.g. ``benchmarks/paper``), in markdown."""
+    benchmark folder (e.g. ``benchmarks/paper``), in markdown: CPU hours, every start of a
+    resumed training counted (``measured_hours``)."""
     import argparse
     import json
 
     p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     p.add_argument("profile", type=Path)
     p.add_argument("benchmarks", type=Path)
+    p.add_argument(
+        "--models", type=Path, help="the run's models folder (default: results/<run>/models)"
+    )
+    p.add_argument("--logs", type=Path, help="the run's logs folder (default: logs/<run>)")
+    p.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="compare CPU time (default: what the projection prices) or wall time",
+    )
     args = p.parse_args(argv)
     profile = json.loads(args.profile.read_text().strip().splitlines()[-1])
+    models, logs = _run_folders(args.benchmarks)
+    rows = compare(
+        profile,
+        args.benchmarks,
+        models_dir=args.models or models,
+        logs_dir=args.logs or logs,
+        clock=args.clock,
+    )
 
     def cell(v):
         return "" if v is None else f"{v:.2f}"
 
-    print("| job | projected (h) | measured (h) | measured / projected |\n|---|---|---|---|")
-    for r in compare(profile, args.benchmarks):
+    print(
+        f"| job | projected (h) | measured, {args.clock} (h) | measured / projected |\n"
+        "|---|---|---|---|"
+    )
+    for r in rows:
         row = (r["projected_hours"], r["measured_hours"], r["ratio"])
         print(f"| {r['job']} | " + " | ".join(cell(v) for v in row) + " |")
     return 0

@@ -30,27 +30,70 @@ def paper_cfg():
     return paper_profile._paper_config()
 
 
-def _tsv(path, seconds):
+def _tsv(path, seconds, cpu=None):
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = "".join(f"{s}\t0:00:00\t100\n" for s in seconds)
-    path.write_text("s\th:m:s\tmax_rss\n" + rows)
+    if cpu is None:
+        path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:00\t100\n")
+    else:
+        path.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:00\t100\t{cpu}\n")
 
 
 def test_compare_joins_projection_with_benchmark_files(tmp_path):
-    _tsv(tmp_path / "train" / "bmnist_h25.tsv", [7200.0])
-    _tsv(tmp_path / "harvest" / "bmnist_h100" / "epoch_1.tsv", [900.0, 1800.0])  # mean 0.375 h
-    _tsv(tmp_path / "figures" / "fig3.tsv", [36.0])
+    """Measured hours are CPU hours where the benchmark recorded them (what the projection
+    prices), else wall hours; ``clock="wall"`` compares wall hours."""
+    _tsv(tmp_path / "train" / "bmnist_h25.tsv", 7200.0, cpu=3600.0)
+    _tsv(tmp_path / "harvest" / "bmnist_h100" / "epoch_1.tsv", 900.0)
+    _tsv(tmp_path / "figures" / "fig3.tsv", 36.0)
     profile = {"jobs_hours": {"train/bmnist_h25": 1.6, "harvest/bmnist_h100/epoch_1": 0.5,
                               "deep/timing": 0.1}}  # fmt: skip
     assert measured_hours(tmp_path) == pytest.approx(
-        {"train/bmnist_h25": 2.0, "harvest/bmnist_h100/epoch_1": 0.375, "figures/fig3": 0.01}
+        {"train/bmnist_h25": 1.0, "harvest/bmnist_h100/epoch_1": 0.25, "figures/fig3": 0.01}
     )
+    assert measured_hours(tmp_path, clock="wall")["train/bmnist_h25"] == pytest.approx(2.0)
     rows = {r["job"]: r for r in compare(profile, tmp_path)}
-    assert rows["train/bmnist_h25"]["ratio"] == pytest.approx(2.0 / 1.6)
-    assert rows["harvest/bmnist_h100/epoch_1"]["ratio"] == pytest.approx(0.75)
+    assert rows["train/bmnist_h25"]["ratio"] == pytest.approx(1.0 / 1.6)
+    assert rows["harvest/bmnist_h100/epoch_1"]["ratio"] == pytest.approx(0.5)
     assert rows["deep/timing"]["measured_hours"] is None and rows["deep/timing"]["ratio"] is None
     assert rows["figures/fig3"]["projected_hours"] is None
     assert [r["job"] for r in compare(profile, tmp_path)][0] == "train/bmnist_h25"
+    with pytest.raises(ValueError, match="clock"):
+        measured_hours(tmp_path, clock="cpu_time")
+
+
+def test_a_training_resumed_over_several_starts_counts_every_start(tmp_path, capsys):
+    """A training job's benchmark times its last start only; with the run's models and logs
+    folders the epochs before that start and the part of the next one trained before it count
+    too, and the command finds those folders beside the benchmark folder by itself."""
+    import json
+
+    import pandas as pd
+
+    from benchmarks.paper_jobs import main
+    from tapmachine.io.runlog import resume_message, resume_within_message
+
+    bench = tmp_path / "benchmarks" / "paper"
+    _tsv(bench / "train" / "bmnist_h25.tsv", 500.0, cpu=400.0)
+    models, logs = tmp_path / "results" / "paper" / "models", tmp_path / "logs" / "paper"
+    (models / "bmnist_h25").mkdir(parents=True)
+    pd.DataFrame(
+        {"epoch": [1, 2, 3], "epoch_seconds": [1000.0, 1100.0, 300.0],
+         "epoch_cpu_seconds": [900.0, 1000.0, 290.0]}
+    ).to_csv(models / "bmnist_h25" / "metrics.csv", index=False)  # fmt: skip
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / "bmnist_h25.log").write_text(
+        resume_message("ckpt/epoch_2.pt", 2) + "\n" + resume_within_message(3, 40, 200.0, 180.0)
+    )
+    assert measured_hours(bench)["train/bmnist_h25"] == pytest.approx(400.0 / 3600)
+    cpu = (900.0 + 1000.0 + 180.0 + 400.0) / 3600
+    assert measured_hours(bench, models, logs)["train/bmnist_h25"] == pytest.approx(cpu)
+    wall = (1000.0 + 1100.0 + 200.0 + 500.0) / 3600
+    assert measured_hours(bench, models, logs, clock="wall")["train/bmnist_h25"] == pytest.approx(
+        wall
+    )
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"jobs_hours": {"train/bmnist_h25": cpu / 2}}) + "\n")
+    assert main([str(profile), str(bench)]) == 0
+    assert f"| train/bmnist_h25 | {cpu / 2:.2f} | {cpu:.2f} | 2.00 |" in capsys.readouterr().out
 
 
 def test_schedule_on_two_cores_respects_its_bounds():

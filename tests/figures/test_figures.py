@@ -715,7 +715,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     from pathlib import Path
 
     from tapmachine.figures import claims as claims_report
-    from tapmachine.io.runlog import resume_message
+    from tapmachine.io.runlog import resume_message, resume_within_message
     from tapmachine.pipeline import cli
 
     figs = tmp_path / "results" / "run" / "figures"
@@ -810,6 +810,23 @@ def test_claims_report_collects_every_figure(tmp_path):
     assert claims_report.wall_times(bench, models, logs).set_index("job").loc[
         "train/bmnist_h100", "cpu_seconds"
     ] == pytest.approx(213.0)
+    # stopped part-way through epoch 2 as well: the 40 s (35 CPU s) of it trained before the
+    # last start count too; and a start that continued epoch 1 part-way is a resumed job
+    (logs / "train" / "bmnist_h100.log").write_text(
+        resume_message(Path("ckpt/epoch_1.pt"), 1)
+        + "\n"
+        + resume_within_message(2, 3, 40.0, 35.0)
+        + "\nepoch 2/2: 100%\r\n"
+    )
+    (logs / "train" / "bmnist_h25.log").write_text(
+        resume_within_message(1, 7, 12.0, 11.0) + "\nepoch 1/1: 100%\n"
+    )
+    times = claims_report.wall_times(bench, models, logs).set_index("job")
+    assert times.loc["train/bmnist_h100", ["seconds", "cpu_seconds"]].tolist() == pytest.approx(
+        [260.5, 248.0]
+    )
+    assert times.loc["train/bmnist_h25", "seconds"] == pytest.approx(30.25 + 12.0)
+    assert times.loc["train/bmnist_h25", ["resumed", "exact"]].tolist() == [True, True]
     assert "| fig5 | count starts at 1 and grows" in text and "| 2 | 2 | 2 |" in text
     assert "| n_unique_first_epoch | bmnist_h100 |  | 1 | paper: 1 | held |" in text
     assert "| max_unique_fraction | bmnist_h100 |  | 0.25 | < 0.1 | not held |" in text

@@ -674,7 +674,8 @@ def test_a_job_stopped_mid_epoch_resumes_at_its_batch_bit_for_bit(tmp_path, caps
     after its 5th minibatch of epoch 2 resumes at that batch: parameters, momentum and every
     number of the history but the timings equal an uninterrupted run's, and the epoch's timings
     add both parts. The file goes once its epoch is done."""
-    from tapmachine.io.modelfile import in_progress_path
+    from tapmachine.io.modelfile import EpochInProgress, in_progress_path
+    from tapmachine.io.runlog import resumed_epoch, resumed_within
 
     x = bars_and_stripes().repeat(4, 1)  # 120 rows: 12 batches of 10 an epoch
     s = settings(epochs=3, method=method, learning_rate={"start": 0.05, "end": 0.01}, **extra)
@@ -699,10 +700,16 @@ def test_a_job_stopped_mid_epoch_resumes_at_its_batch_bit_for_bit(tmp_path, caps
         run(tmp_path / "stopped", stop_in_epoch_2)
     kept = in_progress_path(tmp_path / "stopped")
     assert kept.exists()
+    part = EpochInProgress.load(kept)
+    assert part.seconds > 0 and part.cpu_seconds > 0
     capsys.readouterr()
     resumed_steps = []
     resumed, resumed_history = run(tmp_path / "stopped", lambda step, _: resumed_steps.append(step))
-    assert "resuming epoch 2 after its batch 4" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "resuming epoch 2 after its batch 4" in err
+    # the log names the seconds of epoch 2 trained before this start (claims.wall_times adds them)
+    assert resumed_epoch(err) == 1
+    assert resumed_within(err) == pytest.approx((part.seconds, part.cpu_seconds), abs=0.05)
     # the kept state is that after batch 4 (written before batch 5's update was offered again)
     assert resumed_steps[0] == 12 + 5 and resumed_steps[-1] == 36
     assert not kept.exists()

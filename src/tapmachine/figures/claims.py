@@ -196,9 +196,11 @@ def wall_times(
     job counts its earlier starts too, from its ``metrics.csv``:
 
     - with ``logs_dir`` (the run's ``logs/``, ``<stage>/<job>.log``), whose log names the epoch
-      its last start resumed from (``resumed_epoch``): the ``epoch_seconds`` of the
-      epochs up to it plus the benchmark. This is exact, up to the unfinished epoch each
-      interrupted start lost, and includes a last start's evaluation of earlier epochs again.
+      its last start resumed from (``resumed_epoch``) and the seconds of the next epoch trained
+      before it (``resumed_within``): the ``epoch_seconds`` of the epochs up to it, those
+      seconds and the benchmark. This is exact, up to the work each interrupted start did after
+      its last kept state (which the next start did again), and includes a last start's
+      evaluation of earlier epochs again.
     - otherwise, where its epochs sum to more ``epoch_seconds`` than the benchmark: that sum,
       marked not ``exact`` (it misses the time a start spent evaluating earlier epochs again).
 
@@ -275,14 +277,18 @@ def _dbm_epoch_times(dbm_dir: Path, job: str):
 
 def _resumed_training(epochs, row: dict, log: Path | None) -> dict:
     """A training job's times over all its starts (``wall_times``), from its per-epoch rows
-    ``epochs`` (``epoch``, ``epoch_seconds``, optionally ``epoch_cpu_seconds``)."""
+    ``epochs`` (``epoch``, ``epoch_seconds``, optionally ``epoch_cpu_seconds``): the epochs
+    done before its last start, the part of the next one trained before it (named in the log),
+    and the last start's benchmark."""
     if log is not None and log.is_file():
-        from tapmachine.io.runlog import resumed_epoch
+        from tapmachine.io.runlog import resumed_epoch, resumed_within
 
-        earlier = epochs[epochs["epoch"] <= resumed_epoch(log.read_text(errors="replace"))]
-        if earlier.empty:
+        text = log.read_text(errors="replace")
+        earlier = epochs[epochs["epoch"] <= resumed_epoch(text)]
+        part_wall, part_cpu = resumed_within(text)
+        if earlier.empty and part_wall == 0.0:
             return {}
-        wall, cpu_time, exact = row["seconds"], row["cpu_seconds"], True
+        wall, cpu_time, exact = row["seconds"] + part_wall, row["cpu_seconds"] + part_cpu, True
     elif float(epochs["epoch_seconds"].sum()) > row["seconds"]:
         earlier, wall, cpu_time, exact = epochs, 0.0, 0.0, False
     else:
@@ -332,9 +338,10 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
         out += [
             "",
             "A training job marked resumed ran over several starts (it resumes from its last "
-            "epoch checkpoint), and its benchmark file times only the last start. Its times add "
-            "the `epoch_seconds` (and `epoch_cpu_seconds`) of the epochs its earlier starts "
-            "trained (from `metrics.csv`, or a DBM's `model.pt` history), read from its log; "
+            "epoch checkpoint, or part-way through an epoch), and its benchmark file times only "
+            "the last start. Its times add the `epoch_seconds` (and `epoch_cpu_seconds`) of the "
+            "epochs its earlier starts trained (from `metrics.csv`, or a DBM's `model.pt` "
+            "history) and the seconds of an epoch they trained part of, read from its log; "
             "its CPU time is n/a where epochs from before `epoch_cpu_seconds` was recorded are "
             "among them. Its maximum RSS is the last start's.",
         ]

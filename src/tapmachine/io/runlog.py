@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SKIPPED", "resume_message", "resumed_epoch"]
+__all__ = [
+    "SKIPPED",
+    "resume_message",
+    "resumed_epoch",
+    "resume_within_message",
+    "resumed_within",
+]
 
 #: Prefix of the line naming a checkpoint that could not be read and was passed over.
 SKIPPED = "skipping unreadable checkpoint: "
 
 _RESUME_LINE = re.compile(r"resuming from .+ \(epoch (\d+)\)")
+_WITHIN_LINE = re.compile(
+    r"resuming epoch \d+ after its batch \d+"
+    r"(?: \(([0-9.]+) s, ([0-9.]+) CPU s of it trained before this start\))?"
+)
 
 
 def resume_message(checkpoint, epoch: int) -> str:
@@ -32,3 +42,27 @@ def resumed_epoch(log_text: str) -> int:
         if line.startswith(("epoch ", "progress ")):
             return 0
     return 0
+
+
+def resume_within_message(epoch: int, batches: int, seconds: float, cpu_seconds: float) -> str:
+    """The line a start that continues an epoch part-way writes to its log (after
+    ``resume_message`` when there is an epoch checkpoint), read back by ``resumed_within``:
+    the epoch, the minibatches done before this start and the wall and CPU seconds they took."""
+    return (
+        f"resuming epoch {epoch} after its batch {batches} "
+        f"({seconds:.1f} s, {cpu_seconds:.1f} CPU s of it trained before this start)"
+    )
+
+
+def resumed_within(log_text: str) -> tuple[float, float]:
+    """The wall and CPU seconds of the unfinished epoch that earlier starts trained, as a
+    training job's log names them (``resume_within_message``); (0, 0) where its start began at
+    an epoch's beginning, and where an older log names no seconds."""
+    for line in log_text.split("\n"):
+        match = _WITHIN_LINE.fullmatch(line.strip())
+        if match:
+            seconds, cpu = match.groups()
+            return (float(seconds), float(cpu)) if seconds is not None else (0.0, 0.0)
+        if line.startswith(("epoch ", "progress ")):
+            break
+    return 0.0, 0.0

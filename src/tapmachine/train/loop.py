@@ -30,7 +30,7 @@ from tapmachine.io.modelfile import (
     in_progress_path,
     machine_state,
 )
-from tapmachine.io.runlog import SKIPPED, resume_message
+from tapmachine.io.runlog import SKIPPED, resume_message, resume_within_message
 from tapmachine.train import graphs
 from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
 from tapmachine.train.methods import method
@@ -254,7 +254,10 @@ def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generato
         path.unlink(missing_ok=True)
         return None
     _restore(carried, ckpt, generator, gradient)
-    print(f"resuming epoch {ckpt.epoch + 1} after its batch {within.batches}", file=sys.stderr)
+    message = resume_within_message(
+        ckpt.epoch + 1, within.batches, within.seconds, within.cpu_seconds
+    )
+    print(message, file=sys.stderr)
     return within
 
 

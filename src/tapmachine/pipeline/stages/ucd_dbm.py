@@ -190,9 +190,7 @@ def _read_kept_steps(path: Path) -> list[dict]:
                 row = {**row, "step": int(row["step"])}
             except (ValueError, KeyError, TypeError):
                 continue
-            while rows and rows[-1]["step"] >= row["step"]:
-                rows.pop()
-            rows.append(row)
+            _append_steps(rows, [row])
     lines = [json.dumps(row) + "\n" for row in rows]
     atomic_write(path, lambda fh: fh.writelines(lines), text=True)
     return rows
@@ -200,8 +198,17 @@ def _read_kept_steps(path: Path) -> list[dict]:
 
 def _merged(earlier: list[dict], new: list[dict]) -> list[dict]:
     """Earlier rows before the first new step, then the new rows (a resumed run's full record)."""
-    first = new[0]["step"] if new else math.inf
-    return [row for row in earlier if row["step"] < first] + new
+    rows = list(earlier)
+    _append_steps(rows, new)
+    return rows
+
+
+def _append_steps(rows: list[dict], new: list[dict]) -> None:
+    """Append ``new`` to ``rows`` in place, each new row replacing the rows from its step on."""
+    for row in new:
+        while rows and rows[-1]["step"] >= row["step"]:
+            rows.pop()
+        rows.append(row)
 
 
 def score(

@@ -482,7 +482,11 @@ def test_a_rerun_dbm_job_keeps_the_steps_run_before_it_was_stopped(tmp_path, mon
 
     def job(out):
         stage.train_dbm("ucd_lmi", json.loads(json.dumps(spec)), tmp_path / "bits.npz", out)
-        return (out / "steps.csv").read_text(), ModelFile.load(out / "model.pt").extras
+        model = ModelFile.load(out / "model.pt")
+        # the training time is that of every epoch, whichever start trained it
+        epochs = [row["epoch_seconds"] for row in model.history]
+        assert len(epochs) == 3 and model.extras["seconds"] == pytest.approx(sum(epochs))
+        return (out / "steps.csv").read_text(), model.extras
 
     whole_steps, whole_extras = job(tmp_path / "whole")
     assert len(whole_steps.splitlines()) == 1 + 3 * 4
@@ -511,3 +515,6 @@ def test_a_rerun_dbm_job_keeps_the_steps_run_before_it_was_stopped(tmp_path, mon
     cut_steps, cut_extras = job(tmp_path / "cut")
     assert cut_steps == whole_steps
     assert cut_extras["tau_hist"] == whole_extras["tau_hist"]
+    assert cut_extras["seconds"] > sum(
+        row["epoch_seconds"] for row in ModelFile.load(tmp_path / "cut" / "model.pt").history[:2]
+    )

@@ -103,14 +103,33 @@ def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(t
     logs = work / "logs" / "ops"
     (logs / "train").mkdir(parents=True)
     (logs / "train" / "running.log").write_text(lines[0] + "\n")
+    epoch_done = "epoch 2/3: 100%|##########| 4/4 [00:01<00:00,  3.1it/s]"
+    (logs / "train" / "evaluating.log").write_text(lines[0] + "\n" + epoch_done + "\n")
     (logs / "train" / "done.log").write_text(out.stderr)
     old = logs / "train" / "stale.log"
     old.write_text(lines[0] + "\n")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     rows = progress.running_jobs(logs, active_minutes=15)
-    assert [r["job"] for r in rows] == ["train/running"]
-    assert rows[0]["done"] == 1 and rows[0]["total"] == 3
+    assert [r["job"] for r in rows] == ["train/evaluating", "train/running"]
+    assert all(r["done"] == 1 and r["total"] == 3 for r in rows)
     assert "running job" in progress.format_running(rows)
+
+
+def test_unfinished_status_follows_each_loop_by_its_newest_report():
+    outer = "progress training tap: {}/3 (33%), 1m00s elapsed, ETA {}\n"
+    bar = "epoch {}/3: {:>3}%|#####     | {}/4 [00:01<{}, 3.1it/s]\r"
+    mid_epoch = outer.format(1, "2m00s") + bar.format(2, 50, 2, "00:01")
+    assert eta.unfinished_status(mid_epoch)["desc"] == "epoch 2/3"
+    evaluating = mid_epoch + bar.format(2, 100, 4, "00:00")  # the bar done, the epoch's evaluation
+    assert eta.unfinished_status(evaluating) == {
+        "desc": "training tap", "done": 1, "total": 3, "eta_seconds": 120.0,
+    }  # fmt: skip
+    assert eta.last_status(evaluating)["done"] == 4  # the newest report: a finished bar
+    finished = evaluating + outer.format(3, "0s").replace("3/3 (33%)", "3/3 (100%)")
+    assert eta.unfinished_status(finished) is None  # the older, unfinished bars are superseded
+    restarted = bar.format(1, 50, 2, "00:02") + "resuming\n" + bar.format(1, 100, 4, "00:00")
+    assert eta.unfinished_status(restarted) is None
+    assert eta.unfinished_status("nothing here") is None
 
 
 @pytest.mark.parametrize("seconds,text", [(5, "5s"), (125, "2m05s"), (3725, "1h02m")])

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-__all__ = ["Progress", "report", "format_seconds", "last_status"]
+__all__ = ["Progress", "report", "format_seconds", "last_status", "unfinished_status"]
 
 #: Whether ``report`` reports: the command line (a job) turns it on; a library user's loops stay
 #: quiet.
@@ -130,18 +130,38 @@ def _seconds(text: str) -> float:
     return total
 
 
+def _reports(log_text: str) -> list[re.Match]:
+    """Every progress report of a log (``_OURS`` and ``_TQDM``), oldest first."""
+    matches = [m for pattern in (_OURS, _TQDM) for m in pattern.finditer(log_text)]
+    return sorted(matches, key=lambda m: m.start())
+
+
+def _status(match: re.Match) -> dict:
+    return {
+        "desc": match["desc"].strip(),
+        "done": int(match["done"]),
+        "total": int(match["total"]),
+        "eta_seconds": _seconds(match["eta"]),
+    }
+
+
 def last_status(log_text: str) -> dict | None:
     """The newest progress report of a log: ``{desc, done, total, eta_seconds}``, or None."""
-    best, best_pos = None, -1
-    for pattern in (_OURS, _TQDM):
-        for match in pattern.finditer(log_text):
-            if match.start() > best_pos:
-                best, best_pos = match, match.start()
-    if best is None:
-        return None
-    return {
-        "desc": best["desc"].strip(),
-        "done": int(best["done"]),
-        "total": int(best["total"]),
-        "eta_seconds": _seconds(best["eta"]),
-    }
+    reports = _reports(log_text)
+    return _status(reports[-1]) if reports else None
+
+
+def unfinished_status(log_text: str) -> dict | None:
+    """The newest report, as ``last_status``, of a loop the log leaves unfinished, or None.
+
+    Each loop (one description) counts by its newest report only. So a job between two bars
+    (its epoch's bar complete, the epoch's evaluation running) is still seen by its own outer
+    loop (``progress training tap: 24/100 ...``), while a job whose loops all reached their
+    totals has none.
+    """
+    newest = {}
+    for match in _reports(log_text):
+        newest.pop(match["desc"].strip(), None)  # re-inserted last: dicts keep insertion order
+        newest[match["desc"].strip()] = match
+    open_loops = [m for m in newest.values() if int(m["done"]) < int(m["total"])]
+    return _status(open_loops[-1]) if open_loops else None

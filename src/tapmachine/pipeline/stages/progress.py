@@ -299,8 +299,10 @@ def format_progress(rows: list[dict]) -> str:
 
 def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | None = None):
     """The jobs of a run still at work, read from their logs under ``logs`` (``logs/<run>``):
-    every log written in the last ``active_minutes`` whose newest progress report
-    (``eta.last_status``: a job's own ``progress ...`` line, else a tqdm bar) is not complete.
+    every log written in the last ``active_minutes`` that leaves a loop unfinished, with that
+    loop's newest report (``eta.unfinished_status``: a job's own ``progress ...`` line or a tqdm
+    bar; between two epochs, while the job evaluates, the job's own line). The ETA counts from
+    the log's last write, so it overstates by the time since the report where that is older.
     Rows ``{job, desc, done, total, eta_hours}``; ``job`` is the log's path below ``logs``
     (stage/name)."""
     from tapmachine.core import eta
@@ -314,10 +316,10 @@ def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | No
             continue
         with open(log, "rb") as fh:  # the tail: a long job's log is long
             fh.seek(max(0, log.stat().st_size - 65536))
-            status = eta.last_status(fh.read().decode(errors="replace"))
-        if status is None or status["done"] >= status["total"]:
+            status = eta.unfinished_status(fh.read().decode(errors="replace"))
+        if status is None:
             continue
-        left = max(status["eta_seconds"] - age, 0.0)  # the report is `age` seconds old
+        left = max(status["eta_seconds"] - age, 0.0)  # the report is at least `age` seconds old
         rows.append(
             {
                 "job": str(log.relative_to(logs).with_suffix("")),

@@ -1,8 +1,8 @@
 """Progress with an ETA in a job's log, and reading it back (``tapmachine progress``).
 
 A long loop reports as ``with report(total, "AIS") as p: ... p.advance()``: in a job (the command
-line sets ``ENABLED``), at most one line every ``interval`` seconds on stderr (the rule's log),
-and one at the end::
+line sets ``ENABLED``), one line as it starts, then at most one every ``interval`` seconds on
+stderr (the rule's log), and one at the end::
 
     progress AIS: 5000/14500 (34%), 2m10s elapsed, ETA 4m07s
 
@@ -64,7 +64,14 @@ class Progress:
         self._start = self._last = time.monotonic()
 
     def __enter__(self) -> Progress:
+        self.begin()
         return self
+
+    def begin(self) -> None:
+        """The opening line (``with`` writes it), so that the log shows the loop
+        (``unfinished_status``) before its first step ends: a resumed job's first epoch, and its
+        evaluation, can take an hour."""
+        self._write(self._start)
 
     def __exit__(self, *exc) -> None:
         if exc[0] is None and self._written != self.done:

@@ -168,6 +168,8 @@ def train(
     last_epoch = settings.epochs if until is None else until
     # the whole job's ETA, a line per epoch (the bar below is the epoch's)
     job = eta.Progress(last_epoch, f"training {settings.method}", 0.0, carried.epoch)
+    if progress and carried.epoch < last_epoch:
+        job.begin()
     pause = None
     if ckpt_dir is not None:
         every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds

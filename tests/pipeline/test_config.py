@@ -1,6 +1,7 @@
 """The config schema and the checks that go with it, on good and bad configs; the overlays."""
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -539,3 +540,28 @@ def test_the_cpu_overlay_leaves_out_three_trainings_and_nothing_else():
     fig8 = expected["denoise"]["fig8"]
     fig8["models"] = {k: v for k, v in fig8["models"].items() if v not in gone}
     assert cpu == expected
+
+
+def test_the_faces_substitute_overlay_scales_the_faces_epochs_by_the_update_ratio():
+    """faces_substitute.yaml after paper.yaml: faces_h256 trains the substitute's 80 images for
+    the paper's number of updates (500 epochs of 2,429 CBCL faces at batch 20 against 80 at 20:
+    30 times the epochs) and is harvested and drawn at 30 times the paper's epochs; nothing else
+    changes."""
+    files = [ROOT / "workflow/config/paper.yaml"]
+    paper = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
+    files.append(ROOT / "workflow/config/faces_substitute.yaml")
+    faces = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
+    batch = paper["models"]["faces_h256"]["batch_size"]
+    scale = math.ceil(2429 / batch) // math.ceil(80 / batch)
+    assert scale == 30
+    expected = copy.deepcopy(paper)
+    expected["models"]["faces_h256"]["epochs"] *= scale
+    harvest = expected["harvest"]["faces_h256"]
+    harvest["epochs"] = [e * scale for e in harvest["epochs"]]
+    for fig in ("fig6", "fig7"):
+        own = expected["figures"][fig]["per_model"]["faces_h256"]
+        own["epochs"] = [e * scale for e in own["epochs"]]
+    assert faces == expected
+    assert set(faces["figures"]["fig6"]["per_model"]["faces_h256"]["epochs"]) <= set(
+        faces["harvest"]["faces_h256"]["epochs"]
+    )

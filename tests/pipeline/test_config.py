@@ -242,6 +242,33 @@ def test_alg1_overlay_restores_the_papers_iteration_and_nothing_else():
     assert alg1 == paper
 
 
+def test_plain_rho_overlay_restores_the_papers_step_on_every_gauss_bernoulli_model():
+    """paper.yaml steps rho of every truncated Gauss-Bernoulli layer on its logit (a departure);
+    paper_rho_plain.yaml after it gives each such model Alg. 2's plain step back and changes no
+    other setting."""
+    paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
+    plain = validate(
+        load_config(
+            [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/paper_rho_plain.yaml"],
+            default=ROOT / "config.yaml",
+            schema=SCHEMA,
+        ),
+        SCHEMA,
+    )
+    with_rho = {
+        label
+        for label, model in paper["models"].items()
+        if model["visible"]["prior"] == "truncated_gauss_bernoulli"
+        or any(layer["prior"] == "truncated_gauss_bernoulli" for layer in model["hidden"])
+    }
+    assert with_rho == {"rmnist_h100", "rmnist_h500"}
+    assert {paper["models"][label]["rho_step"] for label in with_rho} == {"logit"}
+    assert {plain["models"][label]["rho_step"] for label in with_rho} == {"plain"}
+    for label in with_rho:
+        plain["models"][label]["rho_step"] = "logit"
+    assert plain == paper
+
+
 def test_paper_config_has_its_own_results_directory():
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     default = validate(load("config.yaml"), SCHEMA)

@@ -9,6 +9,7 @@ import tiny_harvest
 
 from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7
 from tapmachine.figures import free_energy_shape as fes
+from tapmachine.io.data import load_dataset
 from tapmachine.tap_paper import embed
 
 
@@ -691,6 +692,51 @@ def test_fraction_localised_on_hand_made_fields():
     # of a full one): a fraction built on it would be 0 for blob-with-background fields.
     assert fig4.effective_support(W)[1] > 0.5 > threshold
     assert fig4.support_fraction(np.zeros((4, 1)))[0] == 1.0
+
+
+def test_off_data_weight_ratio_tells_a_ring_from_a_field_on_the_data():
+    """Images on a 10 x 10 centre, with the pixels around it on in 1 image of 200: a blob inside
+    the centre puts none of its weight off the data (ratio 0), a flat field exactly its share
+    (ratio 1), a blob with the ring of negative weights the plain step of rho grows more; no
+    pixel off the data, no ratio."""
+    yy, xx = np.mgrid[:28, :28]
+    centre = (abs(yy - 14) < 5) & (abs(xx - 14) < 5)
+    ring = ~centre & (abs(yy - 14) < 8) & (abs(xx - 14) < 8)
+    x = np.zeros((200, 784))
+    x[:, centre.ravel()] = 1.0
+    x[0, ring.ravel()] = 1.0  # on in 0.5% of the images: off the data
+    off = 1.0 - centre.mean()
+    blob = np.where((yy - 14) ** 2 + (xx - 14) ** 2 <= 4, 1.0, 0.0)
+    ringed = blob - 0.5 * ring
+    W = np.stack([blob.ravel(), np.ones(784), ringed.ravel()], axis=1)
+    for column, expected in ((0, 0.0), (1, 1.0)):
+        ratio, share = fig4.off_data_weight_ratio(W[:, [column]], x)
+        assert share == pytest.approx(off)
+        assert ratio == pytest.approx(expected)
+    ring_share = 0.5 * ring.sum() / (blob.sum() + 0.5 * ring.sum())
+    ratio, _ = fig4.off_data_weight_ratio(W[:, [2]], x)
+    assert ratio == pytest.approx(ring_share / off)
+    assert ratio > fig4.OFF_DATA_RATIO > fig4.off_data_weight_ratio(W[:, [0]], x)[0]
+    assert np.isnan(fig4.off_data_weight_ratio(W, np.ones((3, 784)))[0])
+
+
+def test_fig4_judges_whether_the_fields_lie_on_the_data(run, monkeypatch):
+    """The row carries ``off_data_weight_ratio`` of the model's fields and its verdict; the tiny
+    data have no pixel on in under 1% of the images (no verdict), so a second table counts the
+    pixels on in under their median frequency as off the data."""
+    table = fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4).table
+    row = claims(table, "off_data_weight_ratio").iloc[0]
+    assert np.isnan(row["value"]) and row["held"] == ""
+    x = load_dataset(run["data"]).x_train[:100]
+    frequency = (x > 0).mean(0)
+    monkeypatch.setattr(fig4, "OFF_DATA_FREQUENCY", float(np.median(frequency)))
+    assert 0 < (frequency < fig4.OFF_DATA_FREQUENCY).mean() < 1
+    table = fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4).table
+    row = claims(table, "off_data_weight_ratio").iloc[0]
+    W = fig4.load_model_file(run["model"]).machine_state["weights"][0].double().numpy()
+    ratio, _ = fig4.off_data_weight_ratio(W, x)
+    assert np.isfinite(ratio) and row["value"] == pytest.approx(ratio)
+    assert row["held"] == ("held" if ratio < fig4.OFF_DATA_RATIO else "not held")
 
 
 def test_fig4_fraction_localised_claim(run, tmp_path):

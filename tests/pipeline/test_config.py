@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["workflow/config/paper.yaml", "workflow/config/ucd_cpu.yaml"]
 
 
-def load(name):
-    """A shipped config as a run sees it: config.yaml, overlaid by ``name`` if it is another."""
-    overlays = [] if name == "config.yaml" else [ROOT / name]
+def load(*names):
+    """A shipped config as a run sees it: config.yaml, overlaid by ``names`` in their order
+    (none if the name is config.yaml itself)."""
+    overlays = [ROOT / name for name in names if name != "config.yaml"]
     return load_config(overlays, default=ROOT / "config.yaml", schema=SCHEMA)
 
 
@@ -218,14 +219,7 @@ def test_alg1_overlay_restores_the_papers_iteration_and_nothing_else():
     """paper.yaml trains converged TAP with newton_sor (a departure); paper_alg1.yaml after it
     gives every such model Alg. 1 (``damped``) back and changes no other setting."""
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
-    alg1 = validate(
-        load_config(
-            [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/paper_alg1.yaml"],
-            default=ROOT / "config.yaml",
-            schema=SCHEMA,
-        ),
-        SCHEMA,
-    )
+    alg1 = validate(load("workflow/config/paper.yaml", "workflow/config/paper_alg1.yaml"), SCHEMA)
     converged = {
         label
         for label, model in paper["models"].items()
@@ -248,12 +242,7 @@ def test_plain_rho_overlay_restores_the_papers_step_on_every_gauss_bernoulli_mod
     other setting."""
     paper = validate(load("workflow/config/paper.yaml"), SCHEMA)
     plain = validate(
-        load_config(
-            [ROOT / "workflow/config/paper.yaml", ROOT / "workflow/config/paper_rho_plain.yaml"],
-            default=ROOT / "config.yaml",
-            schema=SCHEMA,
-        ),
-        SCHEMA,
+        load("workflow/config/paper.yaml", "workflow/config/paper_rho_plain.yaml"), SCHEMA
     )
     with_rho = {
         label

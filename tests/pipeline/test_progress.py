@@ -309,3 +309,49 @@ def test_a_first_epoch_kept_part_way_is_listed(tmp_path, capsys):
     assert line[:5] == ["first", "0/5", "n/a", "n/a", "n/a"] and "(25% of epoch 1)" in " ".join(
         line
     )
+
+
+def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfinished(tmp_path):
+    """A job killed with an earlier run (its log still recent) is not running; of the newest run
+    that started jobs (an --unlock after it writes a log with none), the jobs it finished or
+    failed are not either; without a Snakemake log, no filter."""
+    assert progress.unfinished_snakemake_jobs(tmp_path) is None
+    run_logs = tmp_path / ".snakemake" / "log"
+    run_logs.mkdir(parents=True)
+
+    def start(jobid, name):
+        return (
+            f"[Sun Nov 29 18:52:33 2026]\nlocalrule train_model:\n    input: data.npz\n"
+            f"    log: logs/r/train/{name}.log\n    jobid: {jobid}\n    wildcards: model={name}\n"
+        )
+
+    (run_logs / "2026-11-29T120000.000000.snakemake.log").write_text(
+        start(1, "killed") + start(2, "resumed")
+    )
+    (run_logs / "2026-11-29T130000.000000.snakemake.log").write_text(
+        start(5, "resumed")
+        + start(6, "finished")
+        + start(7, "failed")
+        + "rule harvest:\n    log: logs/r/h/a.log, logs/r/h/b.log\n    jobid: 8\n"
+        + "Select jobs to execute...\nFinished jobid: 6 (Rule: train_model)\n"
+        + "Error in rule train_model:\n    message: None\n    jobid: 7\n"
+        + "    log: logs/r/train/failed.log (check log file(s) for error details)\n"
+    )
+    (run_logs / "2026-11-29T140000.000000.snakemake.log").write_text(
+        "Unlocked working directory.\n"
+    )
+    unfinished = progress.unfinished_snakemake_jobs(tmp_path)
+    assert unfinished == {
+        (tmp_path / "logs" / "r" / p).resolve() for p in ("train/resumed.log", "h/a.log", "h/b.log")
+    }
+
+    line = "progress training tap: 1/3 (33%), 1m00s elapsed, ETA 2m00s\n"
+    logs = tmp_path / "logs" / "r"
+    (logs / "train").mkdir(parents=True)
+    for name in ("killed", "resumed", "finished", "failed"):
+        (logs / "train" / f"{name}.log").write_text(line)
+    every = [r["job"] for r in progress.running_jobs(logs)]
+    assert every == ["train/failed", "train/finished", "train/killed", "train/resumed"]
+    assert [r["job"] for r in progress.running_jobs(logs, unfinished=unfinished)] == [
+        "train/resumed"
+    ]

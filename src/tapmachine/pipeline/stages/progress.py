@@ -26,6 +26,7 @@ every epoch whose checkpoint was evaluated otherwise than the config's settings 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -297,14 +298,60 @@ def format_progress(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | None = None):
+_JOB_START = re.compile(r"^(?:local)?rule \w+:$")
+_JOB_FIELD = re.compile(r"^\s+(jobid|log): (.*)$")
+_JOB_END = re.compile(r"^Finished jobid: (\d+)\b")
+
+
+def unfinished_snakemake_jobs(workdir: str | Path = ".") -> set[Path] | None:
+    """The log files (resolved paths) of the jobs the newest Snakemake run in ``workdir`` started
+    and has not finished or failed, read from its run log (``.snakemake/log/*.snakemake.log``,
+    the newest that started a job: ``--unlock`` and the like write logs too); None where there
+    is no such log. A job killed with the run that started it is not in a later run's log."""
+    runs = sorted((Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
+    for run_log in runs:
+        started, ended, block = {}, set(), None
+        for line in run_log.read_text(errors="replace").splitlines():
+            if _JOB_START.match(line):
+                block = {}
+            elif line.startswith("Error in rule "):
+                block = {"error": True}
+            elif (field := _JOB_FIELD.match(line)) and block is not None:
+                block[field[1]] = field[2]
+                if "jobid" in block and "log" in block:
+                    if block.get("error"):
+                        ended.add(block["jobid"])
+                    else:
+                        started[block["jobid"]] = block["log"]
+                    block = None
+            elif end := _JOB_END.match(line):
+                ended.add(end[1])
+            elif not line.startswith(" "):
+                block = None
+        if started:
+            return {
+                (Path(workdir) / log.strip()).resolve()
+                for jobid, logs in started.items()
+                if jobid not in ended
+                for log in logs.split(",")
+            }
+    return None
+
+
+def running_jobs(
+    logs: str | Path,
+    active_minutes: float = 15.0,
+    now: float | None = None,
+    unfinished: set[Path] | None = None,
+):
     """The jobs of a run still at work, read from their logs under ``logs`` (``logs/<run>``):
     every log written in the last ``active_minutes`` that leaves a loop unfinished, with that
     loop's newest report (``eta.unfinished_status``: a job's own ``progress ...`` line or a tqdm
-    bar; between two epochs, while the job evaluates, the job's own line). The ETA counts from
-    the log's last write, so it overstates by the time since the report where that is older.
-    Rows ``{job, desc, done, total, eta_hours}``; ``job`` is the log's path below ``logs``
-    (stage/name)."""
+    bar; between two epochs, while the job evaluates, the job's own line). Given ``unfinished``
+    (``unfinished_snakemake_jobs``), only those logs: a job stopped with an earlier run is not
+    listed while its log is still recent. The ETA counts from the log's last write, so it
+    overstates by the time since the report where that is older. Rows ``{job, desc, done,
+    total, eta_hours}``; ``job`` is the log's path below ``logs`` (stage/name)."""
     from tapmachine.core import eta
 
     logs = Path(logs)
@@ -313,6 +360,8 @@ def running_jobs(logs: str | Path, active_minutes: float = 15.0, now: float | No
     for log in sorted(logs.rglob("*.log")) if logs.is_dir() else []:
         age = now - log.stat().st_mtime
         if age > active_minutes * 60:
+            continue
+        if unfinished is not None and log.resolve() not in unfinished:
             continue
         with open(log, "rb") as fh:  # the tail: a long job's log is long
             fh.seek(max(0, log.stat().st_size - 65536))
@@ -370,7 +419,7 @@ def progress(args) -> None:
     expected = expected_evaluations(args.configfile) if args.configfile else None
     print(format_progress(run_progress(args.results, expected)), end="")
     logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
-    running = running_jobs(logs, args.active_minutes)
+    running = running_jobs(logs, args.active_minutes, unfinished=unfinished_snakemake_jobs())
     if running:
         print()
         print(format_running(running), end="")
@@ -397,6 +446,8 @@ def register(subparsers) -> None:
         "--active-minutes",
         type=float,
         default=15.0,
-        help="a job whose log was written within this many minutes counts as running",
+        help="a job whose log was written within this many minutes counts as running (and, "
+        "run from the workflow's directory, that the newest Snakemake run started and has not "
+        "finished)",
     )
     p.set_defaults(func=progress)

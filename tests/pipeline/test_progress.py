@@ -313,8 +313,9 @@ def test_a_first_epoch_kept_part_way_is_listed(tmp_path, capsys):
 
 def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfinished(tmp_path):
     """A job killed with an earlier run (its log still recent) is not running; of the newest run
-    that started jobs (an --unlock after it writes a log with none), the jobs it finished or
-    failed are not either; without a Snakemake log, no filter."""
+    (not an --unlock or a start the lock refused after it: they build no DAG), the jobs it
+    finished or failed are not either; without a Snakemake log, or where the newest run names
+    no job (a --quiet run), no filter."""
     assert progress.unfinished_snakemake_jobs(tmp_path) is None
     run_logs = tmp_path / ".snakemake" / "log"
     run_logs.mkdir(parents=True)
@@ -325,11 +326,13 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
             f"    log: logs/r/train/{name}.log\n    jobid: {jobid}\n    wildcards: model={name}\n"
         )
 
+    dag = "Building DAG of jobs...\n"
     (run_logs / "2026-11-29T120000.000000.snakemake.log").write_text(
-        start(1, "killed") + start(2, "resumed")
+        dag + start(1, "killed") + start(2, "resumed")
     )
     (run_logs / "2026-11-29T130000.000000.snakemake.log").write_text(
-        start(5, "resumed")
+        dag
+        + start(5, "resumed")
         + start(6, "finished")
         + start(7, "failed")
         + "rule harvest:\n    log: logs/r/h/a.log, logs/r/h/b.log\n    jobid: 8\n"
@@ -339,6 +342,9 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     )
     (run_logs / "2026-11-29T140000.000000.snakemake.log").write_text(
         "Unlocked working directory.\n"
+    )
+    (run_logs / "2026-11-29T140500.000000.snakemake.log").write_text(
+        dag + "LockException:\nError: Directory cannot be locked.\n"
     )
     unfinished = progress.unfinished_snakemake_jobs(tmp_path)
     assert unfinished == {
@@ -355,3 +361,5 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     assert [r["job"] for r in progress.running_jobs(logs, unfinished=unfinished)] == [
         "train/resumed"
     ]
+    (run_logs / "2026-11-29T150000.000000.snakemake.log").write_text(dag + "Select jobs...\n")
+    assert progress.unfinished_snakemake_jobs(tmp_path) is None

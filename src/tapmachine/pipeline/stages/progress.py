@@ -305,13 +305,18 @@ _JOB_END = re.compile(r"^Finished jobid: (\d+)\b")
 
 def unfinished_snakemake_jobs(workdir: str | Path = ".") -> set[Path] | None:
     """The log files (resolved paths) of the jobs the newest Snakemake run in ``workdir`` started
-    and has not finished or failed, read from its run log (``.snakemake/log/*.snakemake.log``,
-    the newest that started a job: ``--unlock`` and the like write logs too); None where there
-    is no such log. A job killed with the run that started it is not in a later run's log."""
+    and has not finished or failed, read from its run log (``.snakemake/log/*.snakemake.log``).
+    Logs of commands that run no workflow (``--unlock``, a start refused by the lock: no DAG
+    built) are passed over; None where no run is logged, or where the newest run names no job
+    (nothing to do, or ``--quiet``: nothing to filter by). A job killed with the run that started
+    it is not in a later run's log."""
     runs = sorted((Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
     for run_log in runs:
+        text = run_log.read_text(errors="replace")
+        if "Building DAG of jobs" not in text or "LockException" in text:
+            continue
         started, ended, block = {}, set(), None
-        for line in run_log.read_text(errors="replace").splitlines():
+        for line in text.splitlines():
             if _JOB_START.match(line):
                 block = {}
             elif line.startswith("Error in rule "):
@@ -328,13 +333,14 @@ def unfinished_snakemake_jobs(workdir: str | Path = ".") -> set[Path] | None:
                 ended.add(end[1])
             elif not line.startswith(" "):
                 block = None
-        if started:
-            return {
-                (Path(workdir) / log.strip()).resolve()
-                for jobid, logs in started.items()
-                if jobid not in ended
-                for log in logs.split(",")
-            }
+        if not started:
+            return None
+        return {
+            (Path(workdir) / log.strip()).resolve()
+            for jobid, logs in started.items()
+            if jobid not in ended
+            for log in logs.split(",")
+        }
     return None
 
 

@@ -180,6 +180,46 @@ def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, 
     assert "models.m.epochs" in capsys.readouterr().err
 
 
+def test_progress_with_the_config_counts_a_finished_model_an_overlay_trains_on(
+    tmp_path, capsys, monkeypatch
+):
+    """A model whose model.pt holds 3 epochs, where the run's config asks for 7 (an overlay that
+    trains it on, as faces_substitute.yaml): finished from its files alone; with the config, 3/7,
+    its 4 epochs left priced at its pace, and the state says why. The config's epochs also count
+    while the job runs: its checkpoints still carry the 3 epochs they were trained to."""
+    run = tmp_path / "results" / "paper"
+    model_dir = run / "models" / "m"
+    machine, history = _train(model_dir, epochs=3)
+    ModelFile.from_machine(machine, "m", spec={"epochs": 3}, history=history).save(
+        model_dir / "model.pt"
+    )
+    alone = progress.model_progress(model_dir)
+    assert alone["finished"] and not alone["extended"] and alone["epochs_total"] == 3
+    row = progress.model_progress(model_dir, epochs=7)
+    assert (row["epochs_done"], row["epochs_total"], row["finished"], row["extended"]) == (
+        3,
+        7,
+        False,
+        True,
+    )
+    assert row["remaining_hours"] == pytest.approx(4 * row["epoch_seconds"] / 3600)
+    assert progress.model_progress(model_dir, epochs=3)["finished"]
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["models"]["m"] = {**copy.deepcopy(config["models"]["bmnist_h25"]), "epochs": 7}
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["progress", "--results", str(run), "--configfile", str(config_file)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.split()[:2] == ["m", "3/7"]
+    assert line.endswith("to train on (the config asks for more epochs)")
+
+    (model_dir / "model.pt").unlink()  # the job has started: Snakemake removed its output
+    running = progress.model_progress(model_dir, epochs=7)
+    assert (running["epochs_total"], running["finished"], running["extended"]) == (7, False, False)
+
+
 def test_progress_shows_the_share_of_converged_training_steps(tmp_path, capsys):
     """Converged training (Alg. 2 to convergence) shows the mean of its epochs'
     train_converged_step_share and the latest epoch's iterations per row; training with a fixed

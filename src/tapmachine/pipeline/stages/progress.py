@@ -20,7 +20,9 @@ counted and priced at the original evaluation's pace (epoch minus training secon
 bound, the second pass makes an evaluation longer). A pass that has not begun (its job not yet
 started) is seen only with the run's config (``--configfile``, the files given to snakemake):
 every epoch whose checkpoint was evaluated otherwise than the config's settings evaluate
-(``train.expected_signature``) is then counted, started or not.
+(``train.expected_signature``) is then counted, started or not. The config also gives each
+model's epochs: a finished model that an overlay trains on (more epochs than its ``model.pt``
+holds, as ``faces_substitute.yaml`` does) is counted to the config's epochs, not as finished.
 """
 
 from __future__ import annotations
@@ -75,11 +77,10 @@ def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
     return stale
 
 
-def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dict[str, tuple]:
-    """Each model's ``train.expected_signature`` under the run's config: config.yaml overlaid
-    by ``config_files`` as given to ``snakemake --configfile``, validated against ``schema``."""
+def run_config(config_files: list, schema: str | Path = SCHEMA) -> dict:
+    """The run's config: config.yaml overlaid by ``config_files`` as given to ``snakemake
+    --configfile``, validated against ``schema``."""
     from tapmachine.pipeline.configuration import ConfigError, load_config, validate
-    from tapmachine.train import TrainSettings, expected_signature
 
     for path in config_files:
         if not Path(path).is_file():
@@ -91,10 +92,24 @@ def expected_evaluations(config_files: list, schema: str | Path = SCHEMA) -> dic
         validate(config, schema)
     except ConfigError as err:
         raise UsageError(str(err)) from None
+    return config
+
+
+def expected_evaluations(config: dict) -> dict[str, tuple]:
+    """Each model's ``train.expected_signature`` under the run's ``config`` (``run_config``)."""
+    from tapmachine.train import TrainSettings, expected_signature
+
     return {
         name: expected_signature(TrainSettings.from_spec(spec).solver_settings)
         for name, spec in config["models"].items()
     }
+
+
+def configured_epochs(config: dict) -> dict[str, int]:
+    """Each model's epochs under the run's ``config`` (``run_config``)."""
+    from tapmachine.train import TrainSettings
+
+    return {name: TrainSettings.from_spec(spec).epochs for name, spec in config["models"].items()}
 
 
 def _evaluation_seconds(rows: list[dict]) -> float:
@@ -134,11 +149,16 @@ def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int
     return sum(a + b * sampling_steps_at(schedule, e) for e in range(done + 1, total + 1))
 
 
-def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict | None:
-    """``{model, epochs_done, epochs_total, finished, epoch_seconds, reevaluating,
+def model_progress(
+    model_dir: str | Path, expected: tuple | None = None, epochs: int | None = None
+) -> dict | None:
+    """``{model, epochs_done, epochs_total, finished, extended, epoch_seconds, reevaluating,
     remaining_hours, remaining_cpu_hours, converged_step_share, row_iterations,
     epoch_fraction}`` of the model trained in ``model_dir``; None where training has kept nothing
-    yet (no checkpoint, nor its first epoch part-way). ``epoch_fraction`` is the share of the
+    yet (no checkpoint, nor its first epoch part-way). ``epochs``: the run's config's epochs for
+    the model, where known; a total beyond what its checkpoints or ``model.pt`` say (an overlay
+    that trains a model on) is counted to it, and a finished model it extends is ``extended``,
+    not ``finished``. ``epoch_fraction`` is the share of the
     next epoch's minibatches done, as training last kept them part-way through it
     (``checkpoints/in_progress.pt``; 0 without one), and the hours left count only the rest of
     that epoch.
@@ -165,6 +185,7 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
     if final.exists():
         record = ModelFile.load(final)
         history, total, finished = record.history, record.n_epochs, True
+        settings = record.spec
     else:
         latest = latest_checkpoint(checkpoint_dir(model_dir))
         if latest is None:  # perhaps part-way through its first epoch
@@ -178,13 +199,17 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
             else:
                 pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
         history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
+        settings = ckpt.settings
+    extended = finished and epochs is not None and epochs > total
+    total = max(total, epochs or 0)
+    finished = finished and not extended
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
     pace = statistics.median(times) if times else math.nan
     fraction = 0.0 if finished else _epoch_fraction(checkpoint_dir(model_dir), done)
     left = 0 if finished else max(total - done - fraction, 0)
     seconds = left * pace if left else 0.0
-    k = ckpt.settings.get("sampling_steps") if not finished else None
+    k = settings.get("sampling_steps") if not finished else None
     if left and isinstance(k, dict):
         seconds = _rising_k_seconds(history, k, done, total)
     if pending:
@@ -196,6 +221,7 @@ def model_progress(model_dir: str | Path, expected: tuple | None = None) -> dict
         "epochs_done": done,
         "epochs_total": max(total, done),
         "finished": finished,
+        "extended": extended,
         "epoch_seconds": pace,
         "reevaluating": len(pending),
         "remaining_hours": seconds / 3600.0,
@@ -241,16 +267,21 @@ def _mean_of(history: list[dict], key: str) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
-def run_progress(results: str | Path, expected: dict[str, tuple] | None = None) -> list[dict]:
+def run_progress(
+    results: str | Path,
+    expected: dict[str, tuple] | None = None,
+    epochs: dict[str, int] | None = None,
+) -> list[dict]:
     """``model_progress`` of every model of the run in ``results`` that has begun training;
-    DBMs are named ``{dataset}/{model}``. ``expected``: ``expected_evaluations`` of the run's
-    config, by model name."""
+    DBMs are named ``{dataset}/{model}``. ``expected``, ``epochs``: ``expected_evaluations`` and
+    ``configured_epochs`` of the run's config, by model name."""
     results = Path(results)
     if not results.is_dir():
         raise UsageError(f"{results} is not a run's results folder (results/<run>)")
     rows = []
     for model_dir in sorted(p for p in (results / "models").glob("*") if p.is_dir()):
-        row = model_progress(model_dir, (expected or {}).get(model_dir.name))
+        name = model_dir.name
+        row = model_progress(model_dir, (expected or {}).get(name), (epochs or {}).get(name))
         if row is not None:
             rows.append(row)
     for model_dir in sorted(p for p in (results / "ucd" / "dbm").glob("*/*") if p.is_dir()):
@@ -273,6 +304,8 @@ def format_progress(rows: list[dict]) -> str:
     lines = [header]
     for r in rows:
         state = "finished" if r["finished"] else "in progress"
+        if r.get("extended"):
+            state = "to train on (the config asks for more epochs)"
         if r.get("reevaluating"):
             n = r["reevaluating"]
             state += f" (evaluating {n} earlier epoch{'s' if n > 1 else ''} again first)"
@@ -422,8 +455,11 @@ def _eta_text(hours: float) -> str:
 
 
 def progress(args) -> None:
-    expected = expected_evaluations(args.configfile) if args.configfile else None
-    print(format_progress(run_progress(args.results, expected)), end="")
+    expected = epochs = None
+    if args.configfile:
+        config = run_config(args.configfile)
+        expected, epochs = expected_evaluations(config), configured_epochs(config)
+    print(format_progress(run_progress(args.results, expected, epochs)), end="")
     logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
     running = running_jobs(logs, args.active_minutes, unfinished=unfinished_snakemake_jobs())
     if running:
@@ -443,7 +479,8 @@ def register(subparsers) -> None:
         nargs="+",
         default=None,
         help="the run's config files, as given to snakemake: also count the earlier epochs a "
-        "job not yet started will evaluate again (run from the workflow's directory)",
+        "job not yet started will evaluate again, and the epochs an overlay adds to a finished "
+        "model (run from the workflow's directory)",
     )
     p.add_argument(
         "--logs", default=None, help="the run's job logs (default logs/<run>, beside results/)"

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -572,6 +573,7 @@ def test_the_faces_substitute_overlay_scales_the_faces_epochs_by_the_update_rati
     assert scale == 30
     expected = copy.deepcopy(paper)
     expected["models"]["faces_h256"]["epochs"] *= scale
+    expected["models"]["faces_h256"]["checkpoint_every"] = scale  # the harvested epochs only
     harvest = expected["harvest"]["faces_h256"]
     harvest["epochs"] = [e * scale for e in harvest["epochs"]]
     for fig in ("fig6", "fig7"):
@@ -581,3 +583,46 @@ def test_the_faces_substitute_overlay_scales_the_faces_epochs_by_the_update_rati
     assert set(faces["figures"]["fig6"]["per_model"]["faces_h256"]["epochs"]) <= set(
         faces["harvest"]["faces_h256"]["epochs"]
     )
+
+
+def test_jobs_read_only_checkpoints_that_checkpoint_every_keeps():
+    """Harvests, Fig. 3's exact curve and Fig. 12's scores read checkpoints: each epoch they
+    name must be trained and kept (multiples of checkpoint_every and the last epoch), else the
+    config error names the key, the epochs and the rule."""
+    model = {**copy.deepcopy(MINIMAL_MODEL), "epochs": 100, "checkpoint_every": 10}
+
+    def config(harvest=(10, 100), exact=(20, 100), fig12=(30, 100)):
+        tiny = {**copy.deepcopy(model), "hidden": [{"prior": "bernoulli", "units": 3}]}
+        return {
+            "models": {"a": tiny},
+            "harvest": {"a": {"epochs": list(harvest)}},
+            "figures": {
+                "fig3": {"models": ["a"], "exact": {"models": ["a"], "epochs": list(exact)}}
+            },
+            "likelihood": {"fig12": {"model": "a", "epochs": list(fig12)}},
+        }
+
+    validate(config(), SCHEMA)
+    for key, bad in (("harvest", (5, 10)), ("exact", (20, 95)), ("fig12", (1,))):
+        where = {
+            "harvest": r"harvest\.a\.epochs",
+            "exact": r"figures\.fig3\.exact\.epochs",
+            "fig12": r"likelihood\.fig12\.epochs",
+        }[key]
+        dropped = [e for e in bad if e % 10]
+        with pytest.raises(
+            ConfigError,
+            match=rf"{where}: the checkpoints of {re.escape(str(dropped))} are not kept by "
+            r"model 'a' \(checkpoint_every 10",
+        ):
+            validate(config(**{key: bad}), SCHEMA)
+        with pytest.raises(
+            ConfigError, match=rf"{where}: \[101\] exceed the 100 training epochs of model 'a'"
+        ):
+            validate(config(**{key: (*bad, 101)}), SCHEMA)
+    # without the key every epoch is kept
+    plain = config(harvest=(5,), exact=(7,), fig12=(1,))
+    del plain["models"]["a"]["checkpoint_every"]
+    validate(plain, SCHEMA)
+    with pytest.raises(ConfigError, match=r"models\.a\.checkpoint_every: 0 is less than"):
+        validate({**config(), "models": {"a": {**model, "checkpoint_every": 0}}}, SCHEMA)

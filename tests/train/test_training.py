@@ -200,8 +200,8 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
 
 def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     """Every setting enters the resume fingerprint except the converged mode's keys in a
-    fixed-iteration run, the evaluation's second pass, ``fuse``, the CUDA graphs' keys and, at a
-    constant step size, the number of epochs."""
+    fixed-iteration run, the evaluation's second pass, ``fuse``, the CUDA graphs' keys,
+    ``checkpoint_every`` and, at a constant step size, the number of epochs."""
     x = bars_and_stripes()
     m = build_machine(SPEC, x, 0.01, seeded_generator(7, "fp"))
     base = settings()
@@ -216,6 +216,7 @@ def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     # Captured steps give the same numbers up to rounding (tests/train/test_graphs.py).
     captured = dataclasses.replace(base, cuda_graphs=False, cuda_graph_sweeps=3)
     assert fingerprint(m, x, captured) == fp
+    assert fingerprint(m, x, dataclasses.replace(base, checkpoint_every=4)) == fp
     assert fingerprint(m, x, dataclasses.replace(base, epochs=base.epochs + 5)) == fp
     decaying = dataclasses.replace(base, learning_rate={"start": 0.1, "end": 0.01})
     assert fingerprint(m, x, dataclasses.replace(decaying, epochs=9)) != fingerprint(m, x, decaying)
@@ -270,6 +271,31 @@ def test_more_epochs_extend_a_finished_run(tmp_path):
         "epoch_2.pt",
         "epoch_3.pt",
     ]
+
+
+def test_checkpoint_every_keeps_its_multiples_and_the_last_epoch_and_changes_no_number(tmp_path):
+    """checkpoint_every 3 over 7 epochs keeps epochs 3, 6 and 7; extended to 10 epochs (resumed
+    from epoch 7) it keeps 3, 6, 9 and 10, epoch 7 going once epoch 8's is written. The model
+    equals, bit for bit, one trained for 10 epochs in one go keeping every checkpoint."""
+    x = bars_and_stripes()
+
+    def run(folder, **kw):
+        g = seeded_generator(5, "every")
+        m = build_machine(SPEC, x, 0.01, g)
+        machine, history = train(m, x, settings(**kw), g, checkpoint_dir=folder, progress=False)
+        return machine, history, sorted(int(p.stem[6:]) for p in folder.glob("epoch_*.pt"))
+
+    thinned = tmp_path / "thinned"
+    assert run(thinned, epochs=7, checkpoint_every=3)[2] == [3, 6, 7]
+    machine, history, kept = run(thinned, epochs=10, checkpoint_every=3)
+    assert kept == [3, 6, 9, 10] and [h["epoch"] for h in history] == list(range(1, 11))
+    whole, whole_history, all_kept = run(tmp_path / "whole", epochs=10)
+    assert all_kept == list(range(1, 11))
+    for a, b in zip(machine.weights, whole.weights, strict=True):
+        assert torch.equal(a, b)
+    assert [h["tap_ll"] for h in history] == [h["tap_ll"] for h in whole_history]
+    with pytest.raises(TrainingError, match="checkpoint_every must be a positive integer, not 0"):
+        settings(checkpoint_every=0)
 
 
 def test_rho_steps_stay_in_the_unit_interval_and_follow_the_gradient():
@@ -614,8 +640,10 @@ def test_settings_defaults_are_the_schemas():
     tap_keys = model["tap"]["properties"]
     fields = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
     for key, prop in model.items():
-        if key in fields:
+        if key in fields and key != "checkpoint_every":
             assert fields[key] == resolve(prop, schema)["default"], key
+    # no default in the schema (a spec that leaves it out stays as it was): every epoch is kept
+    assert "default" not in model["checkpoint_every"] and fields["checkpoint_every"] == 1
     for key, prop in tap_keys.items():
         assert fields[key] == resolve(prop, schema)["default"], key
     # the solver's keys come from $defs/tap_solver, its damping and solver as they are there

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from tapmachine.core.errors import TapmachineError
+from tapmachine.io import retention
 from tapmachine.io.schema import SCHEMA_FILE, child, load_schema, resolve, schema_default
 
 __all__ = [
@@ -248,11 +249,9 @@ def _check_exact_curves(fig3: dict, models: dict) -> None:
                 f"{key} has {hidden[0]['units']} hidden units; at most {EXACT_CURVE_UNITS} are "
                 "enumerated (2^25 states take about 7 CPU-minutes an epoch)"
             )
-        epochs = exact["epochs"]
-        if isinstance(epochs, list) and max(epochs) > models[name]["epochs"]:
-            raise ConfigError(
-                f"config error at figures.fig3.exact.epochs: {max(epochs)} exceeds {name!r}'s "
-                f"{models[name]['epochs']} training epochs"
+        if isinstance(exact["epochs"], list):
+            _check_checkpoints_read(
+                "figures.fig3.exact.epochs", exact["epochs"], name, models[name]
             )
 
 
@@ -311,6 +310,25 @@ def _check_deep(config: dict) -> None:
                 )
 
 
+def _check_checkpoints_read(key: str, epochs: list, name: str, model: dict) -> None:
+    """The checkpoints a job reads at ``epochs`` (config ``key``) of model ``name``: each at most
+    its training epochs, and kept by its ``checkpoint_every`` (``io.retention``)."""
+    last = model["epochs"]
+    late = sorted(e for e in epochs if e > last)
+    if late:
+        raise ConfigError(
+            f"config error at {key}: {late} exceed the {last} training epochs of model "
+            f"{name!r} (each needs that epoch's checkpoint)"
+        )
+    every = model.get("checkpoint_every", 1)
+    dropped = retention.unkept(epochs, every, last)
+    if dropped:
+        raise ConfigError(
+            f"config error at {key}: the checkpoints of {dropped} are not kept by model "
+            f"{name!r} (checkpoint_every {every}: its multiples and the last epoch, {last})"
+        )
+
+
 def _check_likelihood(config: dict) -> None:
     """likelihood.*: named models exist, are RBMs, and fig12's epochs exist; AIS settings."""
     section = config.get("likelihood", {})
@@ -328,13 +346,10 @@ def _check_likelihood(config: dict) -> None:
         if len(config["models"][name]["hidden"]) != 1:
             raise ConfigError(f"config error at {key}: {name!r} is not an RBM (one hidden layer)")
     if fig12.get("model") is not None and isinstance(fig12.get("epochs"), list):
-        last = config["models"][fig12["model"]]["epochs"]
-        late = [e for e in fig12["epochs"] if e > last]
-        if late:
-            raise ConfigError(
-                f"config error at likelihood.fig12.epochs: {late} exceed the {last} epochs of "
-                f"model {fig12['model']!r}"
-            )
+        name = fig12["model"]
+        _check_checkpoints_read(
+            "likelihood.fig12.epochs", fig12["epochs"], name, config["models"][name]
+        )
     for part in ("fig12", "table"):
         ais = section.get(part, {}).get("ais", {})
         if ais.get("schedule") == "linear" and ais.get("n_betas") is None:
@@ -351,13 +366,7 @@ def _check_harvest_and_figures(config: dict) -> None:
             raise ConfigError(
                 f"config error at harvest.{name}: {name!r} is not a model of `models`"
             )
-        epochs = models[name]["epochs"]
-        late = sorted(e for e in entry["epochs"] if e > epochs)
-        if late:
-            raise ConfigError(
-                f"config error at harvest.{name}.epochs: {late} exceed the model's {epochs} "
-                "training epochs (each harvested epoch needs that epoch's checkpoint)"
-            )
+        _check_checkpoints_read(f"harvest.{name}.epochs", entry["epochs"], name, models[name])
     figures = config.get("figures", {})
     for fig in ("fig3", "fig4"):
         for name in figures.get(fig, {}).get("models", []):

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from tapmachine.core import eta
 from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.io import retention
 from tapmachine.io.files import remove_temporaries
 from tapmachine.io.modelfile import (
     Checkpoint,
@@ -183,6 +184,11 @@ def train(
             checkpoint = _checkpoint(carried, carried.machine, generator, identity, settings)
             save_checkpoint(checkpoint, ckpt_dir / f"epoch_{carried.epoch}.pt")
             in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
+            previous = carried.epoch - 1
+            if previous >= 1 and not retention.kept(
+                previous, settings.checkpoint_every, settings.epochs
+            ):
+                (ckpt_dir / f"epoch_{previous}.pt").unlink(missing_ok=True)
         if on_epoch is not None:
             on_epoch(carried.epoch, metrics, carried.machine)
         if progress:

@@ -61,7 +61,9 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     resumed run evaluates its earlier epochs again, ``reevaluate_history``), ``fuse``
     (compiled or eager sweeps: the same iterates up to rounding; leaving it out also keeps the
     checkpoints written before the key existed), and ``cuda_graphs``, ``cuda_graph_sweeps``
-    (captured or eager steps, ``train.graphs``: the same numbers up to rounding). The keys of
+    (captured or eager steps, ``train.graphs``: the same numbers up to rounding), and
+    ``checkpoint_every`` (which checkpoints stay on disk; so a run can change it and resume).
+    The keys of
     ``_LATER_KEYS`` enter only when set (off, they train as before them, and the checkpoints
     written before them still resume).
     """
@@ -74,7 +76,7 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
         for key in ("train_tol", "train_max_iter", "train_unique"):
             fields.pop(key)
     fields.pop("retry_damping")
-    for key in ("fuse", "cuda_graphs", "cuda_graph_sweeps"):
+    for key in ("fuse", "cuda_graphs", "cuda_graph_sweeps", "checkpoint_every"):
         fields.pop(key)
     for key, off in _LATER_KEYS.items():
         if fields[key] == off:

@@ -67,6 +67,9 @@ class TrainSettings:
     """The optimisation settings of one model, validated; defaults: the schema's ``model``."""
 
     epochs: int = _RBM["epochs"]
+    #: Keep every N-th epoch's checkpoint, the last epoch's and the latest (``io.retention``);
+    #: the config key has no default, so that models that leave it out keep their specs.
+    checkpoint_every: int = 1
     batch_size: int = _RBM["batch_size"]
     n_solutions: int | None = _RBM["n_solutions"]
     #: A number, {start, end} or {over_sampling_steps} (``update.learning_rate``).
@@ -139,6 +142,9 @@ class TrainSettings:
         return cls(**plain)
 
     def __post_init__(self):
+        every = self.checkpoint_every
+        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
+            raise TrainingError(f"checkpoint_every must be a positive integer, not {every!r}")
         it = self.train_iterations
         if not (it == "converge" or (isinstance(it, int) and not isinstance(it, bool) and it >= 1)):
             raise TrainingError(

@@ -75,3 +75,31 @@ def test_claims_spread_command_writes_the_report(tmp_path):
     assert main(args + ["--out", str(out), "--csv", str(csv)]) == 0
     assert "| fig8 | c | m | 0.1 (held) | -0.1 (not held) |" in out.read_text()
     assert pd.read_csv(csv)["verdict"].tolist() == ["split"]
+
+
+def test_spread_keeps_every_row_of_a_claim_per_epoch_and_per_text(tmp_path):
+    """One claim of one model at two epochs, and two rows told apart only by their text (Fig.
+    4's Spearman rows per dataset), stay apart over the seeds; the Row column names them."""
+
+    def rows(shift):
+        return [
+            {"claim": "grows", "model": "m", "epoch": 1, "value": 1 + shift, "held": "held"},
+            {"claim": "grows", "model": "m", "epoch": 5, "value": 2 + shift, "held": "held"},
+            {"claim": "rho", "model": "", "value": -1, "held": "held", "detail": "dataset a, x"},
+            {
+                "claim": "rho",
+                "model": "",
+                "value": shift,
+                "held": "not held",
+                "detail": "dataset b",
+            },
+        ]
+
+    runs = {str(s): _run(tmp_path / f"seed{s}", rows(s / 10)) for s in (1, 2)}
+    table = seed_spread.spread(runs)
+    assert len(table) == 4
+    grows = table[table["claim"] == "grows"].set_index("epoch")
+    assert grows.loc["5", "mean"] == pytest.approx(2.15)
+    text = seed_spread.spread_markdown(table)
+    assert "| fig8 | grows | m | epoch 5 | 2.1 (held) | 2.2 (held) |" in text
+    assert "| fig8 | rho |  | dataset b | 0.1 (not held) | 0.2 (not held) |" in text

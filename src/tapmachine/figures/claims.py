@@ -20,7 +20,10 @@ from tapmachine.figures.common import FigureError
 
 __all__ = [
     "PAPER_CLAIMS",
+    "ROW_KEY",
     "collect",
+    "row_labels",
+    "side_by_side",
     "to_markdown",
     "replace_section",
     "wall_times",
@@ -111,6 +114,45 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
         for held, detail in zip(rows["held"], rows["detail"], strict=True)
     ]
     return rows
+
+
+#: A claim row's identity across runs of one config. One claim of one model can have several
+#: rows: per epoch (Figs. 5-7), and told apart only by their text and order (Fig. 4's Spearman
+#: rows per dataset, Fig. 9's shares per p): ``nth`` counts them in file order.
+ROW_KEY = ("figure", "claim", "model", "epoch", "nth")
+
+
+def side_by_side(runs: dict):
+    """The claim rows of several runs, ``{label: collect(...)}``, one row per claim row
+    (``ROW_KEY``; ``model`` and ``epoch`` blank where a row has none) with each run's
+    ``value <label>``, ``held <label>`` and ``detail <label>``: the first run's rows in its
+    order, then the rows only later runs have. A row a run lacks is blank there."""
+    wide = None
+    for label, rows in runs.items():
+        rows = rows.copy()
+        rows["model"] = rows["model"].fillna("").astype(str)
+        rows["epoch"] = [_cell(e) for e in rows["epoch"]]
+        rows["nth"] = rows.groupby(["figure", "claim", "model", "epoch"]).cumcount()
+        part = rows[[*ROW_KEY, "value", "held", "detail"]].rename(
+            columns={c: f"{c} {label}" for c in ("value", "held", "detail")}
+        )
+        wide = part if wide is None else wide.merge(part, on=list(ROW_KEY), how="outer", sort=False)
+    return wide.reset_index(drop=True)
+
+
+def row_labels(table, labels) -> list[str]:
+    """What tells each claim row of ``side_by_side``'s ``table`` from the others of its claim
+    and model: its epoch, and where several rows share claim, model and epoch, the first clause
+    of its text (the first of ``labels``' runs that has the row)."""
+    shared = table.duplicated(["figure", "claim", "model", "epoch"], keep=False)
+    out = []
+    for (_, row), several in zip(table.iterrows(), shared, strict=True):
+        parts = [f"epoch {row['epoch']}"] if row["epoch"] != "" else []
+        if several:
+            text = next((row[f"detail {k}"] for k in labels if not _blank(row[f"detail {k}"])), "")
+            parts.append(re.split(r"[:;,]", str(text), maxsplit=1)[0])
+        out.append(", ".join(parts))
+    return out
 
 
 def _verdict_in_text(detail) -> str | None:

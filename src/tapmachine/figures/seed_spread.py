@@ -4,7 +4,8 @@ claim rows set side by side.
 A verdict that compares methods (TAP against the OPE, adaTAP against TAP, UCD-LMI against its
 ablations) is one draw of the seed: initial weights, minibatch order, data subsets and samplers
 all follow it. ``spread`` takes the claim rows of several runs of the same config that differ in
-``seed`` (``collect`` on each run's ``figures/``) and gives, per claim row, the value of every
+``seed`` (``collect`` on each run's ``figures/``, set side by side by ``claims.side_by_side``)
+and gives, per claim row, the value of every
 seed, their mean, standard deviation and range, and whether the verdict held on every seed, on
 none, or on some (``verdict``: ``held on every seed`` / ``not held on any seed`` / ``split``).
 """
@@ -14,13 +15,10 @@ from __future__ import annotations
 import math
 import os
 
-from tapmachine.figures.claims import _cell, collect
+from tapmachine.figures.claims import _cell, collect, row_labels, side_by_side
 from tapmachine.figures.common import FigureError
 
-__all__ = ["KEY", "spread", "spread_markdown", "verdict_over_seeds"]
-
-#: A claim row's identity across runs.
-KEY = ("figure", "claim", "model")
+__all__ = ["spread", "spread_markdown", "verdict_over_seeds"]
 
 
 def verdict_over_seeds(verdicts) -> str:
@@ -38,25 +36,18 @@ def verdict_over_seeds(verdicts) -> str:
 
 
 def spread(runs: dict[str, str | os.PathLike]):
-    """One row per claim row (``KEY``) of the runs ``{label: figures folder}``: the value and
-    verdict of each run (``value <label>``, ``held <label>``), then ``n`` (runs with a finite
-    value), ``mean``, ``std`` (sample, over those runs), ``min``, ``max`` and ``verdict``
-    (``verdict_over_seeds``). Rows are in the first run's order; a row some run lacks has NaN
-    there. Non-numeric values are carried but not summarised."""
+    """One row per claim row (``claims.ROW_KEY``) of the runs ``{label: figures folder}``: the
+    value, verdict and text of each run (``value <label>``, ``held <label>``, ``detail
+    <label>``), then ``n`` (runs with a finite value), ``mean``, ``std`` (sample, over those
+    runs), ``min``, ``max`` and ``verdict`` (``verdict_over_seeds``). Rows are in the first
+    run's order; a row some run lacks has NaN there. Non-numeric values are carried but not
+    summarised."""
     import numpy as np
     import pandas as pd
 
     if len(runs) < 2:
         raise FigureError(f"a spread over seeds needs at least 2 runs, got {len(runs)}")
-    wide = None
-    for label, folder in runs.items():
-        rows = collect(folder)
-        rows = rows.drop_duplicates(list(KEY), keep="first")
-        rows["model"] = rows["model"].fillna("")
-        part = rows[list(KEY) + ["value", "held"]].rename(
-            columns={"value": f"value {label}", "held": f"held {label}"}
-        )
-        wide = part if wide is None else wide.merge(part, on=list(KEY), how="outer", sort=False)
+    wide = side_by_side({label: collect(folder) for label, folder in runs.items()})
     labels = list(runs)
     values = wide[[f"value {k}" for k in labels]].apply(pd.to_numeric, errors="coerce")
     finite = values.where(np.isfinite(values))
@@ -86,16 +77,21 @@ def spread_markdown(table, title: str | None = None, level: int = 2) -> str:
         rows = judged[judged["figure"] == fig]["verdict"]
         counts = [int((rows == v).sum()) for v in VERDICTS]
         out.append(f"| {fig} | " + " | ".join(map(str, counts)) + " |")
+    which = row_labels(table, labels)  # over every row: a context row can share a claim
+    shown = any(which[i] for i in judged.index)  # a Row column where a claim has several rows
     out += [
         "",
         "| Figure | Claim row | Model | "
+        + ("Row | " if shown else "")
         + " | ".join(f"seed {k}" for k in labels)
         + " | Mean | Std | Verdict over seeds |",
-        "|---|---|---|" + "---|" * len(labels) + "---|---|---|",
+        "|---|---|---|" + ("---|" if shown else "") + "---|" * len(labels) + "---|---|---|",
     ]
-    for _, r in judged.iterrows():
+    for i, r in judged.iterrows():
+        row = which[i]
         seeds = [f"{_cell(r[f'value {k}'])} ({_cell(r[f'held {k}']) or '-'})" for k in labels]
-        cells = [r["figure"], r["claim"], r["model"], *seeds, r["mean"], r["std"], r["verdict"]]
+        head = [r["figure"], r["claim"], r["model"], *([row] if shown else [])]
+        cells = [*head, *seeds, r["mean"], r["std"], r["verdict"]]
         out.append("| " + " | ".join(c if isinstance(c, str) else _cell(c) for c in cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -1,6 +1,7 @@
 """Commands that read a run's figure CSVs back: ``tapmachine claims`` (the claim rows of a run as
-markdown), ``tapmachine claims-spread`` (runs that differ in their seed, side by side) and
-``tapmachine redraw-table`` (a table drawn again from its CSV alone)."""
+markdown), ``tapmachine claims-spread`` (runs that differ in their seed, side by side),
+``tapmachine claims-compare`` (a run before and after a change, row by row) and ``tapmachine
+redraw-table`` (a table drawn again from its CSV alone)."""
 
 from __future__ import annotations
 
@@ -37,15 +38,35 @@ def claims_spread(args) -> None:
     from tapmachine.figures import seed_spread
     from tapmachine.io.files import atomic_write
 
-    runs = {}
-    for folder in map(Path, args.results):
-        runs[folder.name] = folder / "figures" if (folder / "figures").is_dir() else folder
+    runs = {Path(folder).name: _figures_folder(folder) for folder in args.results}
     table = seed_spread.spread(runs)
     text = seed_spread.spread_markdown(table, args.title, args.level)
     atomic_write(args.out, lambda fh: fh.write(text), text=True)
     if args.csv:
         atomic_write(args.csv, lambda fh: table.to_csv(fh, index=False), text=True)
     print(f"wrote {args.out} (claim rows of {len(runs)} runs)")
+
+
+def _figures_folder(path) -> Path:
+    """A run's ``figures/`` given the run's results folder or the figures folder itself."""
+    folder = Path(path)
+    return folder / "figures" if (folder / "figures").is_dir() else folder
+
+
+def claims_compare(args) -> None:
+    """``tapmachine claims-compare``: the claim rows of a run before and after a change, row by
+    row, with how each verdict moved (``figures.claims_compare``)."""
+    from tapmachine.figures import claims_compare
+    from tapmachine.io.files import atomic_write
+
+    before, after = _figures_folder(args.before), _figures_folder(args.after)
+    table = claims_compare.compare(before, after, rejudge=args.rejudge)
+    names = (args.before_name or before.parent.name, args.after_name or after.parent.name)
+    text = claims_compare.compare_markdown(table, args.title, args.level, names)
+    atomic_write(args.out, lambda fh: fh.write(text), text=True)
+    if args.csv:
+        atomic_write(args.csv, lambda fh: table.to_csv(fh, index=False), text=True)
+    print(f"wrote {args.out} (claim rows of {before} and {after})")
 
 
 def redraw_table(args) -> None:
@@ -100,6 +121,26 @@ def register(subparsers) -> None:
     spread.add_argument("--title", default=None, help="heading of the report")
     spread.add_argument("--level", type=int, default=2, help="heading level of the title")
     spread.set_defaults(func=claims_spread)
+    compare = subparsers.add_parser(
+        "claims-compare",
+        help="the claim rows of a run before and after a change, row by row (how each verdict "
+        "moved)",
+    )
+    compare.add_argument("--before", required=True, help="results folder (or figures/) before")
+    compare.add_argument("--after", required=True, help="results folder (or figures/) after")
+    compare.add_argument("--out", required=True, help="markdown file to write")
+    compare.add_argument("--csv", default=None, help="also write the table as CSV")
+    compare.add_argument("--before-name", default=None, help="column header of the first run")
+    compare.add_argument("--after-name", default=None, help="column header of the second run")
+    compare.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="judge both runs' fig3, fig4, fig5 and tables again by the current code (a committed "
+        "run whose inputs are gone, e.g. docs/results/paper)",
+    )
+    compare.add_argument("--title", default=None, help="heading of the report")
+    compare.add_argument("--level", type=int, default=2, help="heading level of the title")
+    compare.set_defaults(func=claims_compare)
     c = subparsers.add_parser(
         "claims", help="every figure's claim rows of a run (held / not held) as markdown"
     )

@@ -8,7 +8,8 @@ also logged to the MLflow experiment ``benchmarks`` of the store in ``results/ml
 ``$MLFLOW_TRACKING_URI``).
 
 One module per area (``benchmarks.<module>``): ``training_epoch`` (tap_epoch),
-``converged_epoch`` (tap_converged_epoch), ``compiled_step`` (tap_epoch_compiled),
+``converged_epoch`` (tap_converged_epoch), ``side_by_side`` (tap_side_by_side),
+``compiled_step`` (tap_epoch_compiled),
 ``tap_iteration``, ``adatap``, ``harvest``,
 ``denoise``, ``ais`` (ais, dbm_ais), ``priors``, ``tap_solve`` (tap_solve, tap_hybrid),
 ``paper_profile``, ``ucd`` (ucd_coupling, ucd_train_step); ``common`` and ``checkpoints`` hold
@@ -40,6 +41,7 @@ from benchmarks.denoise import bench_denoise  # noqa: E402
 from benchmarks.harvest import bench_harvest  # noqa: E402
 from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
 from benchmarks.priors import bench_priors  # noqa: E402
+from benchmarks.side_by_side import bench_tap_side_by_side  # noqa: E402
 from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
 from benchmarks.tap_solve import bench_tap_hybrid, bench_tap_solve  # noqa: E402
 from benchmarks.training_epoch import bench_tap_epoch  # noqa: E402
@@ -51,6 +53,7 @@ BENCHMARKS = {
     "tap_iteration": bench_tap_iteration,
     "tap_converged_epoch": bench_tap_converged_epoch,
     "tap_epoch_compiled": bench_tap_epoch_compiled,
+    "tap_side_by_side": bench_tap_side_by_side,
     "denoise": bench_denoise,
     "harvest": bench_harvest,
     "ais": bench_ais,
@@ -65,7 +68,13 @@ BENCHMARKS = {
 }
 
 #: Benchmarks that take ``checkpoints`` (``--checkpoints``).
-USES_CHECKPOINTS = {"tap_solve", "tap_hybrid", "paper_profile", "tap_converged_epoch"}
+USES_CHECKPOINTS = {
+    "tap_solve",
+    "tap_hybrid",
+    "paper_profile",
+    "tap_converged_epoch",
+    "tap_side_by_side",
+}
 
 
 def main(argv=None) -> int:
@@ -85,7 +94,7 @@ def main(argv=None) -> int:
         "--checkpoints",
         type=Path,
         default=None,
-        help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch: "
+        help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch, tap_side_by_side: "
         f"DIR/{{model}}/epoch_{{e}}.pt to read or train (default {CHECKPOINTS.relative_to(ROOT)})",
     )
     p.add_argument(

@@ -431,6 +431,8 @@ def bench_paper_profile(
     ``results/{run}/models``) the iterations are counted on that run's own checkpoints where it
     has them (``paper_counts.run_checkpoint_sets``).
     """
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"paper_profile prices CPU time of one thread, not {device}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see cpu_seconds)
     try:

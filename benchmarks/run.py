@@ -114,6 +114,12 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.names) - set(BENCHMARKS))
     if unknown:
         p.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    on_cpu = torch.device(args.device).type == "cpu"
+    if "paper_profile" in args.names and not on_cpu:
+        p.error(
+            f"paper_profile prices one CPU thread and projects 2 CPU cores; it has no "
+            f"{args.device} projection (run it with --device cpu)"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     manifest = None
@@ -132,6 +138,9 @@ def main(argv=None) -> int:
     if torch.device(args.device).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name()
     for name in args.names or list(BENCHMARKS):
+        if name == "paper_profile" and not on_cpu:
+            print(f"paper_profile skipped: it prices CPU time, not {args.device}", file=sys.stderr)
+            continue
         fn = BENCHMARKS[name]
         if name == "paper_profile":
             results = fn(args.device, args.quick, args.checkpoints, args.counts_from)

@@ -416,3 +416,16 @@ def test_benchmark_checkpoints_a_run_covers_are_not_trained(tmp_path, monkeypatc
     trained.clear()
     paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, None)
     assert trained == ["solve", "other"]
+
+
+def test_a_gpu_projection_is_refused_rather_than_priced_on_the_cpu(capsys):
+    """paper_profile prices CPU seconds of one thread: asked for CUDA it says it has no such
+    projection instead of printing CPU prices labelled with the GPU."""
+    from benchmarks import run
+
+    with pytest.raises(SystemExit) as stop:
+        run.main(["--device", "cuda", "--no-tracking", "paper_profile"])
+    assert stop.value.code == 2
+    assert "no cuda projection" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not cuda"):
+        paper_profile.bench_paper_profile("cuda", quick=True)

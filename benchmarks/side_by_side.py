@@ -4,7 +4,7 @@ train independently, pay for sharing one GPU. Each model's converged steps (``pa
 Snakemake jobs on one GPU would: first one process at a time, then the four at once, their timed
 steps started together.
 
-    python -m benchmarks.side_by_side --child --nh 500 --steps 100 [--go FILE]
+    python -m benchmarks.side_by_side --nh 500 [--steps 40] [--go FILE]
 
 is one such process: it prints a JSON line with its timed window (wall clock) and steps."""
 
@@ -71,7 +71,7 @@ def _child(nh: int, steps: int, device: str, checkpoints, go: Path | None, quick
 
 
 def _spawn(nh: int, steps: int, device: str, checkpoints, go: Path | None, quick: bool):
-    command = [sys.executable, "-m", "benchmarks.side_by_side", "--child", "--nh", str(nh)]
+    command = [sys.executable, "-m", "benchmarks.side_by_side", "--nh", str(nh)]
     command += ["--steps", str(steps), "--device", device]
     if checkpoints:
         command += ["--checkpoints", str(checkpoints)]
@@ -154,7 +154,6 @@ def bench_tap_side_by_side(device, quick: bool, checkpoints: Path | None = None)
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--child", action="store_true", help="run one model's steps (internal)")
     p.add_argument("--nh", type=int, required=True)
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -9,6 +9,7 @@ also logged to the MLflow experiment ``benchmarks`` of the store in ``results/ml
 
 One module per area (``benchmarks.<module>``): ``training_epoch`` (tap_epoch),
 ``converged_epoch`` (tap_converged_epoch), ``side_by_side`` (tap_side_by_side),
+``rounding_drift`` (tap_rounding_drift),
 ``compiled_step`` (tap_epoch_compiled),
 ``tap_iteration``, ``adatap``, ``harvest``,
 ``denoise``, ``ais`` (ais, dbm_ais), ``priors``, ``tap_solve`` (tap_solve, tap_hybrid),
@@ -41,6 +42,7 @@ from benchmarks.denoise import bench_denoise  # noqa: E402
 from benchmarks.harvest import bench_harvest  # noqa: E402
 from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
 from benchmarks.priors import bench_priors  # noqa: E402
+from benchmarks.rounding_drift import bench_tap_rounding_drift  # noqa: E402
 from benchmarks.side_by_side import bench_tap_side_by_side  # noqa: E402
 from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
 from benchmarks.tap_solve import bench_tap_hybrid, bench_tap_solve  # noqa: E402
@@ -54,6 +56,7 @@ BENCHMARKS = {
     "tap_converged_epoch": bench_tap_converged_epoch,
     "tap_epoch_compiled": bench_tap_epoch_compiled,
     "tap_side_by_side": bench_tap_side_by_side,
+    "tap_rounding_drift": bench_tap_rounding_drift,
     "denoise": bench_denoise,
     "harvest": bench_harvest,
     "ais": bench_ais,
@@ -74,6 +77,7 @@ USES_CHECKPOINTS = {
     "paper_profile",
     "tap_converged_epoch",
     "tap_side_by_side",
+    "tap_rounding_drift",
 }
 
 
@@ -94,7 +98,8 @@ def main(argv=None) -> int:
         "--checkpoints",
         type=Path,
         default=None,
-        help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch, tap_side_by_side: "
+        help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch, tap_side_by_side, "
+        "tap_rounding_drift: "
         f"DIR/{{model}}/epoch_{{e}}.pt to read or train (default {CHECKPOINTS.relative_to(ROOT)})",
     )
     p.add_argument(

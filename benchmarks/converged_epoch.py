@@ -229,16 +229,19 @@ def _summary(tag: str, seconds: list, stats: dict, per_epoch: int) -> dict:
 def bench_tap_converged_epoch(device, quick: bool, checkpoints: Path | None = None) -> dict:
     """bmnist_h500's converged steps (``PAPER_H500``) on the first minibatches of a fixed order
     (40, or those done within ``BUDGETS[0]`` seconds eager; quick: 5), from checkpoint
-    ``CHECKPOINT`` under ``--checkpoints`` or else a model after ``WARM_EPOCHS`` of 3-iteration
-    training; seconds per step and the epoch (600 steps) projected from them. ``seconds`` is
-    the epoch by captured chunks on CUDA (``*_graph``, timed on a second pass, its graphs
-    captured on the first), else the eager one.
+    ``CHECKPOINT`` under ``--checkpoints`` (``checkpoint_or_warm``: else its latest there, else
+    a model after ``WARM_EPOCHS`` of 3-iteration training); seconds per step and the epoch (600
+    steps) projected from them. ``seconds`` is the epoch by captured chunks on CUDA
+    (``*_graph``, timed on a second pass, its graphs captured on the first), else the eager one.
 
     On CUDA also: ``graph_speedup`` (eager over captured, same steps), the captured steps'
     final couplings against the eager ones (``graph_max_abs_diff_w``, float32 rounding
-    expected; the same row iteration counts), and the first 8 steps (quick: 2; those done within
-    ``BUDGETS[1]`` seconds) on two CPU threads, wall seconds on this host (``*_cpu2``), with
-    ``speedup_vs_cpu2`` over the same steps captured: the goal's 10x.
+    expected, though a start that converges a sweep apart can carry a run off:
+    ``rounding_drift``), and the first 8 steps (quick: 2; those done within ``BUDGETS[1]``
+    seconds) on two CPU threads, wall seconds on this host (``*_cpu2``), with
+    ``speedup_vs_cpu2`` over the same steps captured: the goal's 10x. On the first
+    ``EXTRA_STEPS`` minibatches: ``_chunk_sizes``, ``_solve_share``, ``_distance_by_step`` with
+    the model term over unique and over all solutions, and ``_top_device_ops`` (5 steps).
     """
     x, source = binary_mnist(6000 if quick else None)
     machine, model = checkpoint_or_warm(CHECKPOINT[0], 500, x, device, quick, checkpoints)

@@ -351,6 +351,46 @@ def test_a_first_epoch_kept_part_way_is_listed(tmp_path, capsys):
     )
 
 
+def test_a_deep_model_still_pretraining_is_listed_by_its_layer_at_work(tmp_path, capsys):
+    """Before a deep model's joint training keeps anything, its row is the pretraining layer at
+    work (Alg. 4: ``pretrain/layer_{l}``), named with the layers and the joint epochs the
+    config gives; a layer begun with nothing kept yet falls back to the one before. Once the
+    joint training has a checkpoint, the row is that training's."""
+    x = (torch.rand(40, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    run = tmp_path / "results" / "paper"
+    deep = run / "models" / "deep"
+    g = seeded_generator(0, "progress")
+
+    def pretrain(layer, epochs, stop_after=None):
+        def on_epoch(epoch, metrics, machine):
+            if epoch == stop_after:
+                raise Stop
+
+        settings = TrainSettings(epochs=epochs, batch_size=10, eval_samples=20)
+        train(
+            build_machine(SPEC, x, 0.01, g), x, settings, g, progress=False, on_epoch=on_epoch,
+            checkpoint_dir=deep / "pretrain" / f"layer_{layer}",
+        )  # fmt: skip
+
+    pretrain(1, epochs=2)
+    with pytest.raises(Stop):
+        pretrain(2, epochs=3, stop_after=1)
+    (deep / "pretrain" / "layer_3").mkdir()  # begun, nothing kept yet
+    rows = progress.run_progress(run, epochs={"deep": 5}, layers={"deep": 3})
+    assert [(r["model"], r["epochs_done"], r["epochs_total"]) for r in rows] == [("deep", 1, 3)]
+    assert rows[0]["stage"] == "pretraining layer 2 of 3, then 5 joint epochs"
+    assert rows[0]["remaining_hours"] > 0
+    assert progress.run_progress(run)[0]["stage"] == "pretraining layer 2 of 3"
+    assert cli.main(["progress", "--results", str(run)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.split()[:2] == ["deep", "1/3"]
+    assert line.endswith("pretraining layer 2 of 3 (hours left: this layer's)")
+    with pytest.raises(Stop):
+        _train(deep, epochs=4, stop_after=1)
+    (row,) = progress.run_progress(run, epochs={"deep": 4}, layers={"deep": 3})
+    assert (row["epochs_done"], row["epochs_total"], row.get("stage")) == (1, 4, None)
+
+
 def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfinished(tmp_path):
     """A job killed with an earlier run (its log still recent) is not running; of the newest run
     (not an --unlock or a start the lock refused after it: they build no DAG), the jobs it

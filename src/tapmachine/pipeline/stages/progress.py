@@ -11,7 +11,8 @@ and in CPU hours. On a machine shared with other jobs the wall-clock pace is the
 got, so its hours overstate what the work costs; the CPU hours (each epoch's
 ``epoch_cpu_seconds``, all of the job's threads) do not, and their sum over the jobs divided by
 the cores is the wall time left on idle cores. Models with no checkpoint yet are not listed (the
-dry run lists their jobs).
+dry run lists their jobs); a deep model still pretraining is listed by its pretraining layer at
+work (``pretraining_progress``).
 
 A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
 earlier epochs again (``train.resume.reevaluate_history``), rewriting their checkpoints from epoch 1
@@ -112,6 +113,11 @@ def configured_epochs(config: dict) -> dict[str, int]:
     return {name: TrainSettings.from_spec(spec).epochs for name, spec in config["models"].items()}
 
 
+def hidden_layers(config: dict) -> dict[str, int]:
+    """Each model's hidden layers under the run's ``config`` (``run_config``)."""
+    return {name: len(spec["hidden"]) for name, spec in config["models"].items()}
+
+
 def _evaluation_seconds(rows: list[dict]) -> float:
     """Mean seconds of the rows' evaluations (epoch minus training time); NaN without times."""
     times = [
@@ -150,7 +156,10 @@ def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int
 
 
 def model_progress(
-    model_dir: str | Path, expected: tuple | None = None, epochs: int | None = None
+    model_dir: str | Path,
+    expected: tuple | None = None,
+    epochs: int | None = None,
+    ckpt_dir: str | Path | None = None,
 ) -> dict | None:
     """``{model, epochs_done, epochs_total, finished, extended, epoch_seconds, reevaluating,
     remaining_hours, remaining_cpu_hours, converged_step_share, row_iterations,
@@ -176,28 +185,31 @@ def model_progress(
     epochs' ``train_converged_step_share``: Fig. 3's ``training_steps_converged``, goal 0.99) and
     ``row_iterations`` the latest epoch's mean solver iterations per row in a training step (what
     an epoch's cost grows with); both NaN for training that does not solve to convergence.
+    ``ckpt_dir``: read the checkpoints there instead of ``model_dir``'s, and no ``model.pt``
+    (a deep model's pretraining layer, ``pretraining_progress``).
     """
     from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
 
     model_dir = Path(model_dir)
     final = model_dir / "model.pt"
+    kept = Path(ckpt_dir) if ckpt_dir is not None else checkpoint_dir(model_dir)
     pending: list[dict] = []
-    if final.exists():
+    if ckpt_dir is None and final.exists():
         record = ModelFile.load(final)
         history, total, finished = record.history, record.n_epochs, True
         settings = record.spec
     else:
-        latest = latest_checkpoint(checkpoint_dir(model_dir))
+        latest = latest_checkpoint(kept)
         if latest is None:  # perhaps part-way through its first epoch
-            ckpt = _first_epoch_in_progress(checkpoint_dir(model_dir))
+            ckpt = _first_epoch_in_progress(kept)
             if ckpt is None:
                 return None
         else:
             ckpt = Checkpoint.load(latest)
             if expected is None:
-                pending = _pending_reevaluation(checkpoint_dir(model_dir), ckpt)
+                pending = _pending_reevaluation(kept, ckpt)
             else:
-                pending = _stale_epochs(checkpoint_dir(model_dir), ckpt, expected)
+                pending = _stale_epochs(kept, ckpt, expected)
         history, total, finished = ckpt.history, int(ckpt.settings.get("epochs", 0)), False
         settings = ckpt.settings
     extended = finished and epochs is not None and epochs > total
@@ -206,7 +218,7 @@ def model_progress(
     done = len(history)
     times = [row["epoch_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_seconds" in row]
     pace = statistics.median(times) if times else math.nan
-    fraction = 0.0 if finished else _epoch_fraction(checkpoint_dir(model_dir), done)
+    fraction = 0.0 if finished else _epoch_fraction(kept, done)
     left = 0 if finished else max(total - done - fraction, 0)
     seconds = left * pace if left else 0.0
     k = settings.get("sampling_steps") if not finished else None
@@ -230,6 +242,32 @@ def model_progress(
         "row_iterations": (history or [{}])[-1].get("train_mean_iterations", math.nan),
         "epoch_fraction": fraction,
     }
+
+
+def pretraining_progress(
+    model_dir: str | Path, layers: int | None = None, joint_epochs: int | None = None
+) -> dict | None:
+    """``model_progress`` of a deep model that is still pretraining (Alg. 4: no checkpoint of
+    its joint training yet), for the layer at work: the latest ``pretrain/layer_{l}`` that has
+    kept anything. ``stage`` says which layer of how many (``layers``, the model's hidden
+    layers, where the run's config gives them; else the layers begun) and, where given, the
+    joint epochs that follow. Its hours left price that layer's rest alone: the layers after it
+    are of other sizes, and the joint epochs have no pace yet. None without pretraining."""
+    pre = Path(model_dir) / "pretrain"
+    begun = sorted(
+        (p for p in pre.glob("layer_*") if p.is_dir() and p.name[6:].isdigit()),
+        key=lambda p: int(p.name[6:]),
+    )
+    for layer_dir in reversed(begun):
+        row = model_progress(model_dir, ckpt_dir=layer_dir)
+        if row is None:
+            continue
+        of = max(layers or 0, len(begun))
+        stage = f"pretraining layer {layer_dir.name[6:]} of {of}"
+        if joint_epochs:
+            stage += f", then {joint_epochs} joint epochs"
+        return {**row, "model": Path(model_dir).name, "stage": stage}
+    return None
 
 
 def _kept_in_progress(ckpt_dir: Path):
@@ -271,10 +309,12 @@ def run_progress(
     results: str | Path,
     expected: dict[str, tuple] | None = None,
     epochs: dict[str, int] | None = None,
+    layers: dict[str, int] | None = None,
 ) -> list[dict]:
-    """``model_progress`` of every model of the run in ``results`` that has begun training;
-    DBMs are named ``{dataset}/{model}``. ``expected``, ``epochs``: ``expected_evaluations`` and
-    ``configured_epochs`` of the run's config, by model name."""
+    """``model_progress`` of every model of the run in ``results`` that has begun training (a
+    deep model still pretraining: ``pretraining_progress``); DBMs are named
+    ``{dataset}/{model}``. ``expected``, ``epochs``, ``layers``: ``expected_evaluations``,
+    ``configured_epochs`` and ``hidden_layers`` of the run's config, by model name."""
     results = Path(results)
     if not results.is_dir():
         raise UsageError(f"{results} is not a run's results folder (results/<run>)")
@@ -282,6 +322,10 @@ def run_progress(
     for model_dir in sorted(p for p in (results / "models").glob("*") if p.is_dir()):
         name = model_dir.name
         row = model_progress(model_dir, (expected or {}).get(name), (epochs or {}).get(name))
+        if row is None:
+            row = pretraining_progress(
+                model_dir, (layers or {}).get(name), (epochs or {}).get(name)
+            )
         if row is not None:
             rows.append(row)
     for model_dir in sorted(p for p in (results / "ucd" / "dbm").glob("*/*") if p.is_dir()):
@@ -304,6 +348,8 @@ def format_progress(rows: list[dict]) -> str:
     lines = [header]
     for r in rows:
         state = "finished" if r["finished"] else "in progress"
+        if r.get("stage"):
+            state = f"{r['stage']} (hours left: this layer's)"
         if r.get("extended"):
             state = "to train on (the config asks for more epochs)"
         if r.get("reevaluating"):
@@ -455,11 +501,12 @@ def _eta_text(hours: float) -> str:
 
 
 def progress(args) -> None:
-    expected = epochs = None
+    expected = epochs = layers = None
     if args.configfile:
         config = run_config(args.configfile)
         expected, epochs = expected_evaluations(config), configured_epochs(config)
-    print(format_progress(run_progress(args.results, expected, epochs)), end="")
+        layers = hidden_layers(config)
+    print(format_progress(run_progress(args.results, expected, epochs, layers)), end="")
     logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
     running = running_jobs(logs, args.active_minutes, unfinished=unfinished_snakemake_jobs())
     if running:

@@ -16,7 +16,7 @@ from tiny_models import SPEC, bars_and_stripes
 from tiny_ops import prepare
 
 from tapmachine.core import estimators, eta
-from tapmachine.pipeline.stages import progress
+from tapmachine.pipeline.stages import running_jobs
 from tapmachine.tap_paper import denoise
 from tapmachine.train import build_machine
 from tapmachine.ucd import ais as ucd_ais
@@ -112,10 +112,10 @@ def test_training_job_log_reports_the_jobs_eta_and_progress_lists_running_jobs(t
     old = logs / "train" / "stale.log"
     old.write_text(lines[0] + "\n")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
-    rows = progress.running_jobs(logs, active_minutes=15)
+    rows = running_jobs.running_jobs(logs, active_minutes=15)
     assert [r["job"] for r in rows] == ["train/evaluating", "train/running"]
     assert all(r["done"] == 1 and r["total"] == 3 for r in rows)
-    assert "running job" in progress.format_running(rows)
+    assert "running job" in running_jobs.format_running(rows)
 
 
 def test_unfinished_status_follows_each_loop_by_its_newest_report():

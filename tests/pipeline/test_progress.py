@@ -12,7 +12,7 @@ import yaml
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import EpochInProgress, ModelFile, in_progress_path
 from tapmachine.pipeline import cli
-from tapmachine.pipeline.stages import progress
+from tapmachine.pipeline.stages import progress, running_jobs
 from tapmachine.train import TrainSettings, build_machine, expected_signature, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -396,7 +396,7 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     (not an --unlock or a start the lock refused after it: they build no DAG), the jobs it
     finished or failed are not either; without a Snakemake log, or where the newest run names
     no job (a --quiet run), no filter."""
-    assert progress.unfinished_snakemake_jobs(tmp_path) is None
+    assert running_jobs.unfinished_snakemake_jobs(tmp_path) is None
     run_logs = tmp_path / ".snakemake" / "log"
     run_logs.mkdir(parents=True)
 
@@ -426,7 +426,7 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     (run_logs / "2026-11-29T140500.000000.snakemake.log").write_text(
         dag + "LockException:\nError: Directory cannot be locked.\n"
     )
-    unfinished = progress.unfinished_snakemake_jobs(tmp_path)
+    unfinished = running_jobs.unfinished_snakemake_jobs(tmp_path)
     assert unfinished == {
         (tmp_path / "logs" / "r" / p).resolve() for p in ("train/resumed.log", "h/a.log", "h/b.log")
     }
@@ -436,10 +436,10 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     (logs / "train").mkdir(parents=True)
     for name in ("killed", "resumed", "finished", "failed"):
         (logs / "train" / f"{name}.log").write_text(line)
-    every = [r["job"] for r in progress.running_jobs(logs)]
+    every = [r["job"] for r in running_jobs.running_jobs(logs)]
     assert every == ["train/failed", "train/finished", "train/killed", "train/resumed"]
-    assert [r["job"] for r in progress.running_jobs(logs, unfinished=unfinished)] == [
+    assert [r["job"] for r in running_jobs.running_jobs(logs, unfinished=unfinished)] == [
         "train/resumed"
     ]
     (run_logs / "2026-11-29T150000.000000.snakemake.log").write_text(dag + "Select jobs...\n")
-    assert progress.unfinished_snakemake_jobs(tmp_path) is None
+    assert running_jobs.unfinished_snakemake_jobs(tmp_path) is None

@@ -28,6 +28,9 @@
 #   GPU_CHECK_PARTS="tap_converged_epoch tap_side_by_side" benchmarks/gpu_check.sh OUTDIR
 #
 # GPU_CHECK_PARTS names the parts to run (default: all of them; `environment` always runs).
+# GPU_CHECK_DEVICE (default cuda) and GPU_CHECK_QUICK=1 (the benchmarks' --quick) run the same
+# parts elsewhere: on the CPU, a smoke test of the script itself
+# (tests/test_gpu_check_script.py), so that device time is not spent on a script that breaks.
 # Needs python3 with torch (CUDA build), numpy, pandas, pyyaml, jsonschema, scikit-learn and
 # pytest; not mlflow or snakemake (the benchmarks run with --no-tracking). Binary MNIST is read
 # from results/data/ when present. Each part runs under its own `timeout` and cannot stop the
@@ -78,7 +81,10 @@ part cuda_tests_tap 60 cuda_tests.txt "${tests[@]}" tests/train/test_graphs.py
 part cuda_tests_devices 50 cuda_tests.txt \
     "${tests[@]}" tests/ucd/test_ucd_device.py tests/learn/test_learn_device.py
 
-bench=($py benchmarks/run.py --device cuda --no-tracking)
+bench=($py benchmarks/run.py --device "${GPU_CHECK_DEVICE:-cuda}" --no-tracking)
+if [[ ${GPU_CHECK_QUICK:-0} == 1 ]]; then
+    bench+=(--quick)
+fi
 ckpt=()
 if [[ -n $checkpoints ]]; then
     ckpt=(--checkpoints "$checkpoints")

@@ -23,7 +23,13 @@ from tapmachine.train import TrainSettings, build_machine, graphs, load_model, t
 from tapmachine.train.tap_gradient import tap_step_gradients
 from tapmachine.train.update import apply_update, check_finite, momentum_at
 
-__all__ = ["PAPER_H500", "bench_tap_converged_epoch", "checkpoint_or_warm", "run_steps"]
+__all__ = [
+    "PAPER_H500",
+    "bench_tap_converged_epoch",
+    "checkpoint_or_warm",
+    "first_batches",
+    "run_steps",
+]
 
 #: paper.yaml's bmnist_h500 (Table 1, converged steps by ``newton_sor`` within 2,000 sweeps, the
 #: model term over unique solutions), without the per-epoch evaluation.
@@ -86,6 +92,13 @@ def checkpoint_or_warm(
     print(f"{name}: {epochs} epoch(s) of 3-iteration training first", file=sys.stderr)
     machine, _ = train(machine, x.to(device), fixed, g, progress=False)
     return machine, f"{name} after {epochs} epoch(s) of 3-iteration training on {x.shape[0]} rows"
+
+
+def first_batches(x, n: int, size: int = PAPER_H500["batch_size"]) -> list:
+    """The first ``n`` minibatches of ``size`` rows of ``x`` in one fixed order (seed 0): every
+    benchmark of converged steps times the same ones."""
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))
+    return [x[order[b * size : (b + 1) * size]] for b in range(n)]
 
 
 def run_steps(
@@ -248,8 +261,7 @@ def bench_tap_converged_epoch(device, quick: bool, checkpoints: Path | None = No
     settings = TrainSettings(**PAPER_H500, epochs=1)
     n_steps, n_cpu = (5, 2) if quick else (40, 8)
     per_epoch = 60000 // settings.batch_size
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))
-    batches = [x[order[b * 100 : (b + 1) * 100]] for b in range(n_steps)]
+    batches = first_batches(x, n_steps)
     result = {"name": "tap_converged_epoch", "model": model, "data": source}
     result.update({k: v for k, v in PAPER_H500.items() if k.startswith(("train_", "solver"))})
     run_steps(machine, batches[:1], settings, device)  # the device's start-up, untimed

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from benchmarks.common import binary_mnist
-from benchmarks.converged_epoch import CHECKPOINT, PAPER_H500, checkpoint_or_warm, run_steps
+from benchmarks.converged_epoch import (
+    CHECKPOINT,
+    PAPER_H500,
+    checkpoint_or_warm,
+    first_batches,
+    run_steps,
+)
 from tapmachine.train import TrainSettings
 
 __all__ = ["bench_tap_rounding_drift"]
@@ -34,8 +38,7 @@ def bench_tap_rounding_drift(device, quick: bool, checkpoints=None) -> dict:
     machine, model = checkpoint_or_warm(CHECKPOINT[0], 500, x, device, quick, checkpoints)
     bumped = machine.replace(weights=[W * (1 + RELATIVE) for W in machine.weights])
     steps = STEPS[:2] if quick else STEPS
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))
-    batches = [x[order[b * 100 : (b + 1) * 100]] for b in range(max(steps))]
+    batches = first_batches(x, max(steps))
     result = {"name": "tap_rounding_drift", "model": model, "data": source, "steps": list(steps)}
     result["start_max_abs_diff_w"] = float((bumped.W - machine.W).abs().max())
     for unique, tag in ((True, "unique"), (False, "all")):

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import binary_mnist
-from benchmarks.converged_epoch import PAPER_H500, checkpoint_or_warm, run_steps
+from benchmarks.converged_epoch import PAPER_H500, checkpoint_or_warm, first_batches, run_steps
 from tapmachine.train import TrainSettings, graphs
 
 __all__ = ["FIG3_HIDDEN", "bench_tap_side_by_side"]
@@ -46,8 +46,7 @@ def _child(nh: int, steps: int, device: str, checkpoints, go: Path | None, quick
     name = f"bmnist_h{nh}"
     machine, model = checkpoint_or_warm(name, nh, x, device, quick, checkpoints)
     settings = TrainSettings(**PAPER_H500, epochs=1)
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))
-    batches = [x[order[b * 100 : (b + 1) * 100]] for b in range(steps)]
+    batches = first_batches(x, steps)
     captured = torch.device(device).type == "cuda"
     stepper = graphs.ChunkedSteps(machine, settings, graphs.cuda_record) if captured else None
     t0 = time.time()

@@ -238,12 +238,10 @@ def score_price(section: dict, nh: int, quick: bool) -> dict:
 
 def pl_price(machine, x: torch.Tensor, sites: int | None, g, quick: bool) -> float:
     """Seconds of the stochastic pseudo-likelihood (``sites`` sites) of one image."""
-    from tapmachine.tap_paper import likelihood
+    from tapmachine.core.estimators import pseudo_log_likelihood
 
     rows = x[:100].to(machine.dtype)
-    t = cpu_seconds(
-        lambda: likelihood.pseudo_log_likelihood_blocks(machine, rows, sites, g), 1 if quick else 3
-    )
+    t = cpu_seconds(lambda: pseudo_log_likelihood(machine, rows, sites, g), 1 if quick else 3)
     return t / rows.shape[0]
 
 

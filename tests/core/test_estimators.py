@@ -287,10 +287,50 @@ def test_pseudo_likelihood_matches_brute_force(prior, monkeypatch):
     sites = torch.tensor([5, 0, 3])
     stoch = est.pseudo_log_likelihood(m, x, sites=sites)
     assert torch.allclose(stoch, cond[:, sites].sum(1) * 7 / 3, atol=1e-10)
-    # the generator picks randperm(Nv)[:n_sites]
+    # one subset per row
+    per_row = torch.tensor([[5, 0, 3], [1, 2, 6], [4, 5, 6], [0, 1, 2], [3, 4, 6]])
+    stoch = est.pseudo_log_likelihood(m, x, sites=per_row)
+    assert torch.allclose(stoch, cond.gather(1, per_row).sum(1) * 7 / 3, atol=1e-10)
+    # the generator draws every row's subset (site_subsets)
     drawn = est.pseudo_log_likelihood(m, x, n_sites=3, generator=torch.Generator().manual_seed(9))
-    chosen = torch.randperm(7, generator=torch.Generator().manual_seed(9))[:3]
-    assert torch.allclose(drawn, cond[:, chosen].sum(1) * 7 / 3, atol=1e-10)
+    chosen = est.site_subsets(5, 7, 3, torch.Generator().manual_seed(9))
+    assert torch.allclose(drawn, cond.gather(1, chosen).sum(1) * 7 / 3, atol=1e-10)
+
+
+def test_site_subsets_are_distinct_uniform_and_independent_between_rows():
+    g = torch.Generator().manual_seed(0)
+    draws = est.site_subsets(20000, 6, 2, g)
+    assert draws.shape == (20000, 2)
+    assert torch.all(draws[:, 0] != draws[:, 1])
+    # each of the 15 unordered pairs equally likely: 20000 / 15 = 1333 +- 35 (binomial sd)
+    pairs = torch.sort(draws, dim=1).values
+    counts = torch.bincount(pairs[:, 0] * 6 + pairs[:, 1], minlength=36)
+    counts = counts[counts > 0]
+    assert counts.numel() == 15
+    assert float((counts - 20000 / 15).abs().max()) < 5 * math.sqrt(20000 / 15 * 14 / 15)
+    # rows differ: a shared subset would repeat one pair in every row
+    assert (pairs[1:] != pairs[:-1]).any(dim=1).float().mean() > 0.9
+    with pytest.raises(ValueError, match="n_sites"):
+        est.site_subsets(3, 6, 7, g)
+
+
+def test_pseudo_likelihood_standard_error_over_rows_is_calibrated():
+    # The stochastic PL's plain standard error over rows must match the spread of its mean
+    # over fresh samples of images and sites: it does when rows draw their own sites, and not
+    # when one subset is shared by all rows (its site-choice error is common to every row).
+    m = _random_rbm(16, 6, 1.0, seed=3, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    p = torch.rand(16, generator=g, dtype=torch.float64) * 0.8 + 0.1
+
+    def spread_and_stderr(sites):
+        images = (torch.rand(300, 400, 16, generator=g, dtype=torch.float64) < p).double()
+        runs = torch.stack([est.pseudo_log_likelihood(m, x, 4, g, sites()) for x in images])
+        spread = float(runs.mean(1).std())
+        stderr = float((runs.std(1) / math.sqrt(runs.shape[1])).mean())
+        return spread / stderr
+
+    assert 0.85 < spread_and_stderr(lambda: None) < 1.18  # 300 repeats: 4% sd on the ratio
+    assert spread_and_stderr(lambda: torch.randperm(16, generator=g)[:4]) > 2
 
 
 def test_pseudo_likelihood_stochastic_is_unbiased():

@@ -193,6 +193,11 @@ def test_rises_leaves_epochs_without_a_tap_solution_out():
 def test_outlier_rule():
     finals = {"TAP 3 it.": -100.0, "TAP 10 it.": -101.0, "adaTAP 3 it.": -110.0}
     assert fig10.outlier(finals, "adaTAP 3 it.")[0]
+    # below the others by more than their spread, but not by more than the noise: 2 * hypot(3, 4)
+    stderrs = {"TAP 3 it.": 0.1, "TAP 10 it.": 4.0, "adaTAP 3 it.": 3.0}
+    assert not fig10.outlier(finals, "adaTAP 3 it.", stderrs)[0]
+    stderrs["TAP 10 it."] = 1.0  # 2 * hypot(3, 1) = 6.3 < 9
+    assert fig10.outlier(finals, "adaTAP 3 it.", stderrs)[0]
     finals["adaTAP 3 it."] = -101.5  # below, but by less than the others' spread
     assert not fig10.outlier(finals, "adaTAP 3 it.")[0]
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Tiny-model scoring: short thinned schedule, enough runs for a meaningful stderr.
 TINY = likelihood.ScoreSettings(
-    ais_runs=100, n_betas=1500, pl_sites=4, pl_rows=20, n_train=60, n_test=60, tap_inits=40
+    ais_runs=100, n_betas=1500, pl_sites=4, n_train=60, n_test=60, tap_inits=40
 )
 
 
@@ -117,7 +117,7 @@ def test_ais_test_log_likelihood_agrees_with_exact_within_band():
 def test_pseudo_likelihood_normalisation_is_the_full_site_sum():
     machine = _rbm(8, 5, 0.5, 5)
     x = _data(30, 8, 6)
-    full = likelihood.pseudo_log_likelihood_blocks(machine, x, None, None, rows=7)
+    full = estimators.pseudo_log_likelihood(machine, x)
     F = machine.free_energy_visible
     brute = torch.zeros(30, dtype=torch.float64)
     for i in range(8):
@@ -125,11 +125,9 @@ def test_pseudo_likelihood_normalisation_is_the_full_site_sum():
         flipped[:, i] = 1 - flipped[:, i]
         brute += torch.nn.functional.logsigmoid(F(flipped) - F(x))
     torch.testing.assert_close(full, brute)
-    # Stochastic: 2 of 8 sites per block of 5 rows, scaled by 8/2, unbiased over draws.
+    # Stochastic: 2 of 8 sites per image, scaled by 8/2, unbiased over draws.
     g = torch.Generator().manual_seed(0)
-    draws = torch.stack(
-        [likelihood.pseudo_log_likelihood_blocks(machine, x, 2, g, rows=5) for _ in range(400)]
-    )
+    draws = torch.stack([estimators.pseudo_log_likelihood(machine, x, 2, g) for _ in range(400)])
     assert float(draws.mean()) == pytest.approx(float(brute.mean()), abs=0.1)
 
 

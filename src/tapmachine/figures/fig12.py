@@ -4,8 +4,8 @@ Drawn from ``results/likelihood/{model}/scores.csv`` (``likelihood.score_checkpo
 epoch, all three measures on the same parameters). Every value is in nats per image: the TAP
 log-likelihood unnormalised (eq. 39; Fig. 3 divides it by Nv + Nh), the AIS log-likelihood
 -F(x) - ln Z_AIS with the band from ln Z_AIS +- 3 stderr, and the stochastic pseudo-likelihood
-(``pl_sites`` random sites per block of images, scaled to all Nv sites). Test images are drawn
-solid, training images (the rows the model was trained on, as in Fig. 3) dashed.
+(``pl_sites`` random sites drawn anew for every image, scaled to all Nv sites). Test images are
+drawn solid, training images (the rows the model was trained on, as in Fig. 3) dashed.
 
 Claim (docs/claims.md): all three increase together. The table gives, per split, each
 measure's change from the first to the last scored epoch, its Spearman rank correlation with
@@ -179,7 +179,7 @@ def make(scores_csv, model_file) -> FigureResult:
             "pl_sites",
             float(pl_sites),
             info.name,
-            f"pseudo-likelihood over {pl_sites} random sites of {nv} per block of images, "
+            f"pseudo-likelihood over {pl_sites} random sites of {nv}, drawn for every image, "
             f"scaled by {nv}/{pl_sites}: nats per image",
         )
     )

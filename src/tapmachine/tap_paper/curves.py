@@ -1,7 +1,7 @@
 """Per-epoch curves of trained machines and the inference timing of Figs. 10-11 (first paper).
 
 - ``pseudo_likelihood_curve``: Besag's pseudo-likelihood of training images at every checkpoint
-  (Fig. 10 left), stochastic over ``n_sites`` sites per block of 100 images as in App. F.
+  (Fig. 10 left), stochastic over ``n_sites`` sites drawn anew for every image, as in App. F.
 - ``tap_likelihood_curve``: the normalised TAP log-likelihood (eq. 39; eq. 121 with clamped TAP
   solutions for deep machines, divided by the number of units) of training and test images at
   every checkpoint (Fig. 11). ln Z is estimated once per epoch from the unique converged TAP
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tapmachine.core import adatap, tap
+from tapmachine.core import adatap, estimators, tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
@@ -42,12 +42,11 @@ def _mean_se(v: Tensor) -> tuple[float, float]:
 def pseudo_likelihood_curve(
     machines, x: Tensor, n_sites: int | None, generator: torch.Generator
 ) -> list[dict]:
-    """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine)."""
-    from tapmachine.tap_paper.likelihood import pseudo_log_likelihood_blocks
-
+    """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
+    its standard error over the rows (independent site draws per row make them independent)."""
     rows = []
     for epoch, machine in machines:
-        pl = pseudo_log_likelihood_blocks(machine, x.to(machine.dtype), n_sites, generator)
+        pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), n_sites, generator)
         mean, se = _mean_se(pl)
         rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
     return rows

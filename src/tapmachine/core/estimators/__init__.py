@@ -3,7 +3,8 @@
 - ``exact_log_partition``: ln Z by enumerating the smaller binary layer (small RBMs, tests).
 - ``ais_log_partition``: ln Z by annealed importance sampling (Neal 2001) with Salakhutdinov &
   Murray's (2008) base-rate model and 14,501-temperature schedule, forward or reverse.
-- ``pseudo_log_likelihood``: Besag's pseudo-likelihood, exact or over a random subset of sites.
+- ``pseudo_log_likelihood``: Besag's pseudo-likelihood, exact or over a random subset of sites
+  per row (``site_subsets``).
 - ``test_log_likelihood``: ln P(x) = -F(x) - ln Z given an estimate of ln Z.
 
 ln Z is relative to the (normalised) unit priors throughout: W = 0 gives ln Z = 0.
@@ -25,6 +26,7 @@ from tapmachine.core.estimators.exact import MAX_ENUMERATED_UNITS, exact_log_par
 from tapmachine.core.estimators.likelihood import (
     PL_CHUNK_ELEMENTS,
     pseudo_log_likelihood,
+    site_subsets,
     test_log_likelihood,
 )
 
@@ -40,5 +42,6 @@ __all__ = [
     "refined_schedule",
     "pseudo_log_likelihood",
     "salakhutdinov_schedule",
+    "site_subsets",
     "test_log_likelihood",
 ]

@@ -9,8 +9,8 @@ test images by
 - AIS (``estimators.ais_log_partition``; base-rate model fitted to the model's training rows):
   ln P(x) = -F_vis(x) - ln Z_AIS, with ln Z_AIS +- 3 stderr (delta method over the runs) giving
   the band [mean(-F) - upper, mean(-F) - lower];
-- the pseudo-likelihood (Besag 1975), stochastic as in App. F: ``pl_sites`` of the Nv sites per
-  block of ``pl_rows`` images (a fresh random subset per block), scaled by Nv / pl_sites, so it
+- the pseudo-likelihood (Besag 1975), stochastic as in App. F: ``pl_sites`` of the Nv sites,
+  drawn anew for every image (``estimators.pseudo_log_likelihood``), scaled by Nv / pl_sites, so it
   estimates sum_{i=1}^{Nv} ln P(x_i | x_-i) in nats per image;
 - the exact log-likelihood, when the machine's smaller binary layer can be enumerated
   (``exact_curve``: after chosen epochs, beside training's TAP value, for Fig. 3).
@@ -33,7 +33,7 @@ from tapmachine.tap_paper.likelihood.files import (
     score_model,
     tracked_metrics,
 )
-from tapmachine.tap_paper.likelihood.score import pseudo_log_likelihood_blocks, score_machine
+from tapmachine.tap_paper.likelihood.score import score_machine
 from tapmachine.tap_paper.likelihood.settings import (
     FULL_SALAKHUTDINOV,
     SPLITS,
@@ -59,7 +59,6 @@ __all__ = [
     "checkpoint_path",
     "evaluation_differs",
     "exact_curve",
-    "pseudo_log_likelihood_blocks",
     "recorded_final_tap_partition",
     "recorded_tap_partition",
     "resolve_epochs",

@@ -54,7 +54,6 @@ def _settings_columns(settings: ScoreSettings) -> dict:
         "ais_runs": settings.ais_runs,
         "ais_description": schedule_label(settings),
         "pl_sites": settings.pl_sites,
-        "pl_rows_per_site_draw": settings.pl_rows,
         "tap_inits": settings.tap_inits,
     }
 

@@ -14,28 +14,7 @@ from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.tap_paper.likelihood.settings import SPLITS, ScoreSettings, ais_schedule
 from tapmachine.tap_paper.likelihood.tap_partition import TAP_INFO_KEYS, tap_log_partition
 
-__all__ = ["pseudo_log_likelihood_blocks", "score_machine"]
-
-
-@torch.no_grad()
-def pseudo_log_likelihood_blocks(
-    machine: BoltzmannMachine,
-    x: Tensor,
-    n_sites: int | None,
-    generator: torch.Generator | None,
-    rows: int = 100,
-) -> Tensor:
-    """Stochastic pseudo-likelihood of every row, a fresh site subset per block of ``rows`` rows.
-
-    Each block gets ``n_sites`` distinct random sites (``estimators.pseudo_log_likelihood``,
-    scaled by Nv / n_sites): an unbiased estimate of the full Nv-site sum, in nats per row, whose
-    mean over many blocks does not hinge on one draw of sites. ``n_sites=None`` is exact.
-    """
-    parts = [
-        estimators.pseudo_log_likelihood(machine, x[i : i + rows], n_sites, generator)
-        for i in range(0, x.shape[0], rows)
-    ]
-    return torch.cat(parts) if parts else x.new_zeros(0)
+__all__ = ["score_machine"]
 
 
 def _enumerable(machine: BoltzmannMachine) -> bool:
@@ -142,9 +121,7 @@ def score_machine(
         out[f"ais_ll_{split}_stderr"] = se  # over images, not AIS (that is the band)
         out[f"exact_ll_{split}"] = m - log_z_exact if log_z_exact is not None else math.nan
         if isinstance(machine.visible, Bernoulli | Spin):
-            pl = pseudo_log_likelihood_blocks(
-                machine, x, settings.pl_sites, pl_gen, rows=settings.pl_rows
-            )
+            pl = estimators.pseudo_log_likelihood(machine, x, settings.pl_sites, pl_gen)
             out[f"pl_{split}"], out[f"pl_{split}_stderr"] = _mean_stderr(pl)
         else:
             out[f"pl_{split}"] = out[f"pl_{split}_stderr"] = math.nan

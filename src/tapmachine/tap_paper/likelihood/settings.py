@@ -41,8 +41,6 @@ class ScoreSettings:
     schedule: str = _AIS["schedule"]
     n_betas: int | None = _AIS["n_betas"]
     pl_sites: int = _SCORING["pl_sites"]
-    #: Images per pseudo-likelihood block (not a config key).
-    pl_rows: int = 100
     n_train: int | None = _SCORING["n_train"]
     n_test: int | None = _SCORING["n_test"]
     tap_inits: int = _SCORING["tap_inits"]

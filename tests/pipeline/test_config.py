@@ -540,14 +540,19 @@ def test_cd25_anchor_overlay_trains_rbm_m_recipe_beside_the_paper_table():
     )
 
 
-def test_the_cpu_overlay_leaves_out_three_trainings_and_nothing_else():
-    """paper_cpu.yaml after paper.yaml and the anchor: adaTAP-100, sbmnist_h500 and
+def test_the_cpu_overlay_leaves_out_four_trainings_and_nothing_else():
+    """paper_cpu.yaml after paper.yaml and the anchor: adaTAP-10, adaTAP-100, sbmnist_h500 and
     bmnist_h500_noiseaug are gone with every list that named them, and the rest is paper.yaml's."""
     files = [ROOT / f"workflow/config/{f}.yaml" for f in ("paper", "sm_cd25_anchor")]
     full = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
     files.append(ROOT / "workflow/config/paper_cpu.yaml")
     cpu = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
-    gone = {"bmnist_fig10_adatap100", "sbmnist_h500", "bmnist_h500_noiseaug"}
+    gone = {
+        "bmnist_fig10_adatap10",
+        "bmnist_fig10_adatap100",
+        "sbmnist_h500",
+        "bmnist_h500_noiseaug",
+    }
     assert gone <= set(full["models"])
     expected = copy.deepcopy(full)
     for name in gone:

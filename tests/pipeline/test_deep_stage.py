@@ -247,6 +247,10 @@ def test_figures_from_synthetic_curves(tmp_path):
     claims = result.table[result.table["kind"] == "claim"].set_index("claim")
     assert claims.loc["adatap3_is_outlier", "value"] == 1.0
     assert claims.loc["time_ratio_batch_100", "value"] == 2000.0
+    assert claims.loc["paper_strategies_not_run", "value"] == 3.0
+    assert claims.loc["paper_strategies_not_run", "detail"] == (
+        "TAP 10 it., TAP 100 it., adaTAP 100 it."
+    )
     deep_models, deep_csvs = [], []
     for name, sizes, gain in (("d2", (6, 4, 3), 0.01), ("d3", (6, 4, 3, 2), -0.01)):
         deep_models.append(_model_file(tmp_path, name, sizes))

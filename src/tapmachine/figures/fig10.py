@@ -11,7 +11,9 @@ the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The ta
 model, the final pseudo-likelihood; ``adatap3_is_outlier`` is 1 when adaTAP-3 ends lowest,
 below every other curve by more than the spread among the others and by more than twice the
 standard error of its gap to the lowest other; ``time_ratio`` is the
-adaTAP/TAP time per iteration at each batch size (the paper's batch is 100).
+adaTAP/TAP time per iteration at each batch size (the paper's batch is 100);
+``paper_strategies_not_run`` counts the paper's six strategies without a curve (named in its
+detail and, at the paper's size, in the title).
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from tapmachine.figures.common import (
     table,
 )
 
-__all__ = ["make", "outlier"]
+__all__ = ["PAPER_STRATEGIES", "make", "outlier"]
+
+
+#: Fig. 10's six strategies in the paper: TAP and adaTAP, each iterated 3, 10 and 100 times.
+PAPER_STRATEGIES = tuple(
+    f"{method} {its} it." for method in ("TAP", "adaTAP") for its in (3, 10, 100)
+)
 
 
 def _label(inference: str, iterations: int) -> str:
@@ -192,11 +200,22 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
 
     sizes = infos[0].sizes
     n_images = int(frames[0]["n_images"].iloc[0]) if "n_images" in frames[0] else None
+    absent = [lab for lab in PAPER_STRATEGIES if lab not in labels.values()]
+    claims.append(
+        claim(
+            "paper_strategies_not_run",
+            float(len(absent)),
+            "",
+            ", ".join(absent) if absent else "all six of the paper's strategies ran",
+        )
+    )
     note = (
         ""
         if sizes and sizes[-1] >= 500
         else ("\nREDUCED SIZE (paper: Nh = 500 on 5,000 images; workflow/config/paper.yaml)")
     )
+    if absent and not note:
+        note = f"\nnot run: {', '.join(absent)} (CPU-hours: a GPU's job; docs/runbook.md)"
     fig.suptitle(
         f"Fig. 10: TAP vs adaTAP, {describe(infos[0]).split(' on ')[-1]}, RBM {sizes}"
         + (f", {n_images} images scored" if n_images else "")

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from matplotlib.collections import PolyCollection
 
 from tapmachine.core import tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
@@ -214,15 +215,17 @@ def _model_file(tmp_path, name, sizes):
     return path
 
 
-def test_figures_from_synthetic_curves(tmp_path):
+@pytest.mark.parametrize("n_epochs", [3, 25])
+def test_figures_from_synthetic_curves(tmp_path, n_epochs):
     models, csvs = [], []
+    epochs = list(range(1, n_epochs + 1))
     for inference, its, slope in (("tap", 3, 1.0), ("adatap", 3, 0.2), ("adatap", 10, 1.0)):
         name = f"m_{inference}{its}"
         models.append(_model_file(tmp_path, name, (6, 4)))
         df = pd.DataFrame(
             {
-                "epoch": [1, 2, 3],
-                "pl": [-10 + slope * e for e in (1, 2, 3)],
+                "epoch": epochs,
+                "pl": [-10 + slope * e for e in epochs],
                 "pl_stderr": 0.1,
                 "inference": inference,
                 "train_iterations": its,
@@ -251,6 +254,12 @@ def test_figures_from_synthetic_curves(tmp_path):
     assert claims.loc["paper_strategies_not_run", "detail"] == (
         "TAP 10 it., TAP 100 it., adaTAP 100 it."
     )
+    # a few epochs point by point with error bars; many as lines in +-1 stderr bands
+    ax_pl = result.figure.axes[0]
+    marked = n_epochs <= fig10.MARKED_EPOCHS
+    bands = [c for c in ax_pl.collections if isinstance(c, PolyCollection)]
+    assert len(ax_pl.containers) == (3 if marked else 0)
+    assert len(bands) == (0 if marked else 3)
     deep_models, deep_csvs = [], []
     for name, sizes, gain in (("d2", (6, 4, 3), 0.01), ("d3", (6, 4, 3, 2), -0.01)):
         deep_models.append(_model_file(tmp_path, name, sizes))

@@ -46,6 +46,11 @@ PAPER_STRATEGIES = tuple(
 )
 
 
+#: Curves of at most this many epochs are drawn point by point with error bars, longer ones as a
+#: line in a band.
+MARKED_EPOCHS = 20
+
+
 def _label(inference: str, iterations: int) -> str:
     return f"{'adaTAP' if inference == 'adatap' else 'TAP'} {iterations} it."
 
@@ -100,16 +105,17 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         label = _label(inference, its)
         labels[info.name] = label
         style = "-" if inference == "tap" else "--"
-        ax_pl.errorbar(
-            df["epoch"],
-            df["pl"],
-            yerr=df["pl_stderr"],
-            ls=style,
-            marker="o",
-            ms=3,
-            capsize=2,
-            label=label,
-        )
+        if len(df) <= MARKED_EPOCHS:
+            ax_pl.errorbar(
+                df["epoch"], df["pl"], yerr=df["pl_stderr"], ls=style, marker="o", ms=3, capsize=2,
+                label=label,
+            )  # fmt: skip
+        else:  # a line in its +-1 stderr band: markers and caps would hide the curves
+            (line,) = ax_pl.plot(df["epoch"], df["pl"], ls=style, label=label)
+            ax_pl.fill_between(
+                df["epoch"], df["pl"] - df["pl_stderr"], df["pl"] + df["pl_stderr"],
+                color=line.get_color(), alpha=0.25, lw=0,
+            )  # fmt: skip
         finals[label] = float(df["pl"].iloc[-1])
         final_stderrs[label] = float(df["pl_stderr"].iloc[-1])
         for _, r in df.iterrows():

@@ -107,15 +107,25 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
         style = "-" if inference == "tap" else "--"
         if len(df) <= MARKED_EPOCHS:
             ax_pl.errorbar(
-                df["epoch"], df["pl"], yerr=df["pl_stderr"], ls=style, marker="o", ms=3, capsize=2,
+                df["epoch"],
+                df["pl"],
+                yerr=df["pl_stderr"],
+                ls=style,
+                marker="o",
+                ms=3,
+                capsize=2,
                 label=label,
-            )  # fmt: skip
+            )
         else:  # a line in its +-1 stderr band: markers and caps would hide the curves
             (line,) = ax_pl.plot(df["epoch"], df["pl"], ls=style, label=label)
             ax_pl.fill_between(
-                df["epoch"], df["pl"] - df["pl_stderr"], df["pl"] + df["pl_stderr"],
-                color=line.get_color(), alpha=0.25, lw=0,
-            )  # fmt: skip
+                df["epoch"],
+                df["pl"] - df["pl_stderr"],
+                df["pl"] + df["pl_stderr"],
+                color=line.get_color(),
+                alpha=0.25,
+                lw=0,
+            )
         finals[label] = float(df["pl"].iloc[-1])
         final_stderrs[label] = float(df["pl_stderr"].iloc[-1])
         for _, r in df.iterrows():

@@ -297,6 +297,14 @@ def test_pseudo_likelihood_matches_brute_force(prior, monkeypatch):
     assert torch.allclose(drawn, cond.gather(1, chosen).sum(1) * 7 / 3, atol=1e-10)
 
 
+def test_mean_and_stderr_is_the_mean_and_bessel_corrected_standard_error():
+    mean, se = est.mean_and_stderr(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+    # mean 3; squared deviations 4 + 1 + 0 + 9 = 14 over n - 1 = 3; se = sqrt(14 / 3) / 2.
+    assert mean == 3.0 and se == pytest.approx(math.sqrt(14 / 3) / 2, rel=1e-15)
+    assert est.mean_and_stderr(torch.tensor([-2.5])) == (-2.5, 0.0)
+    assert all(math.isnan(v) for v in est.mean_and_stderr(torch.empty(0)))
+
+
 def test_site_subsets_are_distinct_uniform_and_independent_between_rows():
     g = torch.Generator().manual_seed(0)
     draws = est.site_subsets(20000, 6, 2, g)

@@ -11,7 +11,7 @@ import torch
 import yaml
 from matplotlib.collections import PolyCollection
 
-from tapmachine.core import tap
+from tapmachine.core import estimators, tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import fig10, fig11
@@ -132,6 +132,35 @@ def test_shipped_configs_declare_figs_10_11():
     assert paper["deep"]["fig10"]["timing"]["adatap_method"] == "joint"
 
 
+def test_pseudo_likelihood_curves_share_their_sites_between_models_at_each_epoch():
+    """Common random numbers: two models' curves at one epoch see the same sites of the same
+    images (their per-row differences match those of one explicit draw of sites), and the
+    sites differ between epochs."""
+    g = torch.Generator().manual_seed(2)
+    nv, nh, rows, n_sites = 12, 5, 40, 4
+    a, b = (
+        RBM(
+            0.5 * torch.randn(nv, nh, generator=g, dtype=torch.float64),
+            Bernoulli(0.3 * torch.randn(nv, generator=g, dtype=torch.float64)),
+            Bernoulli(torch.zeros(nh, dtype=torch.float64)),
+        )
+        for _ in range(2)
+    )
+    x = torch.bernoulli(torch.full((rows, nv), 0.4, dtype=torch.float64), generator=g)
+    at = curves.site_generators(7)
+    curve_a = curves.pseudo_likelihood_curve([(1, a), (2, a)], x, n_sites, at)
+    curve_b = curves.pseudo_likelihood_curve([(1, b), (2, b)], x, n_sites, at)
+    for epoch, ra, rb in zip((1, 2), curve_a, curve_b, strict=True):
+        sites = estimators.site_subsets(rows, nv, n_sites, at(epoch))
+        exact_a = estimators.pseudo_log_likelihood(a, x, sites=sites).mean()
+        exact_b = estimators.pseudo_log_likelihood(b, x, sites=sites).mean()
+        assert ra["pl"] - rb["pl"] == pytest.approx(float(exact_a - exact_b), abs=1e-12)
+    first = estimators.site_subsets(rows, nv, n_sites, at(1))
+    assert not torch.equal(first, estimators.site_subsets(rows, nv, n_sites, at(2)))
+    again = curves.site_generators(7)(1)
+    assert torch.equal(first, estimators.site_subsets(rows, nv, n_sites, again))
+
+
 def test_timing_rows_and_curves():
     rows = curves.inference_timing(20, 6, [1, 4], torch.Generator().manual_seed(0), repeats=1)
     assert [r["batch_size"] for r in rows] == [1, 4]
@@ -143,7 +172,7 @@ def test_timing_rows_and_curves():
         Bernoulli(torch.zeros(4, dtype=torch.float64)),
     )
     x = torch.bernoulli(torch.full((30, 6), 0.5, dtype=torch.float64), generator=g)
-    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, g)
+    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, curves.site_generators(0))
     assert pl[0]["pl"] == pytest.approx(pl[1]["pl"]) and pl[0]["pl"] < 0
     deep = BoltzmannMachine(
         (

@@ -1,7 +1,8 @@
 """Per-epoch curves of trained machines and the inference timing of Figs. 10-11 (first paper).
 
 - ``pseudo_likelihood_curve``: Besag's pseudo-likelihood of training images at every checkpoint
-  (Fig. 10 left), stochastic over ``n_sites`` sites drawn anew for every image, as in App. F.
+  (Fig. 10 left), stochastic over ``n_sites`` sites drawn anew for every image, as in App. F;
+  every model draws the same sites at the same epoch (``site_generators``).
 - ``tap_likelihood_curve``: the normalised TAP log-likelihood (eq. 39; eq. 121 with clamped TAP
   solutions for deep machines, divided by the number of units) of training and test images at
   every checkpoint (Fig. 11). ln Z is estimated once per epoch from the unique converged TAP
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,33 +25,41 @@ from torch import Tensor
 from tapmachine.core import adatap, estimators, tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
 __all__ = [
     "inference_timing",
     "pseudo_likelihood_curve",
+    "site_generators",
     "tap_likelihood_curve",
 ]
 
 
-def _mean_se(v: Tensor) -> tuple[float, float]:
-    v = v.double()
-    se = float(v.std() / math.sqrt(v.numel())) if v.numel() > 1 else 0.0
-    return float(v.mean()), se
-
-
 @torch.no_grad()
 def pseudo_likelihood_curve(
-    machines, x: Tensor, n_sites: int | None, generator: torch.Generator
+    machines, x: Tensor, n_sites: int | None, generator_at: Callable[[int], torch.Generator]
 ) -> list[dict]:
     """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
-    its standard error over the rows (independent site draws per row make them independent)."""
+    its standard error over the rows (independent site draws per row make them independent).
+
+    ``generator_at(epoch)`` gives the generator of that epoch's site draws. One that depends on
+    the epoch alone (``site_generators``) gives every model the same sites of the same images
+    at the same epoch, common random numbers: the difference between two models' curves then
+    carries none of the site draws' noise, only that of the images."""
     rows = []
     for epoch, machine in machines:
+        generator = generator_at(epoch)
         pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), n_sites, generator)
-        mean, se = _mean_se(pl)
+        mean, se = estimators.mean_and_stderr(pl)
         rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
     return rows
+
+
+def site_generators(seed: int) -> Callable[[int], torch.Generator]:
+    """Generators of the pseudo-likelihood's site draws that depend on (``seed``, epoch) only:
+    the common random numbers of ``pseudo_likelihood_curve``."""
+    return lambda epoch: seeded_generator(seed, "pseudo-likelihood-sites", str(epoch))
 
 
 @torch.no_grad()
@@ -81,7 +91,7 @@ def tap_likelihood_curve(
                 row[f"tap_ll_{part}"] = row[f"tap_ll_{part}_stderr"] = math.nan
                 continue
             ll = tap.log_likelihood(machine, x, kept, per_unit=True, **kw)
-            row[f"tap_ll_{part}"], row[f"tap_ll_{part}_stderr"] = _mean_se(ll)
+            row[f"tap_ll_{part}"], row[f"tap_ll_{part}_stderr"] = estimators.mean_and_stderr(ll)
         rows.append(row)
     return rows
 

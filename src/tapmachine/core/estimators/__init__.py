@@ -6,6 +6,7 @@
 - ``pseudo_log_likelihood``: Besag's pseudo-likelihood, exact or over a random subset of sites
   per row (``site_subsets``).
 - ``test_log_likelihood``: ln P(x) = -F(x) - ln Z given an estimate of ln Z.
+- ``mean_and_stderr``: the mean of per-row estimates and its standard error.
 
 ln Z is relative to the (normalised) unit priors throughout: W = 0 gives ln Z = 0.
 
@@ -25,6 +26,7 @@ from tapmachine.core.estimators.base_rate import BASE_CLIP, base_rate_field
 from tapmachine.core.estimators.exact import MAX_ENUMERATED_UNITS, exact_log_partition
 from tapmachine.core.estimators.likelihood import (
     PL_CHUNK_ELEMENTS,
+    mean_and_stderr,
     pseudo_log_likelihood,
     site_subsets,
     test_log_likelihood,
@@ -39,6 +41,7 @@ __all__ = [
     "base_rate_field",
     "exact_log_partition",
     "linear_schedule",
+    "mean_and_stderr",
     "refined_schedule",
     "pseudo_log_likelihood",
     "salakhutdinov_schedule",

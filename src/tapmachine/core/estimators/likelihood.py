@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch.nn.functional import softplus
@@ -10,7 +12,13 @@ from tapmachine.core.estimators.ais import AISResult
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Prior, Spin
 
-__all__ = ["PL_CHUNK_ELEMENTS", "pseudo_log_likelihood", "site_subsets", "test_log_likelihood"]
+__all__ = [
+    "PL_CHUNK_ELEMENTS",
+    "mean_and_stderr",
+    "pseudo_log_likelihood",
+    "site_subsets",
+    "test_log_likelihood",
+]
 
 #: Largest rows x sites x Nh block of flipped hidden fields held at once by the pseudo-likelihood.
 PL_CHUNK_ELEMENTS = 1 << 22
@@ -117,3 +125,15 @@ def test_log_likelihood(machine: BoltzmannMachine, x: Tensor, log_z) -> Tensor:
 
 
 test_log_likelihood.__test__ = False  # not a pytest test, despite its name
+
+
+def mean_and_stderr(values: Tensor) -> tuple[float, float]:
+    """Mean of per-row estimates (one value per image) and its standard error, std / sqrt(n)
+    with Bessel's correction, in float64: the rows must be independent draws (for the
+    pseudo-likelihood, sites drawn anew per row, ``site_subsets``). NaN for no rows; a standard
+    error of 0 for one."""
+    v = values.double().reshape(-1)
+    if v.numel() == 0:
+        return math.nan, math.nan
+    se = float(v.std(correction=1) / math.sqrt(v.numel())) if v.numel() > 1 else 0.0
+    return float(v.mean()), se

@@ -49,7 +49,6 @@ def _cmd_curve(args) -> None:
     import torch
 
     from tapmachine.core import tap
-    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.schema import defaults
@@ -78,8 +77,9 @@ def _cmd_curve(args) -> None:
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
-        gen = seeded_generator(args.seed, name, "deep-curve")
-        rows = curves.pseudo_likelihood_curve(machines, x_train[: args.n_train], args.pl_sites, gen)
+        rows = curves.pseudo_likelihood_curve(
+            machines, x_train[: args.n_train], args.pl_sites, curves.site_generators(args.seed)
+        )
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
         rows = curves.tap_likelihood_curve(

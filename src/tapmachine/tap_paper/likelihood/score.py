@@ -26,14 +26,6 @@ def _enumerable(machine: BoltzmannMachine) -> bool:
     )
 
 
-def _mean_stderr(v: Tensor) -> tuple[float, float]:
-    v = v.double()
-    if v.numel() == 0:
-        return math.nan, math.nan
-    se = float(v.std(correction=1) / math.sqrt(v.numel())) if v.numel() > 1 else 0.0
-    return float(v.mean()), se
-
-
 @torch.no_grad()
 def score_machine(
     machine: BoltzmannMachine,
@@ -110,11 +102,11 @@ def score_machine(
         # eq. 39 with TAP's ln Z: what tap.log_likelihood gives with the unique solutions (which
         # adds their mean free energy), in float64 so a recorded ln Z reproduces it exactly.
         tap_ll = tap.data_log_term(machine, x).double() - out["log_z_tap"]
-        m, se = _mean_stderr(tap_ll)
+        m, se = estimators.mean_and_stderr(tap_ll)
         out[f"tap_ll_{split}"] = m
         out[f"tap_ll_{split}_stderr"] = se
         out[f"tap_ll_per_unit_{split}"] = m / n_units
-        m, se = _mean_stderr(neg_f)
+        m, se = estimators.mean_and_stderr(neg_f)
         out[f"ais_ll_{split}"] = m - ais.log_z
         out[f"ais_ll_{split}_lower"] = m - ais.upper
         out[f"ais_ll_{split}_upper"] = m - ais.lower
@@ -122,7 +114,7 @@ def score_machine(
         out[f"exact_ll_{split}"] = m - log_z_exact if log_z_exact is not None else math.nan
         if isinstance(machine.visible, Bernoulli | Spin):
             pl = estimators.pseudo_log_likelihood(machine, x, settings.pl_sites, pl_gen)
-            out[f"pl_{split}"], out[f"pl_{split}_stderr"] = _mean_stderr(pl)
+            out[f"pl_{split}"], out[f"pl_{split}_stderr"] = estimators.mean_and_stderr(pl)
         else:
             out[f"pl_{split}"] = out[f"pl_{split}_stderr"] = math.nan
         out[f"n_{split}_images"] = int(x.shape[0])

@@ -172,6 +172,18 @@ def test_sigterm_marks_the_run_killed(store):
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
+def test_a_job_that_kept_its_state_on_a_signal_is_marked_killed(store):
+    import signal
+
+    from tapmachine.core.errors import StoppedBySignal
+
+    manifest, info = store
+    with pytest.raises(StoppedBySignal), tracking.start_run(manifest, "train", "t"):
+        raise StoppedBySignal(signal.SIGTERM, "state kept")
+    (found,) = _runs(info, "train")
+    assert found.info.status == "KILLED"
+
+
 def test_no_manifest_means_no_tracking():
     with tracking.start_run(None, "train", "m") as run:
         assert not run.active

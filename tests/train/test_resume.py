@@ -1,6 +1,7 @@
 """Resume for real: a training job killed mid-run (SIGTERM, then SIGKILL) inside `snakemake` is
 rerun by Snakemake, continues from its last checkpoint, and ends with parameters equal bit for bit
-to those of an uninterrupted run (CPU)."""
+to those of an uninterrupted run (CPU). SIGTERM first keeps the state at the next minibatch
+boundary (``train.stopping``)."""
 
 from __future__ import annotations
 
@@ -126,9 +127,14 @@ def test_killed_training_resumes_bit_for_bit(workdirs, reference, sig):
     print(f"{sig.name}: training killed with checkpoints {done}; snakemake exit {rc}")
     assert rc != 0 and not (work / MODEL).exists()
     assert f"epoch_{EPOCHS}.pt" not in done
+    log_file = work / "logs" / "ops" / "train" / "tiny.log"
+    if sig == signal.SIGTERM:  # noted, the state kept at the next batch boundary (train.stopping)
+        stop = [line for line in log_file.read_text().splitlines() if "stopped on SIGTERM" in line]
+        assert stop and "kept in" in stop[0], log_file.read_text()[-2000:]
+        print(stop[0])
     again = _snakemake(work)
     assert again.returncode == 0, again.stdout[-3000:]
-    log = (work / "logs" / "ops" / "train" / "tiny.log").read_text()
+    log = log_file.read_text()
     assert "resuming from" in log, log[-2000:]
     print([line for line in log.splitlines() if "resuming from" in line][0])
     resumed = _params(work)

@@ -4,7 +4,8 @@ The parser is built from the stage modules (``pipeline.stages.*``, each adding i
 with ``register`` and importing torch only when a command runs); the science is in the library
 modules. Also ``python -m tapmachine``. Errors the user can act on (``TapmachineError``, which
 every package's error subclasses, and a missing file) are printed as one line prefixed with
-``tapmachine: error:`` and exit with status 2.
+``tapmachine: error:`` and exit with status 2; a job stopped by a signal once it had kept its
+state (``StoppedBySignal``) exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except (TapmachineError, FileNotFoundError) as err:
         print(f"tapmachine: error: {one_line(err)}", file=sys.stderr)
-        return 2
+        return getattr(err, "exit_status", 2)
     except (OSError, RuntimeError) as err:
         if not is_disk_full(err):
             raise

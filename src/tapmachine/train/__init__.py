@@ -5,9 +5,10 @@ schema), ``update`` (Alg. 2's parameter update), ``tap_gradient`` (TAP machines'
 ``methods`` (the registry of gradient methods: tap, cd, pcd here, and those other packages
 register, as ``tapmachine.ucd`` its DBM methods), ``graphs`` (TAP steps as captured CUDA
 graphs), ``evaluation`` (the per-epoch TAP log-likelihood), ``resume`` (fingerprint and
-checkpoints), ``loop`` (the one training loop, built from one epoch, ``run_epoch``, on a
-``Carried`` state), ``build`` (config entry -> initial machine), ``pretrain`` (Alg. 4's greedy
-pretraining) and ``job`` (config entry -> ``model.pt``).
+checkpoints), ``stopping`` (SIGTERM and Ctrl-C noted until the state is kept), ``loop`` (the
+one training loop, built from one epoch, ``run_epoch``, on a ``Carried`` state), ``build``
+(config entry -> initial machine), ``pretrain`` (Alg. 4's greedy pretraining) and ``job``
+(config entry -> ``model.pt``).
 """
 
 from tapmachine.train.build import build_machine, load_model

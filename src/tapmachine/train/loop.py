@@ -3,14 +3,16 @@ PCD-k, and the DBM methods of the second paper (UCD-LMI and its PCD baselines).
 
 The loop owns everything around the gradient: minibatches, the update of Alg. 2
 (``train.update``), per-epoch evaluation (``train.evaluation``), checkpoints that make an
-interrupted run resume with identical results (``train.resume``) and divergence checks. It
-knows nothing of tracking: callers pass callbacks. ``train`` runs ``run_epoch`` on a ``Carried``
-state (machine, momentum, the method's state, the history) that a caller may also hold and
-continue one epoch at a time (the estimators' ``partial_fit``, ``tapmachine.learn``).
+interrupted run resume with identical results (``train.resume``), a stop on a signal that keeps
+the state first (``train.stopping``) and divergence checks. It knows nothing of tracking:
+callers pass callbacks. ``train`` runs ``run_epoch`` on a ``Carried`` state (machine, momentum,
+the method's state, the history) that a caller may also hold and continue one epoch at a time
+(the estimators' ``partial_fit``, ``tapmachine.learn``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 
 from tapmachine.core import eta
+from tapmachine.core.errors import StoppedBySignal
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.io import retention
 from tapmachine.io.files import remove_temporaries
@@ -43,6 +46,7 @@ from tapmachine.train.resume import (
     save_checkpoint,
 )
 from tapmachine.train.settings import TrainSettings
+from tapmachine.train.stopping import StopRequests
 from tapmachine.train.tap_gradient import check_train_noise
 from tapmachine.train.update import (
     apply_update,
@@ -125,6 +129,8 @@ def train(
     boundary after every ``in_progress_seconds`` of training (default ``IN_PROGRESS_SECONDS``;
     ``EpochInProgress`` in ``checkpoints/in_progress.pt``), so that a job stopped mid-epoch
     resumes at that batch, again with identical results (the epoch's timings add the parts).
+    SIGTERM or Ctrl-C (``train.stopping``) makes it keep the state at the next batch boundary, or
+    in the checkpoint of an epoch whose evaluation was under way, and raise ``StoppedBySignal``.
     ``on_epoch(epoch, metrics, machine)`` is called after each epoch (logging);
     ``on_step(step, metrics)`` after each update with the method's per-step metrics (the DBM
     methods': tau, T, corrected fraction, start energy gap, norm).
@@ -172,28 +178,37 @@ def train(
     if progress and carried.epoch < last_epoch:
         job.begin()
     pause = None
-    if ckpt_dir is not None:
-        every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
-        pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, every)
-    while carried.epoch < last_epoch:
-        metrics = run_epoch(
-            carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
-        )
-        within = None
+    with StopRequests() if ckpt_dir is not None else contextlib.nullcontext() as stop:
         if ckpt_dir is not None:
-            checkpoint = _checkpoint(carried, carried.machine, generator, identity, settings)
-            save_checkpoint(checkpoint, ckpt_dir / f"epoch_{carried.epoch}.pt")
-            in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
-            previous = carried.epoch - 1
-            if previous >= 1 and not retention.kept(
-                previous, settings.checkpoint_every, settings.epochs
-            ):
-                (ckpt_dir / f"epoch_{previous}.pt").unlink(missing_ok=True)
-        if on_epoch is not None:
-            on_epoch(carried.epoch, metrics, carried.machine)
-        if progress:
-            job.advance()
+            every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
+            pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, every, stop)
+        while carried.epoch < last_epoch:
+            metrics = run_epoch(
+                carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
+            )
+            within = None
+            if ckpt_dir is not None:
+                checkpoint = _checkpoint(carried, carried.machine, generator, identity, settings)
+                path = ckpt_dir / f"epoch_{carried.epoch}.pt"
+                save_checkpoint(checkpoint, path)
+                in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
+                previous = carried.epoch - 1
+                if previous >= 1 and not retention.kept(
+                    previous, settings.checkpoint_every, settings.epochs
+                ):
+                    (ckpt_dir / f"epoch_{previous}.pt").unlink(missing_ok=True)
+            if on_epoch is not None:
+                on_epoch(carried.epoch, metrics, carried.machine)
+            if progress:
+                job.advance()
+            if stop is not None and stop.requested is not None:
+                raise StoppedBySignal(stop.requested, _stopped_message(carried.epoch, path))
     return carried.machine, carried.history
+
+
+def _stopped_message(epoch: int, path: Path, batches: int | None = None) -> str:
+    where = f"epoch {epoch}" if batches is None else f"batch {batches} of epoch {epoch}"
+    return f"training state after {where} kept in {path}: run the job again to resume it there"
 
 
 def _checkpoint(carried, machine, generator, identity: str, settings) -> Checkpoint:
@@ -225,16 +240,18 @@ def _restore(carried, ckpt: Checkpoint, generator, gradient) -> None:
 
 class _InProgressWriter:
     """``run_epoch``'s ``pause``: writes ``EpochInProgress`` once ``every`` seconds have passed
-    since the last write (or since the writer began)."""
+    since the last write (or since the writer began), and at once when ``stop`` (a
+    ``StopRequests``) has noted a signal, then raises ``StoppedBySignal``."""
 
-    def __init__(self, ckpt_dir, identity, settings, carried, generator, every):
+    def __init__(self, ckpt_dir, identity, settings, carried, generator, every, stop=None):
         self.path = in_progress_path(ckpt_dir)
         self.identity, self.settings, self.every = identity, settings, every
-        self.carried, self.generator = carried, generator
+        self.carried, self.generator, self.stop = carried, generator, stop
         self.last = time.perf_counter()
 
     def __call__(self, machine, batches, order, step_stats, seconds, cpu_seconds) -> None:
-        if time.perf_counter() - self.last < self.every:
+        stopping = self.stop is not None and self.stop.requested is not None
+        if not stopping and time.perf_counter() - self.last < self.every:
             return
         checkpoint = _checkpoint(
             self.carried, machine, self.generator, self.identity, self.settings
@@ -242,6 +259,10 @@ class _InProgressWriter:
         record = EpochInProgress(checkpoint, batches, order, step_stats, seconds, cpu_seconds)
         save_checkpoint(record, self.path)
         self.last = time.perf_counter()
+        if stopping:
+            epoch = self.carried.epoch + 1
+            message = _stopped_message(epoch, self.path, batches)
+            raise StoppedBySignal(self.stop.requested, message)
 
 
 def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generator, gradient):

@@ -40,6 +40,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from tapmachine.core.errors import StoppedBySignal
 from tapmachine.io.files import atomic_write
 from tapmachine.pipeline.tracking import environment
 from tapmachine.pipeline.tracking.records import flat_params
@@ -363,9 +364,10 @@ def start_run(
     system_metrics: bool = False,
 ) -> Iterator[Run]:
     """Open a run in ``experiment``; mark it FINISHED, FAILED if the body raises, KILLED on
-    SIGTERM or Ctrl-C. With ``system_metrics`` the run records CPU, memory, disk and network use
-    (``system/*`` metrics, every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s, default 10; needs
-    psutil) while the body runs.
+    SIGTERM or Ctrl-C (also when the body kept its state first: ``StoppedBySignal``). With
+    ``system_metrics`` the run records CPU, memory, disk and network use (``system/*`` metrics,
+    every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s, default 10; needs psutil) while the
+    body runs.
 
     ``manifest=None`` disables tracking (a library user without a store): the body still runs.
     Without ``parent_run_id`` the run is nested under this invocation's parent run of
@@ -403,7 +405,7 @@ def start_run(
     with guard:
         try:
             yield run
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, StoppedBySignal):
             _terminate(run, "KILLED", monitor)
             raise
         except BaseException:

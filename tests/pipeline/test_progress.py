@@ -2,6 +2,7 @@
 
 import copy
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -84,8 +85,10 @@ def test_progress_counts_epochs_and_prices_what_is_left(tmp_path, capsys):
     rows = progress.run_progress(run)
     total = sum(r["remaining_hours"] for r in rows)
     cpu_total = sum(r["remaining_cpu_hours"] for r in rows)
-    assert math.isclose(float(out[-1].split()[-2]), total, abs_tol=0.005)
-    assert math.isclose(float(out[-1].split()[-1]), cpu_total, abs_tol=0.005)
+    (total_line,) = [line for line in out if line.startswith("total (one after the other)")]
+    assert math.isclose(float(total_line.split()[-2]), total, abs_tol=0.005)
+    assert math.isclose(float(total_line.split()[-1]), cpu_total, abs_tol=0.005)
+    assert out[-1].startswith(f"on {os.cpu_count()} idle core")
 
 
 def test_cpu_hours_left_count_the_cpu_an_epoch_took_not_its_wall_time(tmp_path, capsys):
@@ -119,7 +122,8 @@ def test_cpu_hours_left_count_the_cpu_an_epoch_took_not_its_wall_time(tmp_path, 
     out = capsys.readouterr().out.splitlines()
     assert "CPU h left" in out[0]
     assert out[1].split()[4] == "0.01" and out[2].split()[4] == "n/a"
-    assert out[-1].split()[-1] == "0.01"
+    (total_line,) = [line for line in out if line.startswith("total (one after the other)")]
+    assert total_line.split()[-1] == "0.01"
 
 
 def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
@@ -268,6 +272,24 @@ def test_a_rising_k_prices_each_epoch_left_at_its_own_k():
     ]
     assert progress._rising_k_seconds(history, schedule, 3, 6) == pytest.approx(25.0)
     assert progress._rising_k_seconds(history[:2], schedule, 2, 6) == pytest.approx(5.0 * 10)
+
+
+def test_the_least_wall_time_is_the_cpu_hours_over_the_cores_or_the_longest_job():
+    assert progress.least_wall_hours([3.0, 1.0, 2.0], 2) == 3.0  # the longest job: 3 > 6 / 2
+    assert progress.least_wall_hours([1.0, 1.0, 1.0, 1.0, 2.0], 2) == 3.0  # 6 / 2 > 2
+    assert progress.least_wall_hours([4.0, math.nan], 1) == 4.0
+    assert progress.least_wall_hours([], 2) == 0.0
+    rows = [
+        {"model": m, "epochs_done": 1, "epochs_total": 2, "finished": False,
+         "remaining_hours": 2 * h, "remaining_cpu_hours": h, "epoch_seconds": 10.0}
+        for m, h in (("a", 5.0), ("b", 1.0), ("c", 1.0))
+    ]  # fmt: skip
+    assert (
+        progress.format_progress(rows, cores=2)
+        .splitlines()[-1]
+        .startswith("on 2 idle cores, one thread a job: at least 5.0 h of training left")
+    )
+    assert "idle core" not in progress.format_progress(rows)
 
 
 def test_short_epochs_read_as_seconds_not_zero():

@@ -11,9 +11,10 @@ time of its latest epochs and what the remaining epochs take at that pace, in wa
 and in CPU hours. On a machine shared with other jobs the wall-clock pace is the share this job
 got, so its hours overstate what the work costs; the CPU hours (each epoch's
 ``epoch_cpu_seconds``, all of the job's threads) do not, and their sum over the jobs divided by
-the cores is the wall time left on idle cores. Models with no checkpoint yet are not listed (the
-dry run lists their jobs); a deep model still pretraining is listed by its pretraining layer at
-work (``pretraining_progress``).
+the cores is the wall time left on idle cores (the table's last line gives it, or the longest
+job's CPU hours where that is more: one thread a job). Models with no checkpoint yet are not
+listed (the dry run lists their jobs); a deep model still pretraining is listed by its
+pretraining layer at work (``pretraining_progress``).
 
 A job resumed with another ``retry_damping`` (or second-pass tolerance) first evaluates its
 earlier epochs again (``train.resume.reevaluate_history``), rewriting their checkpoints from epoch 1
@@ -30,6 +31,7 @@ holds, as ``faces_substitute.yaml`` does) is counted to the config's epochs, not
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -339,10 +341,10 @@ def run_progress(
     return rows
 
 
-def format_progress(rows: list[dict]) -> str:
+def format_progress(rows: list[dict], cores: int | None = None) -> str:
     """The rows as an aligned text table, with the remaining hours summed (one job after the
-    other): wall-clock hours at each job's recent pace, and CPU hours (divided by the cores, the
-    wall time left on idle cores)."""
+    other): wall-clock hours at each job's recent pace, and CPU hours; with ``cores``, also the
+    least wall time the training left takes on that many idle cores (``least_wall_hours``)."""
     if not rows:
         return "no model has a checkpoint yet\n"
     header = (
@@ -378,7 +380,21 @@ def format_progress(rows: list[dict]) -> str:
     lines.append(
         f"{'total (one after the other)':<28} {'':>9} {'':>8} {left:>10.2f} {cpu_left:>10.2f}"
     )
+    if cores:
+        least = least_wall_hours([r.get("remaining_cpu_hours", math.nan) for r in rows], cores)
+        lines.append(
+            f"on {cores} idle core{'s' if cores > 1 else ''}, one thread a job: at least "
+            f"{least:.1f} h of training left (its CPU hours over the cores, or the longest job's)"
+        )
     return "\n".join(lines) + "\n"
+
+
+def least_wall_hours(cpu_hours, cores: int) -> float:
+    """A lower bound of the wall hours that jobs of ``cpu_hours`` CPU hours left (NaN: unknown,
+    not counted) take on ``cores`` idle cores, each job on one thread: their sum spread evenly
+    over the cores, or the longest job, whose epochs run one after another, whichever is more."""
+    known = [h for h in cpu_hours if not math.isnan(h)]
+    return max(sum(known) / cores, max(known, default=0.0))
 
 
 def _pace_text(seconds: float) -> str:
@@ -404,7 +420,8 @@ def progress(args) -> None:
         config = run_config(args.configfile)
         expected, epochs = expected_evaluations(config), configured_epochs(config)
         layers = hidden_layers(config)
-    print(format_progress(run_progress(args.results, expected, epochs, layers)), end="")
+    rows = run_progress(args.results, expected, epochs, layers)
+    print(format_progress(rows, args.cores), end="")
     logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
     running = running_jobs(logs, args.active_minutes, unfinished=unfinished_snakemake_jobs())
     if running:
@@ -429,6 +446,13 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--logs", default=None, help="the run's job logs (default logs/<run>, beside results/)"
+    )
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=os.cpu_count(),
+        help="the cores the run has, for the least wall time its training still takes (default: "
+        "this machine's)",
     )
     p.add_argument(
         "--active-minutes",

@@ -14,6 +14,7 @@ from matplotlib.collections import PolyCollection
 from tapmachine.core import estimators, tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
+from tapmachine.core.seeding import seeded_generator
 from tapmachine.figures import fig10, fig11
 from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
@@ -132,10 +133,10 @@ def test_shipped_configs_declare_figs_10_11():
     assert paper["deep"]["fig10"]["timing"]["adatap_method"] == "joint"
 
 
-def test_pseudo_likelihood_curves_share_their_sites_between_models_at_each_epoch():
-    """Common random numbers: two models' curves at one epoch see the same sites of the same
-    images (their per-row differences match those of one explicit draw of sites), and the
-    sites differ between epochs."""
+def test_pseudo_likelihood_curves_score_the_same_sites_at_every_epoch_and_for_every_model():
+    """Common random numbers: every point of the curves of two models, from generators seeded
+    alike, is the pseudo-likelihood over one draw of sites per image (so a model scored at two
+    epochs gives the same number twice, and the gap between models is theirs alone)."""
     g = torch.Generator().manual_seed(2)
     nv, nh, rows, n_sites = 12, 5, 40, 4
     a, b = (
@@ -147,18 +148,20 @@ def test_pseudo_likelihood_curves_share_their_sites_between_models_at_each_epoch
         for _ in range(2)
     )
     x = torch.bernoulli(torch.full((rows, nv), 0.4, dtype=torch.float64), generator=g)
-    at = curves.site_generators(7)
-    curve_a = curves.pseudo_likelihood_curve([(1, a), (2, a)], x, n_sites, at)
-    curve_b = curves.pseudo_likelihood_curve([(1, b), (2, b)], x, n_sites, at)
-    for epoch, ra, rb in zip((1, 2), curve_a, curve_b, strict=True):
-        sites = estimators.site_subsets(rows, nv, n_sites, at(epoch))
-        exact_a = estimators.pseudo_log_likelihood(a, x, sites=sites).mean()
-        exact_b = estimators.pseudo_log_likelihood(b, x, sites=sites).mean()
-        assert ra["pl"] - rb["pl"] == pytest.approx(float(exact_a - exact_b), abs=1e-12)
-    first = estimators.site_subsets(rows, nv, n_sites, at(1))
-    assert not torch.equal(first, estimators.site_subsets(rows, nv, n_sites, at(2)))
-    again = curves.site_generators(7)(1)
-    assert torch.equal(first, estimators.site_subsets(rows, nv, n_sites, again))
+
+    def sites():
+        return seeded_generator(7, curves.SITES_SEED_LABEL)
+
+    drawn = estimators.site_subsets(rows, nv, n_sites, sites())
+    for machine in (a, b):
+        curve = curves.pseudo_likelihood_curve([(1, machine), (2, machine)], x, n_sites, sites())
+        want = estimators.pseudo_log_likelihood(machine, x, sites=drawn)
+        mean, se = estimators.mean_and_stderr(want)
+        assert [(r["pl"], r["pl_stderr"]) for r in curve] == [(mean, se)] * 2
+    fresh = curves.pseudo_likelihood_curve([(1, a)], x, n_sites, g)
+    assert fresh[0]["pl"] != curves.pseudo_likelihood_curve([(1, a)], x, n_sites, sites())[0]["pl"]
+    exact = curves.pseudo_likelihood_curve([(1, a)], x, None, sites())[0]["pl"]
+    assert exact == pytest.approx(float(estimators.pseudo_log_likelihood(a, x).mean()))
 
 
 def test_timing_rows_and_curves():
@@ -172,7 +175,7 @@ def test_timing_rows_and_curves():
         Bernoulli(torch.zeros(4, dtype=torch.float64)),
     )
     x = torch.bernoulli(torch.full((30, 6), 0.5, dtype=torch.float64), generator=g)
-    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, curves.site_generators(0))
+    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, g)
     assert pl[0]["pl"] == pytest.approx(pl[1]["pl"]) and pl[0]["pl"] < 0
     deep = BoltzmannMachine(
         (

@@ -2,7 +2,7 @@
 
 - ``pseudo_likelihood_curve``: Besag's pseudo-likelihood of training images at every checkpoint
   (Fig. 10 left), stochastic over ``n_sites`` sites drawn anew for every image, as in App. F;
-  every model draws the same sites at the same epoch (``site_generators``).
+  every epoch, and every model of one seed, scores the same sites.
 - ``tap_likelihood_curve``: the normalised TAP log-likelihood (eq. 39; eq. 121 with clamped TAP
   solutions for deep machines, divided by the number of units) of training and test images at
   every checkpoint (Fig. 11). ln Z is estimated once per epoch from the unique converged TAP
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,41 +24,45 @@ from torch import Tensor
 from tapmachine.core import adatap, estimators, tap
 from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
-from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
 __all__ = [
     "inference_timing",
     "pseudo_likelihood_curve",
-    "site_generators",
+    "SITES_SEED_LABEL",
     "tap_likelihood_curve",
 ]
 
 
 @torch.no_grad()
 def pseudo_likelihood_curve(
-    machines, x: Tensor, n_sites: int | None, generator_at: Callable[[int], torch.Generator]
+    machines, x: Tensor, n_sites: int | None, generator: torch.Generator
 ) -> list[dict]:
     """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
     its standard error over the rows (independent site draws per row make them independent).
 
-    ``generator_at(epoch)`` gives the generator of that epoch's site draws. One that depends on
-    the epoch alone (``site_generators``) gives every model the same sites of the same images
-    at the same epoch, common random numbers: the difference between two models' curves then
-    carries none of the site draws' noise, only that of the images."""
+    Each row's ``n_sites`` sites are drawn once from ``generator`` (``estimators.site_subsets``;
+    all sites for None) and scored at every epoch: common random numbers, as Fig. 12's scores
+    share theirs between epochs. The curve's steps then carry none of the site draws' noise,
+    and neither do the gaps between models whose curves are drawn from generators seeded
+    alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error."""
+    nv = x.shape[1]
+    sites = (
+        None
+        if n_sites is None or n_sites >= nv
+        else estimators.site_subsets(x.shape[0], nv, n_sites, generator)
+    )
     rows = []
     for epoch, machine in machines:
-        generator = generator_at(epoch)
-        pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), n_sites, generator)
+        pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), sites=sites)
         mean, se = estimators.mean_and_stderr(pl)
         rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
     return rows
 
 
-def site_generators(seed: int) -> Callable[[int], torch.Generator]:
-    """Generators of the pseudo-likelihood's site draws that depend on (``seed``, epoch) only:
-    the common random numbers of ``pseudo_likelihood_curve``."""
-    return lambda epoch: seeded_generator(seed, "pseudo-likelihood-sites", str(epoch))
+#: The seeding label of the pseudo-likelihood curves' site draws, the same for every model
+#: (``seeded_generator(seed, SITES_SEED_LABEL)``): Fig. 10's curves share their sites.
+SITES_SEED_LABEL = "pseudo-likelihood-sites"
 
 
 @torch.no_grad()

@@ -49,6 +49,7 @@ def _cmd_curve(args) -> None:
     import torch
 
     from tapmachine.core import tap
+    from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
     from tapmachine.io.files import write_csv
     from tapmachine.io.schema import defaults
@@ -77,9 +78,9 @@ def _cmd_curve(args) -> None:
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
-        rows = curves.pseudo_likelihood_curve(
-            machines, x_train[: args.n_train], args.pl_sites, curves.site_generators(args.seed)
-        )
+        sites = seeded_generator(args.seed, curves.SITES_SEED_LABEL)  # shared by the models
+        x = x_train[: args.n_train]
+        rows = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites)
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
         rows = curves.tap_likelihood_curve(

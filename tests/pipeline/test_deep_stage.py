@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -16,6 +17,7 @@ from tapmachine.core.machine import RBM, BoltzmannMachine
 from tapmachine.core.priors import Bernoulli
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.figures import fig10, fig11
+from tapmachine.figures.common import FigureError
 from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, load_config, validate
 from tapmachine.tap_paper import curves
@@ -235,6 +237,28 @@ def test_outlier_rule():
     assert not fig10.outlier(finals, "adaTAP 3 it.")[0]
 
 
+def test_outlier_rule_pairs_the_rows_of_curves_scored_on_the_same_images():
+    """Images that differ widely (per-curve standard errors of 4) but shift by 9 +- 1 nats
+    between two curves: hypot's 2 x 5.7 hides the gap of 9, the paired 2 x 0.1 does not."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(-100.0, 40.0, 100)
+    rows = {
+        "TAP 3 it.": base,
+        "TAP 10 it.": base - 0.5,
+        "adaTAP 3 it.": base - 9.0 + rng.normal(0.0, 1.0, 100),
+    }
+    finals = {k: float(v.mean()) for k, v in rows.items()}
+    stderrs = {k: float(v.std(ddof=1) / 10.0) for k, v in rows.items()}
+    verdict, detail = fig10.outlier(finals, "adaTAP 3 it.", stderrs)
+    assert not verdict and "2 stderr of the gap" in detail
+    verdict, detail = fig10.outlier(finals, "adaTAP 3 it.", stderrs, rows)
+    paired = 2.0 * np.std(rows["TAP 10 it."] - rows["adaTAP 3 it."], ddof=1) / 10.0
+    assert verdict and f"2 paired stderr of the gap {paired:.3f}" in detail
+    rows["adaTAP 3 it."] = base - 0.7 + rng.normal(0.0, 1.0, 100)  # within the others' spread
+    finals["adaTAP 3 it."] = float(rows["adaTAP 3 it."].mean())
+    assert not fig10.outlier(finals, "adaTAP 3 it.", stderrs, rows)[0]
+
+
 def _model_file(tmp_path, name, sizes):
     from tapmachine.io.modelfile import ModelFile
 
@@ -281,6 +305,15 @@ def test_figures_from_synthetic_curves(tmp_path, n_epochs):
     result = fig10.make(csvs, models, timing)
     claims = result.table[result.table["kind"] == "claim"].set_index("claim")
     assert claims.loc["adatap3_is_outlier", "value"] == 1.0
+    rows = []
+    for csv, shift in zip(csvs, (0.0, -8.0, 0.1), strict=True):
+        rows.append(csv.with_suffix(".npz"))
+        final = float(pd.read_csv(csv)["pl"].iloc[-1])
+        np.savez(rows[-1], epoch=n_epochs, pl=final + shift + np.linspace(-1.0, 1.0, 50))
+    paired = fig10.make(csvs, models, timing, rows).table.set_index("claim")
+    assert "2 paired stderr of the gap 0.000" in paired.loc["adatap3_is_outlier", "detail"]
+    with pytest.raises(FigureError, match="one --last-rows file per curve CSV"):
+        fig10.make(csvs, models, timing, rows[:2])
     assert claims.loc["time_ratio_batch_100", "value"] == 2000.0
     assert claims.loc["paper_strategies_not_run", "value"] == 3.0
     assert claims.loc["paper_strategies_not_run", "detail"] == (
@@ -365,7 +398,11 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     out.parent.mkdir(parents=True)
     args = ["deep-curve", "--model-file", str(outdir / "model.pt"), "--data", str(data)]
     args += ["--measure", "pl", "--n-train", "40", "--out", str(out), "--tracking", str(manifest)]
-    assert cli.main(args) == 0
+    last = results / "deep" / "tiny" / "last_epoch.npz"
+    assert cli.main([*args, "--pl-sites", "5", "--last-rows", str(last)]) == 0
+    with np.load(last) as rows:  # the last epoch's per-image values behind its mean
+        assert int(rows["epoch"]) == 2 and rows["pl"].shape == (40,)
+        assert float(rows["pl"].mean()) == pytest.approx(pd.read_csv(out)["pl"].iloc[-1])
     _, exp = tracking.experiment_id(manifest, "likelihood")
     (run,) = client.search_runs([exp])
     assert run.info.run_name == "tiny-curve"

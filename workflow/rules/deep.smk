@@ -18,6 +18,7 @@ rule deep_curve:
         tracking=TRACKING,
     output:
         csv=f"{RESULTS}/deep/{{model}}/curve.csv",
+        last_rows=f"{RESULTS}/deep/{{model}}/last_epoch.npz",
     log:
         f"{LOGS}/deep/curve_{{model}}.log",
     benchmark:
@@ -36,7 +37,7 @@ rule deep_curve:
     shell:
         "tapmachine deep-curve --model-file {input.model} --data {input.data} {params.settings} "
         "--seed {params.seed} --threads {threads} --out {output.csv} "
-        "--tracking {input.tracking} > {log} 2>&1"
+        "--last-rows {output.last_rows} --tracking {input.tracking} > {log} 2>&1"
 
 
 rule deep_timing:
@@ -73,6 +74,7 @@ rule deep_timing:
 rule draw_fig10:
     input:
         curves=expand(f"{RESULTS}/deep/{{model}}/curve.csv", model=FIG10_MODELS),
+        last_rows=expand(f"{RESULTS}/deep/{{model}}/last_epoch.npz", model=FIG10_MODELS),
         models=model_files(FIG10_MODELS),
         timing=rules.deep_timing.output.csv,
         tracking=TRACKING,
@@ -89,8 +91,8 @@ rule draw_fig10:
         mem_mb=2000,
         runtime=10,
     shell:
-        "tapmachine figure fig10 --curves {input.curves} --model-files {input.models} "
-        "--timing {input.timing} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
+        "tapmachine figure fig10 --curves {input.curves} --last-rows {input.last_rows} "
+        "--model-files {input.models} --timing {input.timing} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
         "--tracking {input.tracking} > {log} 2>&1"
 
 

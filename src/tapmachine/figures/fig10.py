@@ -10,7 +10,8 @@ Claims (docs/claims.md): all strategies comparable except adaTAP with 3 iteratio
 the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The table gives, per
 model, the final pseudo-likelihood; ``adatap3_is_outlier`` is 1 when adaTAP-3 ends lowest,
 below every other curve by more than the spread among the others and by more than twice the
-standard error of its gap to the lowest other; ``time_ratio`` is the
+standard error of its gap to the lowest other (paired over the images, which every curve scores
+on the same sites: ``deep-curve --last-rows``); ``time_ratio`` is the
 adaTAP/TAP time per iteration at each batch size (the paper's batch is 100);
 ``paper_strategies_not_run`` counts the paper's six strategies without a curve (named in its
 detail and, at the paper's size, in the title).
@@ -37,7 +38,7 @@ from tapmachine.figures.common import (
     table,
 )
 
-__all__ = ["PAPER_STRATEGIES", "make", "outlier"]
+__all__ = ["PAPER_STRATEGIES", "load_last_rows", "make", "outlier"]
 
 
 #: Fig. 10's six strategies in the paper: TAP and adaTAP, each iterated 3, 10 and 100 times.
@@ -56,11 +57,19 @@ def _label(inference: str, iterations: int) -> str:
 
 
 def outlier(
-    finals: dict[str, float], candidate: str, stderrs: dict[str, float] | None = None
+    finals: dict[str, float],
+    candidate: str,
+    stderrs: dict[str, float] | None = None,
+    rows: dict[str, np.ndarray] | None = None,
 ) -> tuple[bool, str]:
-    """Whether ``candidate`` ends below every other curve by more than their spread and, given
-    the final values' standard errors, by more than twice the standard error of its difference
-    from the lowest other curve (so that estimator noise alone does not make an outlier)."""
+    """Whether ``candidate`` ends below every other curve by more than their spread and by more
+    than twice the standard error of its difference from the lowest other curve (so that
+    estimator noise alone does not make an outlier).
+
+    That standard error is the paired one, std(others' rows - candidate's rows) / sqrt(n), where
+    ``rows`` holds both curves' last-epoch values per image (scored on the same images and
+    sites: ``deep-curve --last-rows``); else hypot of the two final ``stderrs``, which for
+    curves sharing their images and sites overstates the noise of their difference."""
     others = {k: v for k, v in finals.items() if k != candidate}
     if candidate not in finals or not others:
         return False, "needs the candidate and at least one other curve"
@@ -68,22 +77,46 @@ def outlier(
     lo, hi = others[lowest], max(others.values())
     gap = lo - finals[candidate]
     spread = hi - lo
-    noise = 0.0
-    if stderrs is not None:
+    noise, kind = 0.0, None
+    if rows is not None and candidate in rows and lowest in rows:
+        diff = np.asarray(rows[lowest], float) - np.asarray(rows[candidate], float)
+        if diff.size < 2:
+            raise FigureError(f"fig10: {diff.size} paired row(s) for {candidate!r}, need 2 or more")
+        noise, kind = 2.0 * float(diff.std(ddof=1)) / math.sqrt(diff.size), "paired "
+    elif stderrs is not None:
         noise = 2.0 * math.hypot(stderrs.get(candidate, 0.0), stderrs.get(lowest, 0.0))
+        kind = ""
     verdict = gap > 0 and gap > spread and gap > noise
     detail = (
         f"final PL {finals[candidate]:.3f} vs others {lo:.3f}..{hi:.3f} "
         f"(gap below the lowest other {gap:.3f}, spread among others {spread:.3f}"
-        + (f", 2 stderr of the gap {noise:.3f})" if stderrs is not None else ")")
+        + (f", 2 {kind}stderr of the gap {noise:.3f})" if kind is not None else ")")
     )
     return verdict, detail
 
 
+def load_last_rows(paths) -> list[np.ndarray]:
+    """The last epoch's per-image pseudo-likelihoods of ``deep-curve --last-rows`` files."""
+    out = []
+    for path in paths:
+        try:
+            with np.load(path) as npz:
+                out.append(np.asarray(npz["pl"], float))
+        except (OSError, KeyError, ValueError) as err:
+            raise FigureError(f"{path}: no per-image pseudo-likelihood 'pl' ({err})") from err
+    return out
+
+
 @styled
-def make(curve_csvs, model_files, timing_csv) -> FigureResult:
+def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
+    """Fig. 10 from the models' ``deep-curve`` CSVs (same order as their ``model.pt``), the
+    timing CSV and, optionally, their ``--last-rows`` files (same order: the outlier verdict's
+    paired standard error)."""
     if len(curve_csvs) != len(model_files):
         raise FigureError("fig10 needs one model.pt per curve CSV")
+    if last_rows is not None and len(last_rows) != len(curve_csvs):
+        raise FigureError("fig10 needs one --last-rows file per curve CSV")
+    per_image = load_last_rows(last_rows) if last_rows is not None else None
     infos = [model_info(f) for f in model_files]
     frames = []
     for path in curve_csvs:
@@ -97,9 +130,9 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
 
     fig = new_figure(PAGE, 3.0)
     ax_pl, ax_t = fig.subplots(1, 2)
-    drawn, claims, finals, final_stderrs = [], [], {}, {}
+    drawn, claims, finals, final_stderrs, final_rows = [], [], {}, {}, {}
     labels = {}
-    for info, df in zip(infos, frames, strict=True):
+    for i, (info, df) in enumerate(zip(infos, frames, strict=True)):
         inference = str(df["inference"].iloc[0])
         its = int(df["train_iterations"].iloc[0])
         label = _label(inference, its)
@@ -128,6 +161,8 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
             )
         finals[label] = float(df["pl"].iloc[-1])
         final_stderrs[label] = float(df["pl_stderr"].iloc[-1])
+        if per_image is not None:
+            final_rows[label] = per_image[i]
         for _, r in df.iterrows():
             drawn.append(
                 {
@@ -198,7 +233,7 @@ def make(curve_csvs, model_files, timing_csv) -> FigureResult:
 
     ada3 = [lab for lab in finals if lab.startswith("adaTAP 3 ")]
     if ada3:
-        verdict, detail = outlier(finals, ada3[0], final_stderrs)
+        verdict, detail = outlier(finals, ada3[0], final_stderrs, final_rows or None)
         claims.append(
             claim(
                 "adatap3_is_outlier", verdict, "", ("held: " if verdict else "not held: ") + detail

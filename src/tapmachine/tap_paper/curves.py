@@ -36,7 +36,7 @@ __all__ = [
 
 @torch.no_grad()
 def pseudo_likelihood_curve(
-    machines, x: Tensor, n_sites: int | None, generator: torch.Generator
+    machines, x: Tensor, n_sites: int | None, generator: torch.Generator, last: dict | None = None
 ) -> list[dict]:
     """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
     its standard error over the rows (independent site draws per row make them independent).
@@ -45,7 +45,9 @@ def pseudo_likelihood_curve(
     all sites for None) and scored at every epoch: common random numbers, as Fig. 12's scores
     share theirs between epochs. The curve's steps then carry none of the site draws' noise,
     and neither do the gaps between models whose curves are drawn from generators seeded
-    alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error."""
+    alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error. ``last``,
+    if given, receives the last epoch's per-row values (``"pl"``), for paired comparisons of
+    models scored on the same rows and sites."""
     nv = x.shape[1]
     sites = (
         None
@@ -57,6 +59,8 @@ def pseudo_likelihood_curve(
         pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), sites=sites)
         mean, se = estimators.mean_and_stderr(pl)
         rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
+        if last is not None:
+            last["pl"] = pl
     return rows
 
 
@@ -73,13 +77,15 @@ def tap_likelihood_curve(
     tap_inits: int,
     solver: tap.SolverSettings,
     dedup_tol: float = 1e-2,
+    last: dict | None = None,
 ) -> list[dict]:
     """Normalised TAP log-likelihood of train and test rows for each (epoch, machine).
 
     ln Z comes from the unique solutions ``solver`` reaches from the first ``tap_inits``
     training rows, with the per-epoch evaluation's second pass (``tap.solve_with_retry``); an
     epoch at which none converges gets NaN, as in training. The clamped solutions of a deep
-    machine's data term take ``solver``'s damping, tolerance and cap.
+    machine's data term take ``solver``'s damping, tolerance and cap. ``last``, if given,
+    receives the last epoch's per-row values (``"tap_ll_train"``, ``"tap_ll_test"``).
     """
     rows = []
     kw = {"damping": solver.damping, "tol": solver.tol, "max_iter": solver.max_iter}
@@ -92,9 +98,13 @@ def tap_likelihood_curve(
         for part, x in (("train", xt), ("test", xs)):
             if reps.numel() == 0:
                 row[f"tap_ll_{part}"] = row[f"tap_ll_{part}_stderr"] = math.nan
+                if last is not None:
+                    last[f"tap_ll_{part}"] = torch.full((x.shape[0],), math.nan)
                 continue
             ll = tap.log_likelihood(machine, x, kept, per_unit=True, **kw)
             row[f"tap_ll_{part}"], row[f"tap_ll_{part}_stderr"] = estimators.mean_and_stderr(ll)
+            if last is not None:
+                last[f"tap_ll_{part}"] = ll
         rows.append(row)
     return rows
 

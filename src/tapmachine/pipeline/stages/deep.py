@@ -4,8 +4,9 @@ Commands (``register`` adds them):
 
 - ``tapmachine deep-curve``: pseudo-likelihood (``--measure pl``, Fig. 10) or normalised TAP
   log-likelihood of train and test images (``--measure tap``, Fig. 11) at every checkpoint of a
-  trained model, to one CSV; logged as a run ``{model}-curve`` of experiment "likelihood" (step =
-  epoch), tagged ``model_run_id`` = the model's training run (which is left untouched).
+  trained model, to one CSV, and the last epoch's per-image values (``--last-rows``); logged as
+  a run ``{model}-curve`` of experiment "likelihood" (step = epoch), tagged ``model_run_id`` =
+  the model's training run (which is left untouched).
 - ``tapmachine deep-timing``: seconds per TAP and adaTAP iteration vs batch size, one run.
 - ``tapmachine figure fig10`` / ``fig11`` (``stages.figures.FIGURES``) draw the figures from
   those CSVs.
@@ -46,12 +47,13 @@ def curve_args(deep: dict, model: str) -> str:
 
 
 def _cmd_curve(args) -> None:
+    import numpy as np
     import torch
 
     from tapmachine.core import tap
     from tapmachine.core.seeding import seeded_generator
     from tapmachine.io import data, modelfile
-    from tapmachine.io.files import write_csv
+    from tapmachine.io.files import atomic_write, write_csv
     from tapmachine.io.schema import defaults
     from tapmachine.pipeline.tracking.recorder import publish
     from tapmachine.pipeline.tracking.records import RunRecord, source_run
@@ -75,12 +77,13 @@ def _cmd_curve(args) -> None:
         x_train = x_train[: spec["n_train"]]
     model_defaults = defaults("model")  # a spec from the workflow has them filled already
     tap_spec = {**model_defaults["tap"], **spec.get("tap", {})}
+    last: dict = {}  # the last epoch's per-row values
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
         sites = seeded_generator(args.seed, curves.SITES_SEED_LABEL)  # shared by the models
         x = x_train[: args.n_train]
-        rows = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites)
+        rows = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites, last)
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
         rows = curves.tap_likelihood_curve(
@@ -90,6 +93,7 @@ def _cmd_curve(args) -> None:
             args.tap_inits,
             tap.SolverSettings.of(tap_spec),
             dedup_tol=tap_spec["dedup_tol"],
+            last=last,
         )
     info = {
         "model": name,
@@ -100,6 +104,9 @@ def _cmd_curve(args) -> None:
     }
     rows = [{**info, **r} for r in rows]
     write_csv(rows, args.out)
+    if args.last_rows:
+        arrays = {k: v.double().cpu().numpy() for k, v in last.items()}
+        atomic_write(args.last_rows, lambda fh: np.savez(fh, epoch=rows[-1]["epoch"], **arrays))
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
     train_run = source_run(model_file)
     record = RunRecord(
@@ -108,7 +115,7 @@ def _cmd_curve(args) -> None:
         params,
         {"model": name, "measure": args.measure},
         links={"model_run_id": train_run} if train_run else {},
-        artifacts=[args.out],
+        artifacts=[args.out, *([args.last_rows] if args.last_rows else [])],
     )
     for r in rows:
         values = {k: v for k, v in r.items() if k not in info and k != "epoch"}
@@ -171,11 +178,17 @@ def register(subparsers) -> None:
         "--n-train", type=int, default=fig11("n_train"), help="first training images scored"
     )
     s.add_argument("--n-test", type=int, default=fig11("n_test"), help="first test images (tap)")
-    s.add_argument("--pl-sites", type=int, default=None, help="PL sites per block (pl)")
+    s.add_argument("--pl-sites", type=int, default=None, help="PL sites per image (pl)")
     s.add_argument(
         "--tap-inits", type=int, default=fig11("tap_inits"), help="TAP initialisations (tap)"
     )
     s.add_argument("--out", required=True)
+    s.add_argument(
+        "--last-rows",
+        default=None,
+        help="also write the last epoch's per-image values here (.npz: pl, or tap_ll_train and "
+        "tap_ll_test; epoch), for paired comparisons of models scored on the same images",
+    )
     s.add_argument("--seed", type=int, default=schema_default("seed"))
     s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     s.add_argument("--threads", type=int, default=1)

@@ -94,7 +94,7 @@ def _fig_denoise_real(m, a):
 
 
 def _fig10(m, a):
-    return m.make(a.curves, a.model_files, a.timing)
+    return m.make(a.curves, a.model_files, a.timing, a.last_rows)
 
 
 def _fig11(m, a):
@@ -209,6 +209,12 @@ def _fig_denoise_real_args(f) -> None:
 
 def _fig10_args(f) -> None:
     f.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
+    f.add_argument(
+        "--last-rows",
+        nargs="+",
+        default=None,
+        help="deep-curve --last-rows files, same order (the outlier's paired standard error)",
+    )
     f.add_argument("--model-files", nargs="+", required=True, help="model.pt, same order")
     f.add_argument("--timing", required=True, help="deep-timing CSV")
 

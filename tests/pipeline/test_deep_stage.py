@@ -159,10 +159,11 @@ def test_pseudo_likelihood_curves_score_the_same_sites_at_every_epoch_and_for_ev
         curve = curves.pseudo_likelihood_curve([(1, machine), (2, machine)], x, n_sites, sites())
         want = estimators.pseudo_log_likelihood(machine, x, sites=drawn)
         mean, se = estimators.mean_and_stderr(want)
-        assert [(r["pl"], r["pl_stderr"]) for r in curve] == [(mean, se)] * 2
-    fresh = curves.pseudo_likelihood_curve([(1, a)], x, n_sites, g)
-    assert fresh[0]["pl"] != curves.pseudo_likelihood_curve([(1, a)], x, n_sites, sites())[0]["pl"]
-    exact = curves.pseudo_likelihood_curve([(1, a)], x, None, sites())[0]["pl"]
+        assert [(r["pl"], r["pl_stderr"]) for r in curve.rows] == [(mean, se)] * 2
+        assert torch.equal(curve.last["pl"], want)
+    fresh = curves.pseudo_likelihood_curve([(1, a)], x, n_sites, g).rows[0]["pl"]
+    assert fresh != curves.pseudo_likelihood_curve([(1, a)], x, n_sites, sites()).rows[0]["pl"]
+    exact = curves.pseudo_likelihood_curve([(1, a)], x, None, sites()).rows[0]["pl"]
     assert exact == pytest.approx(float(estimators.pseudo_log_likelihood(a, x).mean()))
 
 
@@ -177,7 +178,7 @@ def test_timing_rows_and_curves():
         Bernoulli(torch.zeros(4, dtype=torch.float64)),
     )
     x = torch.bernoulli(torch.full((30, 6), 0.5, dtype=torch.float64), generator=g)
-    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, g)
+    pl = curves.pseudo_likelihood_curve([(1, m), (2, m)], x, None, g).rows
     assert pl[0]["pl"] == pytest.approx(pl[1]["pl"]) and pl[0]["pl"] < 0
     deep = BoltzmannMachine(
         (
@@ -188,7 +189,9 @@ def test_timing_rows_and_curves():
         (m.W, 0.2 * torch.randn(4, 3, generator=g, dtype=torch.float64)),
     )
     solver = tap.SolverSettings(tol=1e-12, max_iter=500)
-    rows = curves.tap_likelihood_curve([(1, deep)], x[:20], x[20:], 10, solver)
+    curve = curves.tap_likelihood_curve([(1, deep)], x[:20], x[20:], 10, solver)
+    assert curve.last["tap_ll_test"].shape == (10,)
+    rows = curve.rows
     assert rows[0]["tap_ll_train"] < 0 and rows[0]["tap_ll_test"] < 0 and rows[0]["n_unique"] >= 1
 
 
@@ -201,11 +204,12 @@ def test_tap_curve_makes_the_evaluation_second_pass_and_gives_nan_without_soluti
 
     m, x = cycling_rbm
     once = tap.SolverSettings(tol=1e-12, max_iter=2000)
-    (none,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), once)
+    unsolved = curves.tap_likelihood_curve([(1, m)], x, x, len(x), once)
+    (none,) = unsolved.rows
     assert none["n_unique"] == 0 and math.isnan(none["tap_ll_train"])
-    assert math.isnan(none["tap_ll_test"])
+    assert math.isnan(none["tap_ll_test"]) and torch.isnan(unsolved.last["tap_ll_train"]).all()
     twice = once.replace(retry_damping=0.95)
-    (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), twice)
+    (row,) = curves.tap_likelihood_curve([(1, m)], x, x, len(x), twice).rows
     settings = TrainSettings(retry_damping=0.95, tol=1e-12, max_iter=2000)
     assert settings.solver_settings == twice
     evaluated = evaluate_tap_log_likelihood(m, x, twice, settings.dedup_tol)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from tapmachine.core.priors import Bernoulli
 from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
 
 __all__ = [
+    "Curve",
     "inference_timing",
     "pseudo_likelihood_curve",
     "SITES_SEED_LABEL",
@@ -34,10 +36,21 @@ __all__ = [
 ]
 
 
+@dataclasses.dataclass
+class Curve:
+    """A measure of a model at each of its checkpoints: ``rows``, one dict per epoch (epoch,
+    mean, standard error, ...), and ``last``, the last epoch's per-row values behind its means
+    (name -> Tensor of one value per row), for paired comparisons of models scored on the same
+    rows."""
+
+    rows: list[dict]
+    last: dict[str, Tensor]
+
+
 @torch.no_grad()
 def pseudo_likelihood_curve(
-    machines, x: Tensor, n_sites: int | None, generator: torch.Generator, last: dict | None = None
-) -> list[dict]:
+    machines, x: Tensor, n_sites: int | None, generator: torch.Generator
+) -> Curve:
     """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
     its standard error over the rows (independent site draws per row make them independent).
 
@@ -45,23 +58,21 @@ def pseudo_likelihood_curve(
     all sites for None) and scored at every epoch: common random numbers, as Fig. 12's scores
     share theirs between epochs. The curve's steps then carry none of the site draws' noise,
     and neither do the gaps between models whose curves are drawn from generators seeded
-    alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error. ``last``,
-    if given, receives the last epoch's per-row values (``"pl"``), for paired comparisons of
-    models scored on the same rows and sites."""
+    alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error. The
+    ``Curve``'s ``last`` holds the last epoch's per-row values (``"pl"``)."""
     nv = x.shape[1]
     sites = (
         None
         if n_sites is None or n_sites >= nv
         else estimators.site_subsets(x.shape[0], nv, n_sites, generator)
     )
-    rows = []
+    curve = Curve([], {})
     for epoch, machine in machines:
         pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), sites=sites)
         mean, se = estimators.mean_and_stderr(pl)
-        rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
-        if last is not None:
-            last["pl"] = pl
-    return rows
+        curve.rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
+        curve.last["pl"] = pl
+    return curve
 
 
 #: The seeding label of the pseudo-likelihood curves' site draws, the same for every model
@@ -77,17 +88,16 @@ def tap_likelihood_curve(
     tap_inits: int,
     solver: tap.SolverSettings,
     dedup_tol: float = 1e-2,
-    last: dict | None = None,
-) -> list[dict]:
+) -> Curve:
     """Normalised TAP log-likelihood of train and test rows for each (epoch, machine).
 
     ln Z comes from the unique solutions ``solver`` reaches from the first ``tap_inits``
     training rows, with the per-epoch evaluation's second pass (``tap.solve_with_retry``); an
     epoch at which none converges gets NaN, as in training. The clamped solutions of a deep
-    machine's data term take ``solver``'s damping, tolerance and cap. ``last``, if given,
-    receives the last epoch's per-row values (``"tap_ll_train"``, ``"tap_ll_test"``).
+    machine's data term take ``solver``'s damping, tolerance and cap. The ``Curve``'s ``last``
+    holds the last epoch's per-row values (``"tap_ll_train"``, ``"tap_ll_test"``).
     """
-    rows = []
+    curve = Curve([], {})
     kw = {"damping": solver.damping, "tol": solver.tol, "max_iter": solver.max_iter}
     for epoch, machine in machines:
         xt, xs = x_train.to(machine.dtype), x_test.to(machine.dtype)
@@ -98,15 +108,13 @@ def tap_likelihood_curve(
         for part, x in (("train", xt), ("test", xs)):
             if reps.numel() == 0:
                 row[f"tap_ll_{part}"] = row[f"tap_ll_{part}_stderr"] = math.nan
-                if last is not None:
-                    last[f"tap_ll_{part}"] = torch.full((x.shape[0],), math.nan)
+                curve.last[f"tap_ll_{part}"] = torch.full((x.shape[0],), math.nan)
                 continue
             ll = tap.log_likelihood(machine, x, kept, per_unit=True, **kw)
             row[f"tap_ll_{part}"], row[f"tap_ll_{part}_stderr"] = estimators.mean_and_stderr(ll)
-            if last is not None:
-                last[f"tap_ll_{part}"] = ll
-        rows.append(row)
-    return rows
+            curve.last[f"tap_ll_{part}"] = ll
+        curve.rows.append(row)
+    return curve
 
 
 def _time(fn, repeats: int) -> float:

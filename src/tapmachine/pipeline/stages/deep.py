@@ -77,23 +77,21 @@ def _cmd_curve(args) -> None:
         x_train = x_train[: spec["n_train"]]
     model_defaults = defaults("model")  # a spec from the workflow has them filled already
     tap_spec = {**model_defaults["tap"], **spec.get("tap", {})}
-    last: dict = {}  # the last epoch's per-row values
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
         sites = seeded_generator(args.seed, curves.SITES_SEED_LABEL)  # shared by the models
         x = x_train[: args.n_train]
-        rows = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites, last)
+        curve = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites)
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
-        rows = curves.tap_likelihood_curve(
+        curve = curves.tap_likelihood_curve(
             machines,
             x_train[: args.n_train],
             x_test,
             args.tap_inits,
             tap.SolverSettings.of(tap_spec),
             dedup_tol=tap_spec["dedup_tol"],
-            last=last,
         )
     info = {
         "model": name,
@@ -102,10 +100,10 @@ def _cmd_curve(args) -> None:
         "n_hidden_layers": len(spec.get("hidden", [])),
         "measure": args.measure,
     }
-    rows = [{**info, **r} for r in rows]
+    rows = [{**info, **r} for r in curve.rows]
     write_csv(rows, args.out)
     if args.last_rows:
-        arrays = {k: v.double().cpu().numpy() for k, v in last.items()}
+        arrays = {k: v.double().cpu().numpy() for k, v in curve.last.items()}
         atomic_write(args.last_rows, lambda fh: np.savez(fh, epoch=rows[-1]["epoch"], **arrays))
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
     train_run = source_run(model_file)

@@ -261,6 +261,9 @@ def test_outlier_rule_pairs_the_rows_of_curves_scored_on_the_same_images():
     rows["adaTAP 3 it."] = base - 0.7 + rng.normal(0.0, 1.0, 100)  # within the others' spread
     finals["adaTAP 3 it."] = float(rows["adaTAP 3 it."].mean())
     assert not fig10.outlier(finals, "adaTAP 3 it.", stderrs, rows)[0]
+    rows["adaTAP 3 it."] = rows["adaTAP 3 it."][:50]
+    with pytest.raises(FigureError, match="scored on 100 and 50 images"):
+        fig10.outlier(finals, "adaTAP 3 it.", stderrs, rows)
 
 
 def _model_file(tmp_path, name, sizes):

@@ -79,7 +79,13 @@ def outlier(
     spread = hi - lo
     noise, kind = 0.0, None
     if rows is not None and candidate in rows and lowest in rows:
-        diff = np.asarray(rows[lowest], float) - np.asarray(rows[candidate], float)
+        a, b = np.asarray(rows[lowest], float), np.asarray(rows[candidate], float)
+        if a.shape != b.shape:
+            raise FigureError(
+                f"fig10: {lowest!r} and {candidate!r} were scored on {a.size} and {b.size} "
+                "images: the paired standard error needs the same images"
+            )
+        diff = a - b
         if diff.size < 2:
             raise FigureError(f"fig10: {diff.size} paired row(s) for {candidate!r}, need 2 or more")
         noise, kind = 2.0 * float(diff.std(ddof=1)) / math.sqrt(diff.size), "paired "

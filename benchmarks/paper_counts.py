@@ -1,5 +1,5 @@
 """TAP iterations per row that the first paper's jobs pay, counted on trained checkpoints; and
-the denoising jobs' seconds, measured on them.
+the denoising and harvest jobs' seconds, measured on them.
 
 A model's counts are taken on the checkpoints of the model itself where ``benchmarks.checkpoints``
 trains some (binary MNIST's four sizes; real MNIST's and the faces' RBMs), else borrowed from the
@@ -36,11 +36,17 @@ from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, load_model
 
 __all__ = [
-    "PROFILE_ROWS", "count_source", "checkpoint_sets", "measured_iterations", "run_checkpoint_sets",
+    "HARVEST_ROWS", "PROFILE_ROWS", "count_source", "checkpoint_sets", "harvest_costs",
+    "harvest_rows", "measured_iterations", "run_checkpoint_sets",
 ]  # fmt: skip
 
 #: Rows from which iterations are counted on each checkpoint.
 PROFILE_ROWS = 100
+#: Initialisations a harvest is timed on, per checkpoint. Its CPU time per initialisation falls
+#: with the rows solved at once until their matrix products dominate: real MNIST's Nh = 100 at
+#: epoch 20 of the paper run, 44.6 ms at 100 rows, 28.6 at 300, 25.8 at 1,000 and 24.6 at
+#: 2,000 (the harvest's chunk), against 24.2 for the whole job's 10,000; one thread.
+HARVEST_ROWS = {"quick": 300, "full": 1000}
 
 #: The settings a count depends on (two models alike in these share their solves).
 COUNT_KEYS = (
@@ -173,9 +179,15 @@ def measured_iterations(cfg: dict, models, sets: dict, deep_curve_models=()) -> 
     return out
 
 
-def harvest_iterations(cfg: dict, sets: dict) -> dict:
-    """Per ``harvest`` entry: mean iterations per initialisation (both passes and the polishing
-    of converged rows), counted with its settings and dtype on its model's count source."""
+def harvest_costs(cfg: dict, sets: dict, quick: bool) -> dict:
+    """Per ``harvest`` entry: the harvest itself on its model's count checkpoints, with its
+    settings and dtype from the first ``harvest_rows`` training images, one thread. Returns
+    ``{source, inits, rows, iterations, seconds_per_init}``: the initialisations of one of its
+    jobs (``n_init``, at most the dataset's training images), the rows timed, the mean
+    iterations per initialisation (both passes and the polishing of converged rows) and the CPU
+    seconds per initialisation, each the mean over the checkpoints. Timed, not priced per
+    sweep: an iteration of the polishing (Anderson, with the truncated priors' moments solved
+    inside it) costs several of Alg. 1's damped sweeps."""
     from tapmachine.tap_paper import harvest as harvest_module
 
     out = {}
@@ -185,15 +197,32 @@ def harvest_iterations(cfg: dict, sets: dict) -> dict:
         settings = harvest_module.HarvestSettings(
             **{k: v for k, v in entry.items() if k not in ("epochs", "dtype")}
         )
+        rows = harvest_rows(settings, quick)
+        images = dataset_rows(spec["dataset"])[0].shape[0]
         dtype = getattr(torch, entry.get("dtype", "float64"))
-        x = _rows(spec, cfg["models"].get(source), PROFILE_ROWS).to(dtype)
-        counts = []
+        x = _rows(spec, cfg["models"].get(source), rows).to(dtype)
+        counts, seconds = [], []
         for path in sets[source]:
             machine = load_model(path, dtype=dtype)
+            start = time.process_time()
             arrays = harvest_module.harvest(machine, x, settings)
+            seconds.append((time.process_time() - start) / x.shape[0])
             counts.append(float((arrays["iterations"] + arrays["polish_iterations"]).mean()))
-        out[name] = {"source": source, "iterations": _mean(counts)}
+        out[name] = {
+            "source": source,
+            "inits": min(settings.n_init or images, images),
+            "rows": x.shape[0],
+            "iterations": _mean(counts),
+            "seconds_per_init": _mean(seconds),
+        }
     return out
+
+
+def harvest_rows(settings, quick: bool) -> int:
+    """Initialisations a harvest is timed on: ``HARVEST_ROWS``, at most the harvest's own and
+    one chunk of them (the rows it solves at once)."""
+    rows = HARVEST_ROWS["quick" if quick else "full"]
+    return min(rows, settings.n_init or rows, settings.chunk_size)
 
 
 def denoise_seconds(cfg: dict, sets: dict, quick: bool) -> dict:

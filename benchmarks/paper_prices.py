@@ -37,7 +37,6 @@ from tapmachine.train.update import sampling_steps_at
 __all__ = [
     "training_price",
     "solve_price",
-    "harvest_price",
     "ais_price",
     "score_price",
     "exact_price",
@@ -174,27 +173,6 @@ def training_price(spec: dict, quick: bool, seed: int = 0, machine=None) -> dict
             price["pretrain"].append(_step_price(rbm_spec, rbm_settings, inputs, g, reps))
             width = layer["units"]
     return price
-
-
-def harvest_price(spec: dict, entry: dict, quick: bool) -> dict:
-    """A harvest's solve per row (``{"one", "per_iter"}``), in its dtype and solver, on a
-    machine of ``spec``'s sizes and priors; ``rows``: the initialisations it solves."""
-    x_all, _ = dataset_rows(spec["dataset"])
-    dtype = getattr(torch, entry.get("dtype", "float64"))
-    g = seeded_generator(0, "paper_prices", "harvest")
-    machine = _machine(spec, x_all, g).to(dtype=dtype)
-    n = min(entry.get("n_init") or x_all.shape[0], x_all.shape[0])
-    rows = min(n, PRICE_ROWS["quick" if quick else "full"])
-    xs = x_all[:rows].to(dtype)
-    solver = entry.get("solver", "damped")
-
-    def run(k: int) -> None:
-        tap.solve(
-            machine, xs, damping=entry.get("damping", 0.5), tol=0.0, max_iter=k, solver=solver
-        )
-
-    line = _linear(run, 1, 11, 2 if quick else 4)
-    return {"one": line["one"] / rows, "per_iter": line["per_iter"] / rows, "rows": n}
 
 
 def _binary_rbm(nv: int, nh: int, g: torch.Generator, std: float = 0.01) -> RBM:

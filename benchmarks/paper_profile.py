@@ -81,14 +81,11 @@ class Measurements:
         fig11 = deep["fig11"]["models"] if deep.get("fig11") else []
         models = sorted({j.model for j in paper_jobs(cfg) if j.kind == "train"})
         self.counts = counting.measured_iterations(cfg, models, self.sets, fig11)
-        self.harvest = counting.harvest_iterations(cfg, self.sets)
+        self.harvest = counting.harvest_costs(cfg, self.sets, quick)
         self.denoise = counting.denoise_seconds(cfg, self.sets, quick)
         self.exact_epoch = pricing.exact_price(25, quick)
         self.baselines = pricing.denoise_baselines_price(cfg["denoise"]["fig8"], quick)
         self.timing = pricing.timing_price(deep["fig10"]["timing"], quick)
-        self.harvest_prices = {
-            m: pricing.harvest_price(cfg["models"][m], e, quick) for m, e in cfg["harvest"].items()
-        }
 
     @staticmethod
     def _key(spec: dict) -> str:
@@ -257,9 +254,8 @@ def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
         detail = train_seconds(meas, job.model, spec)
         return detail["seconds"], detail
     if job.kind == "harvest":
-        price, count = meas.harvest_prices[job.model], meas.harvest[job.model]
-        seconds = _solve_seconds(price, price["rows"], count["iterations"], fixed=False)
-        return seconds, {"rows": price["rows"], **count}
+        cost = meas.harvest[job.model]
+        return cost["inits"] * cost["seconds_per_init"], cost
     if job.kind in ("score_epochs", "score_final"):
         part = "fig12" if job.kind == "score_epochs" else "table"
         section = cfg["likelihood"][part]

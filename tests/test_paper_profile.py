@@ -155,8 +155,8 @@ class _Stub:
         flat = {"one": unit, "per_iter": unit, "fixed": 0.0}
         self.counts = {m: {"train": 10.0, "eval": 10.0, "curve": 10.0, "source": m}
                        for m in cfg["models"]}  # fmt: skip
-        self.harvest = {m: {"iterations": 10.0, "source": m} for m in cfg["harvest"]}
-        self.harvest_prices = {m: {**flat, "rows": 10} for m in cfg["harvest"]}
+        self.harvest = {m: {"iterations": 10.0, "source": m, "inits": 10, "rows": 10,
+                            "seconds_per_init": unit} for m in cfg["harvest"]}  # fmt: skip
         self.denoise = {m: {"seconds": unit} for m in cfg["models"]}
         self.exact_epoch = self.baselines = self.timing = unit
         self._flat = flat
@@ -380,6 +380,54 @@ def test_training_is_priced_on_a_counted_checkpoint_of_the_same_machine(tmp_path
         assert meas._pricing_checkpoint(other, "other") is None
     assert meas._pricing_checkpoint(spec, None) is None
     assert meas.training(binary, "other")["priced_on"] is None and priced[-1] is None
+
+
+def test_a_harvest_is_costed_by_timing_the_harvest_itself(tmp_path, monkeypatch):
+    """``harvest_costs`` runs each harvest with its own settings on the first rows of its
+    count checkpoints: the iterations are that harvest's mean (both passes and the polishing),
+    the seconds per initialisation the CPU time it took over the rows, and a job's
+    initialisations the entry's ``n_init``, at most the dataset's images; a job is then
+    projected as their product."""
+    import itertools
+    import time
+
+    import torch
+
+    from benchmarks import paper_counts
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.tap_paper import harvest as harvest_module
+    from tapmachine.train import build_machine, load_model
+
+    spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
+            "hidden": [{"prior": "bernoulli", "units": 6}]}  # fmt: skip
+    x = torch.bernoulli(torch.full((40, 16), 0.3), generator=torch.Generator().manual_seed(0))
+    machine = build_machine(spec, x, 0.5, torch.Generator().manual_seed(1))
+    path = tmp_path / "epoch_1" / "model.pt"
+    path.parent.mkdir()
+    ModelFile.from_machine(machine, "m", spec=spec).save(path)
+    monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+    entry = {"epochs": [1], "n_init": 30, "max_iter": 200}
+    cfg = {"models": {"m": spec, "all": spec}, "harvest": {"m": entry, "all": {"epochs": [1]}}}
+    settings = harvest_module.HarvestSettings(n_init=30, max_iter=200)
+    trained = load_model(path, dtype=torch.float64)
+    arrays = harvest_module.harvest(trained, x[:30].double(), settings)
+    expected = float((arrays["iterations"] + arrays["polish_iterations"]).mean())
+    clock = itertools.count(0.0, 3.0)  # each reading 3 CPU seconds after the last
+    monkeypatch.setattr(time, "process_time", lambda: next(clock))
+
+    costs = paper_counts.harvest_costs(cfg, {"m": [path], "all": [path]}, quick=True)
+
+    assert costs["m"]["iterations"] == pytest.approx(expected) and expected > 1
+    assert costs["m"]["rows"] == 30 and costs["m"]["inits"] == 30
+    assert costs["m"]["seconds_per_init"] == pytest.approx(3.0 / 30)
+    assert costs["all"]["inits"] == 40 and costs["all"]["rows"] == 40  # n_init None: every image
+    assert paper_counts.harvest_rows(settings, quick=False) == 30
+    big = harvest_module.HarvestSettings(n_init=10000)
+    assert paper_counts.harvest_rows(big, quick=False) == paper_counts.HARVEST_ROWS["full"]
+    meas = object.__new__(paper_profile.Measurements)
+    meas.harvest = costs
+    seconds, _ = paper_profile.job_seconds(meas, cfg, Job("harvest/m/epoch_1", "harvest", "m", 1))
+    assert seconds == pytest.approx(30 * 3.0 / 30)
 
 
 def test_benchmark_checkpoints_a_run_covers_are_not_trained(tmp_path, monkeypatch):

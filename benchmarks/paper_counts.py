@@ -34,9 +34,10 @@ from benchmarks.common import dataset_rows
 from tapmachine.core import tap
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.train import TrainSettings, load_model
+from tapmachine.train.loop import eval_rows
 
 __all__ = [
-    "HARVEST_ROWS", "PROFILE_ROWS", "count_source", "checkpoint_sets", "harvest_costs",
+    "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "count_source", "checkpoint_sets", "harvest_costs",
     "harvest_rows", "measured_iterations", "run_checkpoint_sets",
 ]  # fmt: skip
 
@@ -48,10 +49,17 @@ PROFILE_ROWS = 100
 #: 2,000 (the harvest's chunk), against 24.2 for the whole job's 10,000; one thread.
 HARVEST_ROWS = {"quick": 300, "full": 1000}
 
+#: Evaluation rows timed on each checkpoint (at most the model's ``eval_samples``). Per row, a
+#: solve of few rows pays its slowest rows' sweeps and its fixed costs: bmnist_h500_pcd's 100
+#: evaluation rows took 0.61 CPU s, where 100 x the per-row price at the counted iterations
+#: gave 0.35.
+EVAL_ROWS = 1000
+
 #: The settings a count depends on (two models alike in these share their solves).
 COUNT_KEYS = (
     "damping", "solver", "train_iterations", "train_tol", "train_max_iter", "n_solutions",
-    "batch_size", "tol", "max_iter", "retry_damping",
+    "batch_size", "tol", "max_iter", "retry_damping", "evaluate", "eval_samples", "dedup_tol",
+    "resample",
 )  # fmt: skip
 
 
@@ -116,13 +124,21 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool) -> dict:
+def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool, x_eval=None) -> dict:
     """Mean iterations per row of one checkpoint: a converged training step (``train``, K rows
     from a batch, with its sweeps, ``train_sweeps``: the slowest row's iterations, and the rows
     those sweeps swept, ``train_row_sweeps``: ``tap.working_set_sizes`` summed) and the per-epoch
     evaluation (``eval``, second pass included); with ``curve_solver`` also the deep curve's
-    solve (``curve``: Alg. 1, ``tap_likelihood_curve``)."""
+    solve (``curve``: Alg. 1, ``tap_likelihood_curve``). With ``x_eval``, the per-epoch
+    evaluation itself (``train.evaluation.evaluate_tap_log_likelihood``) timed on those rows:
+    ``eval_seconds_per_row``, CPU seconds."""
     out = {}
+    if x_eval is not None and settings.evaluate:
+        from tapmachine.train.evaluation import evaluate_tap_log_likelihood
+
+        start = time.process_time()
+        evaluate_tap_log_likelihood(machine, x_eval, settings.solver_settings, settings.dedup_tol)
+        out["eval_seconds_per_row"] = (time.process_time() - start) / x_eval.shape[0]
     if settings.train_iterations == "converge":
         K = settings.n_solutions or settings.batch_size
         st = tap.solve(
@@ -163,13 +179,15 @@ def measured_iterations(cfg: dict, models, sets: dict, deep_curve_models=()) -> 
             settings = dataclasses.replace(settings, train_iterations=3)  # no converged step
         source = count_source(name, spec, sets)
         x = _rows(spec, specs.get(source), PROFILE_ROWS)
+        x_eval = eval_rows(_rows(spec, specs.get(source), EVAL_ROWS), settings)
         per_ckpt = []
         for path in sets[source]:
             alike = tuple(getattr(settings, k) for k in COUNT_KEYS)
             key = (path, spec["dataset"], alike, name in deep_curve_models)
             if key not in done:
                 machine = load_model(path, dtype=torch.float32)
-                done[key] = _solve_counts(machine, x, settings, name in deep_curve_models)
+                curve = name in deep_curve_models
+                done[key] = _solve_counts(machine, x, settings, curve, x_eval)
             per_ckpt.append(done[key])
         out[name] = {
             "source": source,

@@ -179,9 +179,14 @@ def _solve_seconds(price: dict, rows: int, iterations: float, fixed: bool = True
 
 
 def _step_seconds(step: dict, iterations, counts: dict | None = None) -> float:
-    """A training step: a CD/PCD batch; a converged TAP step from its counts' sweeps and rows
-    swept where both the price and the counts have them (the first sweep, of all K rows, is in
+    """A training step: the loop's own work around the gradient (``loop``, where priced) plus
+    the gradient: a CD/PCD batch; a converged TAP step from its counts' sweeps and rows swept
+    where both the price and the counts have them (the first sweep, of all K rows, is in
     ``one``); else the line at ``iterations`` per row."""
+    return step.get("loop", 0.0) + _gradient_seconds(step, iterations, counts)
+
+
+def _gradient_seconds(step: dict, iterations, counts: dict | None) -> float:
     if "batch" in step:
         return step["batch"]
     if "per_row_sweep" in step and counts and counts.get("train_sweeps") is not None:
@@ -207,7 +212,9 @@ def _solver_label(settings: TrainSettings) -> str:
 def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
     """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
     pretraining (its RBMs' steps at the deep machine's counts, each epoch's evaluation priced
-    as the deep machine's: an upper bound)."""
+    as the deep machine's: an upper bound). The evaluation is its rows times its CPU seconds
+    per row timed on the count checkpoints (``eval_seconds_per_row``), else the solve's price
+    at the counted iterations."""
     price = meas.training(spec, name)
     counts = meas.counts[name]
     settings = TrainSettings.from_spec(spec)
@@ -217,7 +224,11 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
     step = _step_seconds(price["step"], iterations, counts if it == "converge" else None)
     evaluation = 0.0
     if price["eval"] is not None:
-        evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
+        per_row = counts.get("eval_seconds_per_row")  # the evaluation timed whole, if it was
+        if per_row is not None:
+            evaluation = price["eval_rows"] * per_row
+        else:
+            evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
     total = settings.epochs * (n_batches * step + evaluation)
     pretrain = 0.0
     for rbm_step in price.get("pretrain", []):

@@ -287,12 +287,91 @@ def test_a_rising_k_is_priced_at_the_epochs_mean_k(monkeypatch):
         "sampling_steps": {"start": 1, "end": 25, "every": 10},
         "epochs": 250,
     }
+    monkeypatch.setattr(paper_prices, "_loop_price", lambda *args: 0.25)
     x = torch.bernoulli(torch.full((20, 6), 0.5))
     price = paper_prices._step_price(spec, TrainSettings.from_spec(spec), x, torch.Generator(), 1)
     assert timed_k == [1, 25]
-    assert price == {"batch": pytest.approx(2.0 + 0.5 * 13)}
+    assert price == {"batch": pytest.approx(2.0 + 0.5 * 13), "loop": 0.25}
+    assert paper_profile._step_seconds(price, None) == pytest.approx(2.0 + 0.5 * 13 + 0.25)
     label = paper_profile._solver_label(TrainSettings.from_spec(spec))
     assert label == "CD-1..25"
+
+
+def test_the_loop_price_times_the_training_loops_own_work_around_the_gradient(monkeypatch):
+    """``_loop_price`` times, per minibatch, the functions ``run_epoch`` calls besides the
+    gradient: ``present`` with the model's resampling, ``apply_update`` at step size 0 (of a
+    zero gradient shaped as the method's) and ``check_finite``; the priced machine is left as
+    it was."""
+    import torch
+
+    from benchmarks import paper_prices
+    from tapmachine.train import TrainSettings, build_machine, loop, update
+
+    calls = []
+    real_present, real_update, real_check = loop.present, update.apply_update, update.check_finite
+    monkeypatch.setattr(loop, "present", lambda x, r, g: calls.append(("present", r)) or
+                        real_present(x, r, g))  # fmt: skip
+    monkeypatch.setattr(update, "apply_update", lambda m, gr, v, lr, s, eta: calls.append(
+        ("update", lr, sum(float(w.abs().sum()) for w in gr["weights"]))) or
+        real_update(m, gr, v, lr, s, eta))  # fmt: skip
+    monkeypatch.setattr(update, "check_finite", lambda m, e, b: calls.append(("check",)) or
+                        real_check(m, e, b))  # fmt: skip
+    spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
+            "hidden": [{"prior": "bernoulli", "units": 4}], "method": "cd",
+            "resample": "bernoulli", "batch_size": 5, "prior_momentum": True}  # fmt: skip
+    settings = TrainSettings.from_spec(spec)
+    x = torch.rand(20, 6, generator=torch.Generator().manual_seed(0))
+    machine = build_machine(spec, x, 0.1, torch.Generator().manual_seed(1))
+    before = [w.clone() for w in machine.weights]
+
+    seconds = paper_prices._loop_price(machine, x, settings, None, torch.Generator(), 1)
+
+    assert seconds > 0
+    assert calls[:3] == [("present", "bernoulli"), ("update", 0.0, 0.0), ("check",)]
+    assert len(calls) == 3 * 11  # one warm-up call and 10 timed, each a batch's three calls
+    assert all(torch.equal(w, b) for w, b in zip(machine.weights, before, strict=True))
+
+
+def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monkeypatch):
+    """The counts time ``evaluate_tap_log_likelihood`` itself on the model's evaluation rows
+    (``eval_rows`` of the first ``EVAL_ROWS``: at most ``eval_samples``), per row; a training
+    job's evaluation is then its rows times that, and the line price only without it."""
+    import itertools
+    import time
+
+    import torch
+
+    from benchmarks import paper_counts
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.train import TrainSettings, build_machine
+
+    spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
+            "hidden": [{"prior": "bernoulli", "units": 5}], "eval": {"n_samples": 30}}  # fmt: skip
+    x = torch.bernoulli(torch.full((50, 8), 0.4), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "epoch_1" / "model.pt"
+    path.parent.mkdir()
+    machine = build_machine(spec, x, 0.3, torch.Generator().manual_seed(2))
+    ModelFile.from_machine(machine, "m", spec=spec).save(path)
+    monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+    seen = []
+    real = paper_counts._solve_counts
+    monkeypatch.setattr(paper_counts, "_solve_counts", lambda m, xs, s, c, x_eval: seen.append(
+        x_eval.shape[0]) or real(m, xs, s, c, x_eval))  # fmt: skip
+    clock = itertools.count(0.0, 3.0)
+    monkeypatch.setattr(time, "process_time", lambda: next(clock))
+
+    counts = paper_counts.measured_iterations({"models": {"m": spec}}, ["m"], {"m": [path]})
+
+    assert seen == [30]  # eval_samples rows, fewer than EVAL_ROWS
+    assert counts["m"]["eval_seconds_per_row"] == pytest.approx(3.0 / 30)
+    stub = _Stub({"models": {"m": spec}, "harvest": {}})
+    stub.counts["m"]["eval_seconds_per_row"] = 0.5
+    detail = paper_profile.train_seconds(stub, "m", spec)
+    assert detail["eval_seconds_per_epoch"] == pytest.approx(10 * 0.5)  # the stub's 10 rows
+    del stub.counts["m"]["eval_seconds_per_row"]
+    line = paper_profile.train_seconds(stub, "m", spec)["eval_seconds_per_epoch"]
+    assert line == pytest.approx(10 * (1.0 + 1.0 * 9))  # one + per_iter (10 - 1), per row
+    assert TrainSettings.from_spec(spec).eval_samples == 30
 
 
 def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkeypatch):

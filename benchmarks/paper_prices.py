@@ -114,8 +114,8 @@ def _loop_price(machine, x: torch.Tensor, settings: TrainSettings, chains, g, re
     the loop's own functions: gathering and drawing the batch (``present``, with
     ``settings.resample``), the update (``apply_update``: momentum, l2 and the priors' steps,
     here of a zero gradient at step size 0, which costs as much and changes nothing) and the
-    divergence check (``check_finite``). Beside PCD-1's 7.6 ms gradient on the paper run's
-    784 x 500 RBM they took 1.0 ms (0.76 of it the check), one thread."""
+    divergence check (``check_finite``). Beside PCD-1's 7.2 ms gradient on the paper run's
+    784 x 500 RBM they take 0.3 ms, one thread."""
     from tapmachine.train.loop import present
     from tapmachine.train.update import apply_update, check_finite, prior_velocity_start
 

@@ -818,3 +818,28 @@ def test_a_kept_mid_epoch_state_of_another_run_or_damaged_is_not_used(tmp_path, 
     err = capsys.readouterr().err
     assert "in_progress.pt" in err and "resuming epoch" not in err
     assert not in_progress_path(folder).exists()
+
+
+def test_check_finite_names_the_parameter_that_diverged_and_passes_finite_ones():
+    """A NaN or an infinity anywhere, in a coupling or a prior parameter, is named; finite
+    parameters pass, also when their sum overflows (so the quick sum decides nothing there)."""
+    from tapmachine.train.update import check_finite
+
+    m = build_machine(SPEC, bars_and_stripes(), 0.01, seeded_generator(1, "finite"))
+    check_finite(m, 1, 1)
+    largest = torch.finfo(m.weights[0].dtype).max
+    huge = m.replace(weights=[torch.full_like(m.weights[0], largest)])
+    assert not torch.isfinite(huge.weights[0].sum())
+    check_finite(huge, 1, 1)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        W = m.weights[0].clone()
+        W[2, 1] = bad
+        with pytest.raises(TrainingError, match="diverged at epoch 3, batch 7: weights\\[0\\]"):
+            check_finite(m.replace(weights=[W]), 3, 7)
+    prior = m.priors[1]
+    name, value = next(iter(prior.params().items()))
+    broken = value.clone()
+    broken.view(-1)[0] = float("nan")
+    priors = [m.priors[0], prior.replace(**{name: broken}), *m.priors[2:]]
+    with pytest.raises(TrainingError, match=f"layer 1 prior {name} not finite"):
+        check_finite(m.replace(priors=priors), 1, 2)

@@ -215,9 +215,13 @@ def test_progress_with_the_config_counts_a_finished_model_an_overlay_trains_on(
     config_file.write_text(yaml.safe_dump(config))
     monkeypatch.chdir(ROOT)
     assert cli.main(["progress", "--results", str(run), "--configfile", str(config_file)]) == 0
-    line = capsys.readouterr().out.splitlines()[1]
+    out = capsys.readouterr().out.splitlines()
+    line = out[1]
     assert line.split()[:2] == ["m", "3/7"]
     assert line.endswith("to train on (the config asks for more epochs)")
+    # the config's other models have no checkpoint in this run: named, not priced
+    waiting = out[-1].removeprefix("not started (no checkpoint yet; not in the hours above): ")
+    assert waiting != out[-1] and waiting.split(", ") == sorted(set(config["models"]) - {"m"})
 
     (model_dir / "model.pt").unlink()  # the job has started: Snakemake removed its output
     running = progress.model_progress(model_dir, epochs=7)

@@ -341,12 +341,19 @@ def run_progress(
     return rows
 
 
-def format_progress(rows: list[dict], cores: int | None = None) -> str:
+def format_progress(rows: list[dict], cores: int | None = None, not_started=()) -> str:
     """The rows as an aligned text table, with the remaining hours summed (one job after the
     other): wall-clock hours at each job's recent pace, and CPU hours; with ``cores``, also the
-    least wall time the training left takes on that many idle cores (``least_wall_hours``)."""
+    least wall time the training left takes on that many idle cores (``least_wall_hours``).
+    ``not_started``: models of the run's config without a checkpoint, named on a last line
+    (they have no pace yet, so their hours are not in the sums)."""
+    waiting = ""
+    if not_started:
+        waiting = (
+            f"not started (no checkpoint yet; not in the hours above): {', '.join(not_started)}\n"
+        )
     if not rows:
-        return "no model has a checkpoint yet\n"
+        return "no model has a checkpoint yet\n" + waiting
     header = (
         f"{'model':<28} {'epochs':>9} {'s/epoch':>8} {'hours left':>10} {'CPU h left':>10} "
         f"{'conv. steps':>11} {'sweeps/row':>10}  state"
@@ -386,7 +393,7 @@ def format_progress(rows: list[dict], cores: int | None = None) -> str:
             f"on {cores} idle core{'s' if cores > 1 else ''}, one thread a job: at least "
             f"{least:.1f} h of training left (its CPU hours over the cores, or the longest job's)"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + waiting
 
 
 def least_wall_hours(cpu_hours, cores: int) -> float:
@@ -421,7 +428,8 @@ def progress(args) -> None:
         expected, epochs = expected_evaluations(config), configured_epochs(config)
         layers = hidden_layers(config)
     rows = run_progress(args.results, expected, epochs, layers)
-    print(format_progress(rows, args.cores), end="")
+    not_started = sorted(set(epochs or {}) - {r["model"] for r in rows})
+    print(format_progress(rows, args.cores, not_started), end="")
     logs = Path(args.logs) if args.logs else Path("logs") / Path(args.results).name
     running = running_jobs(logs, args.active_minutes, unfinished=unfinished_snakemake_jobs())
     if running:

@@ -44,10 +44,15 @@ __all__ = [
     "denoise_baselines_price",
     "timing_price",
     "pl_price",
+    "pl_rows",
 ]
 
 #: Rows on which a per-row TAP price is timed (then scaled by the job's rows).
 PRICE_ROWS = {"quick": 200, "full": 1000}
+#: Images on which a pseudo-likelihood price is timed, at most (the job's own, else these): per
+#: image it falls with the images scored at once, on a 784 x 500 RBM 0.61 ms at 100, 0.41 at
+#: 1,000 and 0.30 at 5,000 (Fig. 10's curve), one thread.
+PL_ROWS = {"quick": 1000, "full": 5000}
 
 
 def _linear(run, low: int, high: int, reps: int) -> dict:
@@ -236,24 +241,42 @@ def score_price(section: dict, nh: int, quick: bool) -> dict:
     evaluation solve): AIS (``ais``, ``ais_price``) and the pseudo-likelihood of its train and
     test images (``pl``)."""
     g = seeded_generator(0, "paper_prices", "score")
-    x, _ = dataset_rows("binary_mnist", 1000)
+    n_train = section["n_train"] if section["n_train"] is not None else 60000
+    n_test = section["n_test"] if section["n_test"] is not None else 10000
+    x, _ = dataset_rows("binary_mnist", min(max(n_train, n_test), pl_rows(quick)))
     rbm = _binary_rbm(784, nh, g)
-    n_images = (section["n_train"] if section["n_train"] is not None else 60000) + (
-        section["n_test"] if section["n_test"] is not None else 10000
-    )
-    return {
-        "ais": ais_price(section["ais"], nh, quick),
-        "pl": pl_price(rbm, x, section["pl_sites"], g, quick) * n_images,
-    }
+    per_image = pl_price(rbm, x, section["pl_sites"], g, quick, drawn_once=False)
+    return {"ais": ais_price(section["ais"], nh, quick), "pl": per_image * (n_train + n_test)}
 
 
-def pl_price(machine, x: torch.Tensor, sites: int | None, g, quick: bool) -> float:
-    """Seconds of the stochastic pseudo-likelihood (``sites`` sites) of one image."""
-    from tapmachine.core.estimators import pseudo_log_likelihood
+def pl_rows(quick: bool) -> int:
+    """Images a pseudo-likelihood price is timed on, at most (``PL_ROWS``)."""
+    return PL_ROWS["quick" if quick else "full"]
 
-    rows = x[:100].to(machine.dtype)
-    t = cpu_seconds(lambda: pseudo_log_likelihood(machine, rows, sites, g), 1 if quick else 3)
-    return t / rows.shape[0]
+
+def pl_price(
+    machine, x: torch.Tensor, sites: int | None, g, quick: bool, drawn_once: bool = True
+) -> float:
+    """Seconds of the stochastic pseudo-likelihood (``sites`` sites) of one image, all rows of
+    ``x`` scored in one call, as the jobs score theirs: its cost per image falls with the rows
+    scored at once (``PL_ROWS``). ``drawn_once``: every image's sites drawn beforehand and not
+    timed, as Fig. 10's curves draw them once for every epoch (``curves.pseudo_likelihood_curve``);
+    else drawn in the call, as Fig. 12's scores draw them (``likelihood.score``)."""
+    from tapmachine.core.estimators import pseudo_log_likelihood, site_subsets
+
+    rows = x.to(machine.dtype)
+    n, nv = rows.shape
+    if drawn_once:
+        subsets = None if sites is None or sites >= nv else site_subsets(n, nv, sites, g)
+
+        def score() -> None:
+            pseudo_log_likelihood(machine, rows, sites=subsets)
+    else:
+
+        def score() -> None:
+            pseudo_log_likelihood(machine, rows, sites, g)
+
+    return cpu_seconds(score, 1 if quick else 3) / n
 
 
 def exact_price(nh: int, quick: bool) -> float:

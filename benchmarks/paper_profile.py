@@ -75,7 +75,7 @@ class Measurements:
         self._priced_on: dict[tuple, Path | None] = {}
         self._curve: dict[str, dict] = {}
         self._score: dict[str, dict] = {}
-        self._pl: dict[int, float] = {}
+        self._pl: dict[tuple, float] = {}
         self._ais: dict[tuple, float] = {}
         deep = cfg["deep"]
         fig11 = deep["fig11"]["models"] if deep.get("fig11") else []
@@ -160,17 +160,19 @@ class Measurements:
             self._score[(part, nh)] = pricing.score_price(section, nh, self.quick)
         return self._score[(part, nh)]
 
-    def pl_image(self, nh: int, sites) -> float:
-        if nh not in self._pl:
+    def pl_image(self, nh: int, sites, n_images: int) -> float:
+        """Fig. 10's curve: the pseudo-likelihood of one of its ``n_images`` per epoch."""
+        key = (nh, sites, n_images)
+        if key not in self._pl:
             from benchmarks.common import dataset_rows
             from tapmachine.core.seeding import seeded_generator
 
-            x, _ = dataset_rows("binary_mnist", 100)
+            x, _ = dataset_rows("binary_mnist", min(n_images, pricing.pl_rows(self.quick)))
             g = seeded_generator(0, "paper_profile", "pl")
-            self._pl[nh] = pricing.pl_price(
+            self._pl[key] = pricing.pl_price(
                 pricing._binary_rbm(784, nh, g), x, sites, g, self.quick
             )
-        return self._pl[nh]
+        return self._pl[key]
 
 
 def _solve_seconds(price: dict, rows: int, iterations: float, fixed: bool = True) -> float:
@@ -298,7 +300,8 @@ def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
         deep = cfg["deep"]
         if job.model in deep["fig10"]["models"]:
             fig10 = deep["fig10"]
-            per = fig10["n_images"] * meas.pl_image(spec["hidden"][0]["units"], fig10["pl_sites"])
+            units, n_images = spec["hidden"][0]["units"], fig10["n_images"]
+            per = n_images * meas.pl_image(units, fig10["pl_sites"], n_images)
             return spec["epochs"] * per, {"measure": "pl", "seconds_per_epoch": per}
         fig11 = deep["fig11"]
         price = meas.curve_solve(spec)

@@ -175,7 +175,7 @@ class _Stub:
     def score(self, part, nh):
         return {"ais": self._flat["one"], "pl": self._flat["one"]}
 
-    def pl_image(self, nh, sites):
+    def pl_image(self, nh, sites, n_images):
         return self._flat["one"]
 
 
@@ -372,6 +372,34 @@ def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monke
     line = paper_profile.train_seconds(stub, "m", spec)["eval_seconds_per_epoch"]
     assert line == pytest.approx(10 * (1.0 + 1.0 * 9))  # one + per_iter (10 - 1), per row
     assert TrainSettings.from_spec(spec).eval_samples == 30
+
+
+def test_the_pseudo_likelihood_is_priced_as_the_jobs_score_it(monkeypatch):
+    """Per image over every row given, scored in one call: Fig. 10's curves with each image's
+    sites drawn beforehand (``sites`` a rows x n_sites tensor, the draw untimed), Fig. 12's
+    scores drawing them in the call (``n_sites`` and the generator)."""
+    import torch
+
+    from benchmarks import paper_prices
+    from tapmachine.core import estimators
+
+    seen = []
+
+    def scored(machine, x, n_sites=None, generator=None, sites=None):
+        seen.append((x.shape[0], n_sites, sites))
+
+    monkeypatch.setattr(estimators, "pseudo_log_likelihood", scored)
+    monkeypatch.setattr(paper_prices, "cpu_seconds", lambda fn, reps: (fn(), 6.0)[1])
+    g = torch.Generator().manual_seed(0)
+    rbm = paper_prices._binary_rbm(30, 4, g)
+    x = torch.bernoulli(torch.full((12, 30), 0.5), generator=g)
+
+    assert paper_prices.pl_price(rbm, x, 5, g, quick=True) == pytest.approx(6.0 / 12)
+    rows, n_sites, sites = seen[-1]
+    assert rows == 12 and n_sites is None and sites.shape == (12, 5)
+    assert paper_prices.pl_price(rbm, x, 5, g, quick=True, drawn_once=False) == 0.5
+    assert seen[-1] == (12, 5, None)
+    assert paper_prices.pl_rows(quick=False) == paper_prices.PL_ROWS["full"]
 
 
 def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkeypatch):

@@ -45,6 +45,7 @@ __all__ = [
     "timing_price",
     "pl_price",
     "pl_rows",
+    "job_start_price",
 ]
 
 #: Rows on which a per-row TAP price is timed (then scaled by the job's rows).
@@ -211,6 +212,43 @@ def training_price(spec: dict, quick: bool, seed: int = 0, machine=None) -> dict
             price["pretrain"].append(_step_price(rbm_spec, rbm_settings, inputs, g, reps))
             width = layer["units"]
     return price
+
+
+#: What a job does before its work, run in a fresh interpreter by ``job_start_price``: the
+#: imports of every ``tapmachine`` command and a run logged to an existing MLflow store.
+_JOB_START = """
+import mlflow, torch
+from tapmachine.pipeline import cli
+mlflow.set_tracking_uri("sqlite:///store.db")
+with mlflow.start_run():
+    mlflow.log_metric("probe", 1.0)
+"""
+
+
+def job_start_price() -> float:
+    """CPU seconds (user and system) a job pays before its work: a fresh Python process that
+    imports torch, MLflow and the package's command line and logs a run to an SQLite MLflow
+    store that exists (created by an untimed first start, as ``tracking_init`` creates the
+    run's). On this machine about 4 s, which a job of seconds' work is mostly made of."""
+    import resource
+    import subprocess
+    import sys
+    import tempfile
+
+    def start(folder: str) -> None:
+        subprocess.run(
+            [sys.executable, "-c", _JOB_START], cwd=folder, check=True, capture_output=True
+        )
+
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    with tempfile.TemporaryDirectory() as folder:
+        start(folder)
+        before = children()
+        start(folder)
+        return children() - before
 
 
 def _binary_rbm(nv: int, nh: int, g: torch.Generator, std: float = 0.01) -> RBM:

@@ -86,6 +86,7 @@ class Measurements:
         self.exact_epoch = pricing.exact_price(25, quick)
         self.baselines = pricing.denoise_baselines_price(cfg["denoise"]["fig8"], quick)
         self.timing = pricing.timing_price(deep["fig10"]["timing"], quick)
+        self.start = pricing.job_start_price()
 
     @staticmethod
     def _key(spec: dict) -> str:
@@ -258,7 +259,14 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
 
 
 def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
-    """Seconds of one job of ``paper_jobs`` and what they are made of."""
+    """Seconds of one job of ``paper_jobs`` and what they are made of: its work and its start
+    (``start``, ``paper_prices.job_start_price``: what a job pays before its work, which a
+    small job's time is mostly made of)."""
+    seconds, detail = _work_seconds(meas, cfg, job)
+    return seconds + meas.start, {**detail, "start": meas.start}
+
+
+def _work_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
     from tapmachine.tap_paper import likelihood
 
     models = cfg["models"]

@@ -159,6 +159,7 @@ class _Stub:
                             "seconds_per_init": unit} for m in cfg["harvest"]}  # fmt: skip
         self.denoise = {m: {"seconds": unit} for m in cfg["models"]}
         self.exact_epoch = self.baselines = self.timing = unit
+        self.start = 0.0
         self._flat = flat
 
     def training(self, spec, name=None):
@@ -532,9 +533,30 @@ def test_a_harvest_is_costed_by_timing_the_harvest_itself(tmp_path, monkeypatch)
     big = harvest_module.HarvestSettings(n_init=10000)
     assert paper_counts.harvest_rows(big, quick=False) == paper_counts.HARVEST_ROWS["full"]
     meas = object.__new__(paper_profile.Measurements)
-    meas.harvest = costs
-    seconds, _ = paper_profile.job_seconds(meas, cfg, Job("harvest/m/epoch_1", "harvest", "m", 1))
-    assert seconds == pytest.approx(30 * 3.0 / 30)
+    meas.harvest, meas.start = costs, 0.75
+    seconds, detail = paper_profile.job_seconds(
+        meas, cfg, Job("harvest/m/epoch_1", "harvest", "m", 1)
+    )
+    assert seconds == pytest.approx(30 * 3.0 / 30 + 0.75) and detail["start"] == 0.75
+
+
+def test_a_job_start_is_timed_in_a_fresh_interpreter():
+    """The start price is the CPU time of a real fresh interpreter importing torch and MLflow
+    and logging a run: more than importing torch alone in one (a quarter of a second at least
+    here), and well under a minute."""
+    import resource
+    import subprocess
+
+    from benchmarks import paper_prices
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    torch_alone = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+    start = paper_prices.job_start_price()
+
+    assert torch_alone < start < 60.0
 
 
 def test_benchmark_checkpoints_a_run_covers_are_not_trained(tmp_path, monkeypatch):

@@ -11,7 +11,13 @@ import torch
 import yaml
 
 from tapmachine.core.seeding import seeded_generator
-from tapmachine.io.modelfile import EpochInProgress, ModelFile, in_progress_path
+from tapmachine.io.modelfile import (
+    Checkpoint,
+    EpochInProgress,
+    ModelFile,
+    in_progress_path,
+    machine_state,
+)
 from tapmachine.pipeline import cli
 from tapmachine.pipeline.stages import progress, running_jobs
 from tapmachine.train import TrainSettings, build_machine, expected_signature, train
@@ -276,6 +282,42 @@ def test_a_rising_k_prices_each_epoch_left_at_its_own_k():
     ]
     assert progress._rising_k_seconds(history, schedule, 3, 6) == pytest.approx(25.0)
     assert progress._rising_k_seconds(history[:2], schedule, 2, 6) == pytest.approx(5.0 * 10)
+
+
+def test_a_rising_k_is_priced_on_its_cpu_times_when_the_load_moved_its_wall_times(tmp_path):
+    """A CD-k whose early epochs ran starved (wall times 40, 40, then 12 s at k = 1, 1, 2) but
+    whose CPU times follow 3 + 2 k: the hours left come from the CPU line (k = 2, 3, 3 left:
+    7 + 9 + 9 CPU s), turned into wall time by the latest epochs' CPU share (7 / 12), not from
+    the wall times, whose line falls with k."""
+    schedule = {"start": 1, "end": 3, "every": 2}
+    history = [
+        {"epoch": 1, "sampling_steps": 1, "epoch_seconds": 40.0, "epoch_cpu_seconds": 5.0},
+        {"epoch": 2, "sampling_steps": 1, "epoch_seconds": 40.0, "epoch_cpu_seconds": 5.0},
+        {"epoch": 3, "sampling_steps": 2, "epoch_seconds": 12.0, "epoch_cpu_seconds": 7.0},
+    ]
+    model_dir = tmp_path / "m"
+    path = model_dir / "checkpoints" / "epoch_3.pt"
+    path.parent.mkdir(parents=True)
+    machine = build_machine(
+        {"visible": {"prior": "bernoulli"}, "hidden": [{"prior": "bernoulli", "units": 2}]},
+        torch.zeros(4, 3),
+        0.1,
+        seeded_generator(0, "rising"),
+    )
+    Checkpoint(
+        machine_state=machine_state(machine),
+        epoch=3,
+        history=history,
+        velocity=[],
+        generator=torch.Generator().get_state(),
+        fingerprint="",
+        settings={"epochs": 6, "sampling_steps": schedule},
+    ).save(path)
+    row = progress.model_progress(model_dir)
+    share = statistics.median([5.0, 5.0, 7.0]) / statistics.median([40.0, 40.0, 12.0])
+    assert row["remaining_cpu_hours"] == pytest.approx(25.0 / 3600)
+    assert row["remaining_hours"] == pytest.approx(25.0 / share / 3600)
+    assert progress._rising_k_seconds(history, schedule, 3, 6) < 0  # the wall line: useless
 
 
 def test_the_least_wall_time_is_the_cpu_hours_over_the_cores_or_the_longest_job():

@@ -134,19 +134,21 @@ def _evaluation_seconds(rows: list[dict]) -> float:
     return sum(times) / len(times) if times else math.nan
 
 
-def _rising_k_seconds(history: list[dict], schedule: dict, done: int, total: int) -> float:
+def _rising_k_seconds(
+    history: list[dict], schedule: dict, done: int, total: int, key: str = "epoch_seconds"
+) -> float:
     """Seconds of epochs ``done + 1`` to ``total`` of a CD-k whose k rises
     (``train.update.sampling_steps_at``), each priced by the line a + b k through the median
-    ``epoch_seconds`` of each k the history has seen (least squares); with one k seen, that k's
-    median scaled by k / k_seen, an upper bound (an epoch's evaluation and data handling do not
-    grow with k)."""
+    ``key`` (``epoch_seconds``, or ``epoch_cpu_seconds``) of each k the history has seen (least
+    squares); with one k seen, that k's median scaled by k / k_seen, an upper bound (an epoch's
+    evaluation and data handling do not grow with k)."""
     from tapmachine.train.update import sampling_steps_at
 
     by_k: dict[int, list[float]] = {}
     for row in history:
-        if "epoch_seconds" in row:
+        if key in row:
             k = row.get("sampling_steps", sampling_steps_at(schedule, row["epoch"]))
-            by_k.setdefault(int(k), []).append(row["epoch_seconds"])
+            by_k.setdefault(int(k), []).append(row[key])
     if not by_k:
         return math.nan
     ks = sorted(by_k)
@@ -183,7 +185,9 @@ def model_progress(
     still to evaluate (with ``expected``, the signature the run's config gives the model: every
     epoch evaluated otherwise, ``_stale_epochs``), ``remaining_hours`` the epochs left at that
     pace plus those evaluations at their original pace (0 once finished); for a CD-k whose k
-    rises, the epochs left at their own k (``_rising_k_seconds``). ``remaining_cpu_hours`` is the
+    rises, the epochs left at their own k (``_rising_k_seconds``, on the line through the
+    epochs' CPU times where they have them, turned into wall time by the latest epochs' CPU
+    share: their wall times move with the machine's load). ``remaining_cpu_hours`` is the
     same time in CPU hours: ``remaining_hours`` times the ratio of the median CPU to the median
     wall time of the same latest epochs (NaN where they recorded no CPU time; 0 once
     finished). ``converged_step_share`` is
@@ -227,13 +231,19 @@ def model_progress(
     fraction = 0.0 if finished else _epoch_fraction(kept, done)
     left = 0 if finished else max(total - done - fraction, 0)
     seconds = left * pace if left else 0.0
-    k = settings.get("sampling_steps") if not finished else None
-    if left and isinstance(k, dict):
-        seconds = _rising_k_seconds(history, k, done, total)
-    if pending:
-        seconds += len(pending) * _evaluation_seconds(pending)
     cpu = [row["epoch_cpu_seconds"] for row in history[-PACE_EPOCHS:] if "epoch_cpu_seconds" in row]
     cpu_share = statistics.median(cpu) / pace if cpu and times and pace > 0 else math.nan
+    k = settings.get("sampling_steps") if not finished else None
+    if left and isinstance(k, dict):
+        # The line through CPU times where the history has them: an epoch's wall time is its
+        # share of a shared machine's cores, which moves with the load, not with k.
+        if cpu_share > 0:
+            cpu_left = _rising_k_seconds(history, k, done, total, "epoch_cpu_seconds")
+            seconds = cpu_left / cpu_share
+        else:
+            seconds = _rising_k_seconds(history, k, done, total)
+    if pending:
+        seconds += len(pending) * _evaluation_seconds(pending)
     return {
         "model": model_dir.name,
         "epochs_done": done,

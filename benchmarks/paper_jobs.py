@@ -22,6 +22,7 @@ __all__ = [
     "schedule_hours",
     "longest_chain_hours",
     "measured_hours",
+    "job_output",
     "compare",
 ]
 
@@ -182,14 +183,54 @@ def measured_hours(
     return out
 
 
-def compare(profile: dict, folder: str | Path, **measured) -> list[dict]:
+#: Where each kind of job writes its first output, under ``results/{run}/`` (by its name's
+#: pattern; ``workflow/rules/*.smk``).
+_OUTPUTS = (
+    ("train/", "models/{}/model.pt"),
+    ("likelihood/score_epochs_", "likelihood/{}/scores.csv"),
+    ("likelihood/score_final_", "likelihood/{}/final.csv"),
+    ("likelihood/exact_curve_", "likelihood/{}/exact.csv"),
+    ("denoise/bsc_", "denoise/{}/denoise_bsc.csv"),
+    ("deep/curve_", "deep/{}/curve.csv"),
+)
+
+
+def job_output(name: str) -> str | None:
+    """The output under ``results/{run}/`` whose presence says that the job ``name`` finished
+    (Snakemake removes a job's outputs before it runs it again, and those of a job that failed
+    or was stopped); None for a name that is not a ``paper_jobs`` job."""
+    if name == "denoise/baselines":
+        return "denoise/baselines/bsc.csv"
+    if name == "deep/timing":
+        return "deep/fig10_timing.csv"
+    if name.startswith("harvest/") and name.count("/") == 2:
+        _, model, epoch = name.split("/")
+        return f"solutions/{model}/{epoch}.npz"
+    for prefix, path in _OUTPUTS:
+        if name.startswith(prefix) and "/" not in name.removeprefix(prefix):
+            return path.format(name.removeprefix(prefix))
+    return None
+
+
+def compare(
+    profile: dict, folder: str | Path, results: str | Path | None = None, **measured
+) -> list[dict]:
     """Per job of a ``paper_profile`` result (its ``jobs_hours``), the projected hours beside
     the measured ones in the benchmark folder ``folder`` (``measured_hours(folder,
     **measured)``) and their ratio (measured / projected; None where either is missing). Jobs
-    measured but not projected are listed too (projected None). Ordered by projected hours,
-    largest first."""
+    measured but not projected are listed too (projected None). With ``results`` (the run's
+    ``results/{run}``), a job of ``paper_jobs`` whose output is not there has not finished: a
+    benchmark file it left when stopped is not a measurement (Snakemake writes one for a job
+    it stops too), and it counts as not measured. Ordered by projected hours, largest first."""
     projected = profile["jobs_hours"]
     hours = measured_hours(folder, **measured)
+    if results is not None:
+        unfinished = {
+            name
+            for name in hours
+            if (path := job_output(name)) is not None and not (Path(results) / path).exists()
+        }
+        hours = {name: h for name, h in hours.items() if name not in unfinished}
     rows = []
     for name in [*projected, *sorted(set(hours) - set(projected))]:
         p, m = projected.get(name), hours.get(name)
@@ -210,7 +251,8 @@ def main(argv=None) -> int:
     """``python -m benchmarks.paper_jobs PROFILE_JSON BENCHMARK_DIR``: the per-job table of a
     ``paper_profile`` result (one JSON line, as ``benchmarks/run.py`` prints it) against a run's
     benchmark folder (e.g. ``benchmarks/paper``), in markdown: CPU hours, every start of a
-    resumed training counted (``measured_hours``)."""
+    resumed training counted (``measured_hours``), and only jobs whose output is in the run's
+    results (``compare``)."""
     import argparse
     import json
 
@@ -230,10 +272,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     profile = json.loads(args.profile.read_text().strip().splitlines()[-1])
     models, logs = _run_folders(args.benchmarks)
+    models = args.models or models
     rows = compare(
         profile,
         args.benchmarks,
-        models_dir=args.models or models,
+        results=models.parent if models.is_dir() else None,
+        models_dir=models,
         logs_dir=args.logs or logs,
         clock=args.clock,
     )

@@ -18,6 +18,7 @@ from benchmarks.paper_jobs import (  # noqa: E402
     PAPER_TARGETS,
     Job,
     compare,
+    job_output,
     longest_chain_hours,
     measured_hours,
     paper_jobs,
@@ -92,8 +93,31 @@ def test_a_training_resumed_over_several_starts_counts_every_start(tmp_path, cap
     )
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"jobs_hours": {"train/bmnist_h25": cpu / 2}}) + "\n")
+    assert main([str(profile), str(bench)]) == 0  # no model.pt: not finished, not measured
+    assert f"| train/bmnist_h25 | {cpu / 2:.2f} |  |  |" in capsys.readouterr().out
+    (models / "bmnist_h25" / "model.pt").write_bytes(b"")
     assert main([str(profile), str(bench)]) == 0
     assert f"| train/bmnist_h25 | {cpu / 2:.2f} | {cpu:.2f} | 2.00 |" in capsys.readouterr().out
+
+
+def test_a_job_counts_as_measured_only_once_its_output_is_there(tmp_path):
+    """Snakemake writes a benchmark file for a job it stops too: with the run's results folder,
+    a job whose output is missing is not measured; every paper job has an output to look for,
+    at the path its rule writes."""
+    bench, results = tmp_path / "benchmarks" / "paper", tmp_path / "results" / "paper"
+    names = ["harvest/bmnist_h100/epoch_1", "likelihood/score_final_m", "deep/timing"]
+    for name in names:
+        _tsv(bench / f"{name}.tsv", 360.0)
+    profile = {"jobs_hours": dict.fromkeys(names, 0.1)}
+    done = results / "solutions" / "bmnist_h100" / "epoch_1.npz"
+    done.parent.mkdir(parents=True)
+    done.write_bytes(b"")
+    rows = {r["job"]: r["measured_hours"] for r in compare(profile, bench, results=results)}
+    assert rows == {names[0]: pytest.approx(0.1), names[1]: None, names[2]: None}
+    assert {r["job"]: r["measured_hours"] for r in compare(profile, bench)}[names[1]] == 0.1
+    assert job_output("likelihood/score_epochs_bmnist_h500") == "likelihood/bmnist_h500/scores.csv"
+    assert job_output("denoise/baselines") == "denoise/baselines/bsc.csv"
+    assert job_output("figures/fig3") is None
 
 
 def test_schedule_on_two_cores_respects_its_bounds():
@@ -146,6 +170,9 @@ def test_profile_jobs_are_the_paper_dag(paper_cfg):
     planned = {_job_name(line.split("\t")[0]) for line in out.splitlines()} - {None}
     assert "train/rmnist_h500" in planned and "deep/curve_bmnist_dbm3" in planned
     assert {j.name for j in paper_jobs(paper_cfg)} == planned
+    outputs = {line.split("\t")[0] for line in out.splitlines()}
+    for name in planned:  # the output each job is known to have finished by
+        assert f"results/paper/{job_output(name)}" in outputs, name
 
 
 class _Stub:

@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     ``paper_profile`` result (one JSON line, as ``benchmarks/run.py`` prints it) against a run's
     benchmark folder (e.g. ``benchmarks/paper``), in markdown: CPU hours, every start of a
     resumed training counted (``measured_hours``), and only jobs whose output is in the run's
-    results (``compare``)."""
+    results (``compare``); with ``--configfile``, only the jobs the run's config plans."""
     import argparse
     import json
 
@@ -263,6 +263,12 @@ def main(argv=None) -> int:
         "--models", type=Path, help="the run's models folder (default: results/<run>/models)"
     )
     p.add_argument("--logs", type=Path, help="the run's logs folder (default: logs/<run>)")
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        help="the run's config files, as given to snakemake: only the jobs they plan (an "
+        "overlay that leaves models out, as paper_cpu.yaml)",
+    )
     p.add_argument(
         "--clock",
         choices=("cpu", "wall"),
@@ -281,6 +287,12 @@ def main(argv=None) -> int:
         logs_dir=args.logs or logs,
         clock=args.clock,
     )
+
+    if args.configfile:
+        from tapmachine.pipeline.stages.progress import run_config
+
+        planned = {job.name for job in paper_jobs(run_config(args.configfile))}
+        rows = [r for r in rows if r["job"] in planned]
 
     def cell(v):
         return "" if v is None else f"{v:.2f}"

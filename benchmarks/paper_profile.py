@@ -56,11 +56,13 @@ FIG11_PRETRAIN = 50
 FIG11_SMALLEST = (FIG11_UNITS[-1], FIG11_JOINT[0], FIG11_PRETRAIN)
 
 
-def _paper_config() -> dict:
+def _paper_config(overlays=()) -> dict:
+    """``paper.yaml`` over ``config.yaml``, then ``overlays`` (a run's further config files, as
+    given to snakemake after it), validated."""
     from tapmachine.pipeline.configuration import SCHEMA, load_config, validate
 
-    cfg = load_config([ROOT / "workflow" / "config" / "paper.yaml"], default=ROOT / "config.yaml")
-    return validate(cfg, SCHEMA)
+    files = [ROOT / "workflow" / "config" / "paper.yaml", *map(Path, overlays)]
+    return validate(load_config(files, default=ROOT / "config.yaml"), SCHEMA)
 
 
 class Measurements:
@@ -437,9 +439,14 @@ def choose_fig11_size(meas: Measurements, cfg: dict) -> dict:
 
 
 def bench_paper_profile(
-    device, quick: bool, checkpoints: Path | None = None, counts_from: Path | None = None
+    device,
+    quick: bool,
+    checkpoints: Path | None = None,
+    counts_from: Path | None = None,
+    overlays=(),
 ) -> dict:
-    """Projected hours of every job of ``PAPER_TARGETS`` under workflow/config/paper.yaml, and
+    """Projected hours of every job of ``PAPER_TARGETS`` under workflow/config/paper.yaml (with
+    ``overlays`` laid over it: a run's further config files, such as paper_cpu.yaml), and
     the Fig. 10 epochs and Fig. 11 size the budget allows (``BUDGET_HOURS`` on 2 cores without
     ``LEFT_OUT``).
 
@@ -457,13 +464,15 @@ def bench_paper_profile(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see cpu_seconds)
     try:
-        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS), counts_from)
+        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS), counts_from, overlays)
     finally:
         torch.set_num_threads(threads)
 
 
-def _paper_profile(quick: bool, checkpoints: Path, counts_from: Path | None = None) -> dict:
-    cfg = _paper_config()
+def _paper_profile(
+    quick: bool, checkpoints: Path, counts_from: Path | None = None, overlays=()
+) -> dict:
+    cfg = _paper_config(overlays)
     meas = Measurements(cfg, checkpoints, quick, counts_from)
     as_configured = project(meas, cfg)
     fig10 = choose_fig10_epochs(meas, cfg)
@@ -485,4 +494,5 @@ def _paper_profile(quick: bool, checkpoints: Path, counts_from: Path | None = No
         "goal_hours": BUDGET_HOURS,
         "basis": "CPU seconds of one torch thread (idle-machine projection)",
         "counts_from": str(counts_from) if counts_from else None,
+        "overlays": [str(f) for f in overlays],
     }

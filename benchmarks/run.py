@@ -109,9 +109,20 @@ def main(argv=None) -> int:
         help="paper_profile: count TAP iterations on a run's own checkpoints where it has them "
         "(RUN_MODELS/{model}/checkpoints/epoch_{e}.pt, e.g. results/paper/models)",
     )
+    p.add_argument(
+        "--overlays",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="paper_profile: config files laid over workflow/config/paper.yaml, as a run gives "
+        "them to snakemake after it (e.g. workflow/config/paper_cpu.yaml)",
+    )
     args = p.parse_args(argv)
     if args.counts_from and not args.counts_from.is_dir():
         p.error(f"--counts-from {args.counts_from}: no such directory")
+    missing = [str(f) for f in args.overlays if not f.is_file()]
+    if missing:
+        p.error(f"--overlays: no such file: {', '.join(missing)}")
     if args.ucd_sizes:
         UCD_STEP["sizes"] = [int(n) for n in args.ucd_sizes.split(",")]
     if args.ucd_batch:
@@ -148,7 +159,7 @@ def main(argv=None) -> int:
             continue
         fn = BENCHMARKS[name]
         if name == "paper_profile":
-            results = fn(args.device, args.quick, args.checkpoints, args.counts_from)
+            results = fn(args.device, args.quick, args.checkpoints, args.counts_from, args.overlays)
         elif name in USES_CHECKPOINTS:
             results = fn(args.device, args.quick, checkpoints=args.checkpoints)
         else:

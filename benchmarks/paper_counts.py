@@ -37,8 +37,8 @@ from tapmachine.train import TrainSettings, load_model
 from tapmachine.train.loop import eval_rows
 
 __all__ = [
-    "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "count_source", "checkpoint_sets", "harvest_costs",
-    "harvest_rows", "measured_iterations", "run_checkpoint_sets",
+    "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "SCORE_ROWS", "count_source", "checkpoint_sets",
+    "harvest_costs", "harvest_rows", "measured_iterations", "run_checkpoint_sets",
 ]  # fmt: skip
 
 #: Rows from which iterations are counted on each checkpoint.
@@ -54,6 +54,11 @@ HARVEST_ROWS = {"quick": 300, "full": 1000}
 #: evaluation rows took 0.61 CPU s, where 100 x the per-row price at the counted iterations
 #: gave 0.35.
 EVAL_ROWS = 1000
+
+#: Initialisations a score's TAP ln Z is timed on (at most its ``tap_inits``), as the score
+#: solves them: all at once, with the model's own TAP settings. The CD-25 anchor's
+#: ``score_final`` spent 393 of its 443 s solving TAP from 10,000 images.
+SCORE_ROWS = 1000
 
 #: The settings a count depends on (two models alike in these share their solves).
 COUNT_KEYS = (
@@ -124,15 +129,25 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool, x_eval=None) -> dict:
+def _solve_counts(
+    machine, x, settings: TrainSettings, curve_solver: bool, x_eval=None, scores=()
+) -> dict:
     """Mean iterations per row of one checkpoint: a converged training step (``train``, K rows
     from a batch, with its sweeps, ``train_sweeps``: the slowest row's iterations, and the rows
     those sweeps swept, ``train_row_sweeps``: ``tap.working_set_sizes`` summed) and the per-epoch
     evaluation (``eval``, second pass included); with ``curve_solver`` also the deep curve's
     solve (``curve``: Alg. 1, ``tap_likelihood_curve``). With ``x_eval``, the per-epoch
     evaluation itself (``train.evaluation.evaluate_tap_log_likelihood``) timed on those rows:
-    ``eval_seconds_per_row``, CPU seconds."""
+    ``eval_seconds_per_row``, CPU seconds. ``scores``: ``(part, ScoreSettings, rows)`` of the
+    score jobs that solve TAP themselves, each score's TAP ln Z (``tap_log_partition``) timed on
+    its rows: ``score_tap_seconds_per_row_{part}``."""
+    from tapmachine.tap_paper.likelihood import tap_log_partition
+
     out = {}
+    for part, score_settings, rows in scores:
+        start = time.process_time()
+        tap_log_partition(machine, rows, score_settings)
+        out[f"score_tap_seconds_per_row_{part}"] = (time.process_time() - start) / rows.shape[0]
     if x_eval is not None and settings.evaluate:
         from tapmachine.train.evaluation import evaluate_tap_log_likelihood
 
@@ -164,11 +179,16 @@ def _solve_counts(machine, x, settings: TrainSettings, curve_solver: bool, x_eva
     return out
 
 
-def measured_iterations(cfg: dict, models, sets: dict, deep_curve_models=()) -> dict:
+def measured_iterations(
+    cfg: dict, models, sets: dict, deep_curve_models=(), scored: dict | None = None
+) -> dict:
     """Per model in ``models`` (names of ``cfg["models"]``): ``train`` (converged step; None for
     fixed-iteration and CD/PCD training), ``eval`` and, for ``deep_curve_models``, ``curve``
     (mean TAP iterations per row), each the mean over its count source's checkpoints
-    (``count_source``), with ``source``. Identical solves are counted once."""
+    (``count_source``), with ``source``. ``scored``: per model, ``{part: ScoreSettings}`` of its
+    score jobs that solve TAP's ln Z themselves (``likelihood.evaluation_differs``), each timed
+    on the first ``SCORE_ROWS`` of its ``tap_inits`` (``score_tap_seconds_per_row_{part}``).
+    Identical solves are counted once."""
     specs = cfg["models"]
     done: dict = {}
     out = {}
@@ -180,14 +200,19 @@ def measured_iterations(cfg: dict, models, sets: dict, deep_curve_models=()) -> 
         source = count_source(name, spec, sets)
         x = _rows(spec, specs.get(source), PROFILE_ROWS)
         x_eval = eval_rows(_rows(spec, specs.get(source), EVAL_ROWS), settings)
+        scores = [
+            (part, s, _rows(spec, specs.get(source), min(SCORE_ROWS, s.tap_inits)))
+            for part, s in sorted((scored or {}).get(name, {}).items())
+        ]
         per_ckpt = []
         for path in sets[source]:
             alike = tuple(getattr(settings, k) for k in COUNT_KEYS)
-            key = (path, spec["dataset"], alike, name in deep_curve_models)
+            scored_alike = repr([(part, s) for part, s, _ in scores])
+            key = (path, spec["dataset"], alike, name in deep_curve_models, scored_alike)
             if key not in done:
                 machine = load_model(path, dtype=torch.float32)
                 curve = name in deep_curve_models
-                done[key] = _solve_counts(machine, x, settings, curve, x_eval)
+                done[key] = _solve_counts(machine, x, settings, curve, x_eval, scores)
             per_ckpt.append(done[key])
         out[name] = {
             "source": source,

@@ -65,6 +65,29 @@ def _paper_config(overlays=()) -> dict:
     return validate(load_config(files, default=ROOT / "config.yaml"), SCHEMA)
 
 
+#: The likelihood section each kind of score job reads.
+SCORE_PARTS = {"score_epochs": "fig12", "score_final": "table"}
+
+
+def _scores_solving_tap(cfg: dict) -> dict[str, dict]:
+    """Per model, ``{part: ScoreSettings}`` of its score jobs that solve TAP's ln Z themselves:
+    those whose settings differ from training's per-epoch evaluation
+    (``likelihood.evaluation_differs``; else the score reads training's record)."""
+    from tapmachine.tap_paper import likelihood
+
+    out: dict[str, dict] = {}
+    for job in paper_jobs(cfg):
+        if job.kind not in SCORE_PARTS:
+            continue
+        part = SCORE_PARTS[job.kind]
+        spec = cfg["models"][job.model]
+        settings = likelihood.ScoreSettings.from_config(cfg["likelihood"][part], spec)
+        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
+        if likelihood.evaluation_differs(trained, settings):
+            out.setdefault(job.model, {})[part] = settings
+    return out
+
+
 class Measurements:
     """Everything the projection multiplies, measured on demand and kept: each model's
     training prices (``paper_prices.training_price``, by its spec: a resized Fig. 11 machine
@@ -82,7 +105,8 @@ class Measurements:
         deep = cfg["deep"]
         fig11 = deep["fig11"]["models"] if deep.get("fig11") else []
         models = sorted({j.model for j in paper_jobs(cfg) if j.kind == "train"})
-        self.counts = counting.measured_iterations(cfg, models, self.sets, fig11)
+        scored = _scores_solving_tap(cfg)
+        self.counts = counting.measured_iterations(cfg, models, self.sets, fig11, scored)
         self.harvest = counting.harvest_costs(cfg, self.sets, quick)
         self.denoise = counting.denoise_seconds(cfg, self.sets, quick)
         self.exact_epoch = pricing.exact_price(25, quick)
@@ -280,14 +304,19 @@ def _work_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
         cost = meas.harvest[job.model]
         return cost["inits"] * cost["seconds_per_init"], cost
     if job.kind in ("score_epochs", "score_final"):
-        part = "fig12" if job.kind == "score_epochs" else "table"
+        part = SCORE_PARTS[job.kind]
         section = cfg["likelihood"][part]
         parts = meas.score(part, spec["hidden"][0]["units"])
         trained = dataclasses.asdict(TrainSettings.from_spec(spec))
         score_settings = likelihood.ScoreSettings.from_config(section, spec)
         reused = not likelihood.evaluation_differs(trained, score_settings)
-        eval_price = meas.training(spec, job.model)["eval"]
-        tap_s = _solve_seconds(eval_price, section["tap_inits"], meas.counts[job.model]["eval"])
+        counts = meas.counts[job.model]
+        timed = counts.get(f"score_tap_seconds_per_row_{part}")
+        if timed is not None:
+            tap_s = section["tap_inits"] * timed
+        else:
+            eval_price = meas.training(spec, job.model)["eval"]
+            tap_s = _solve_seconds(eval_price, section["tap_inits"], counts["eval"])
         per = parts["ais"] + parts["pl"] + (0.0 if reused else tap_s)
         n = 1
         if part == "fig12":

@@ -427,8 +427,12 @@ def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monke
     monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
     seen = []
     real = paper_counts._solve_counts
-    monkeypatch.setattr(paper_counts, "_solve_counts", lambda m, xs, s, c, x_eval: seen.append(
-        x_eval.shape[0]) or real(m, xs, s, c, x_eval))  # fmt: skip
+
+    def counted(machine, rows, settings, curve, x_eval, *scores):
+        seen.append(x_eval.shape[0])
+        return real(machine, rows, settings, curve, x_eval, *scores)
+
+    monkeypatch.setattr(paper_counts, "_solve_counts", counted)
     clock = itertools.count(0.0, 3.0)
     monkeypatch.setattr(time, "process_time", lambda: next(clock))
 
@@ -444,6 +448,61 @@ def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monke
     line = paper_profile.train_seconds(stub, "m", spec)["eval_seconds_per_epoch"]
     assert line == pytest.approx(10 * (1.0 + 1.0 * 9))  # one + per_iter (10 - 1), per row
     assert TrainSettings.from_spec(spec).eval_samples == 30
+
+
+def test_a_scores_tap_log_partition_is_timed_on_its_own_initialisations(tmp_path, monkeypatch):
+    """A score job that solves TAP's ln Z itself (its settings are not training's evaluation)
+    has that solve (``tap_log_partition``) timed on the first ``SCORE_ROWS`` of its
+    ``tap_inits``, per row; the job is then its initialisations times that, and a score that
+    reads training's record pays none."""
+    import itertools
+    import time
+
+    import torch
+
+    from benchmarks import paper_counts
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.tap_paper import likelihood
+    from tapmachine.train import build_machine
+
+    spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
+            "hidden": [{"prior": "bernoulli", "units": 5}], "eval": {"n_samples": 30}}  # fmt: skip
+    x = torch.bernoulli(torch.full((50, 8), 0.4), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "epoch_1" / "model.pt"
+    path.parent.mkdir()
+    machine = build_machine(spec, x, 0.3, torch.Generator().manual_seed(2))
+    ModelFile.from_machine(machine, "m", spec=spec).save(path)
+    monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+    solved = []
+    real = likelihood.tap_log_partition
+    monkeypatch.setattr(likelihood, "tap_log_partition", lambda m, rows, s: solved.append(
+        (rows.shape[0], s.tap_inits)) or real(m, rows, s))  # fmt: skip
+    clock = itertools.count(0.0, 3.0)
+    monkeypatch.setattr(time, "process_time", lambda: next(clock))
+    score = likelihood.ScoreSettings.from_config({"tap_inits": 40}, spec)
+    scored = {"m": {"table": score}}
+
+    counts = paper_counts.measured_iterations({"models": {"m": spec}}, ["m"], {"m": [path]},
+                                              scored=scored)  # fmt: skip
+
+    assert solved == [(40, 40)]  # its tap_inits, fewer than SCORE_ROWS
+    assert counts["m"]["score_tap_seconds_per_row_table"] == pytest.approx(3.0 / 40)
+
+
+def test_a_score_job_pays_its_timed_tap_solve_unless_it_reads_trainings(paper_cfg):
+    scored = paper_profile._scores_solving_tap(paper_cfg)
+    anchor_like = next(j for j in paper_jobs(paper_cfg)
+                       if j.kind == "score_final" and j.model in scored)  # fmt: skip
+    stub = _Stub(paper_cfg)
+    stub.counts[anchor_like.model]["score_tap_seconds_per_row_table"] = 0.5
+    seconds, detail = paper_profile._work_seconds(stub, paper_cfg, anchor_like)
+    tap_inits = paper_cfg["likelihood"]["table"]["tap_inits"]
+    assert detail["tap_if_solved"] == pytest.approx(tap_inits * 0.5)
+    assert not detail["tap_reused"]
+    assert seconds == pytest.approx(detail["ais"] + detail["pl"] + tap_inits * 0.5)
+    for job in paper_jobs(paper_cfg):
+        if job.kind in paper_profile.SCORE_PARTS and job.model not in scored:
+            assert paper_profile._work_seconds(stub, paper_cfg, job)[1]["tap_reused"]
 
 
 def test_the_pseudo_likelihood_is_priced_as_the_jobs_score_it(monkeypatch):

@@ -75,6 +75,34 @@ def test_resume_gives_identical_results(tmp_path, capsys):
     assert all(0 < h["epoch_cpu_seconds"] for h in hist_b)
 
 
+def test_a_resume_on_other_torch_threads_says_so_in_the_log(tmp_path, capsys):
+    """Each epoch records its torch threads; a start that resumes on another number writes a
+    line saying its run parts from an uninterrupted one (their matrix products sum otherwise),
+    and a start on as many writes none."""
+    x = bars_and_stripes().repeat(3, 1)
+    before = torch.get_num_threads()
+
+    def run(epochs, threads):
+        torch.set_num_threads(threads)
+        g = seeded_generator(3, "threads")
+        m = build_machine(SPEC, x, 0.01, g)
+        return train(m, x, settings(epochs=epochs), g, checkpoint_dir=tmp_path, progress=False)
+
+    try:
+        run(2, 1)
+        capsys.readouterr()
+        _, history = run(3, 2)
+        err = capsys.readouterr().err
+        _, _ = run(4, 2)
+        again = capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)
+    assert [h["torch_threads"] for h in history] == [1, 1, 2]
+    assert "resuming on 2 torch threads where epoch 2 trained on 1" in err
+    assert resumed_epoch(again) == 3
+    assert "torch threads" not in again
+
+
 def test_divergence_stops_with_clear_error_and_keeps_last_checkpoint(tmp_path, monkeypatch):
     x = bars_and_stripes()  # 30 rows: 3 batches of 10 per epoch
     real_gradients = METHODS["tap"].gradients

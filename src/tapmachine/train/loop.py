@@ -34,7 +34,12 @@ from tapmachine.io.modelfile import (
     in_progress_path,
     machine_state,
 )
-from tapmachine.io.runlog import SKIPPED, resume_message, resume_within_message
+from tapmachine.io.runlog import (
+    SKIPPED,
+    resume_message,
+    resume_within_message,
+    threads_changed_message,
+)
 from tapmachine.train import graphs
 from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
 from tapmachine.train.methods import method
@@ -160,6 +165,7 @@ def train(
             carried.history = ckpt.history
             carried.epoch = ckpt.epoch
             print(resume_message(last, ckpt.epoch), file=sys.stderr)
+            _say_if_threads_changed(carried.history)
             if settings.evaluate and not evaluated_alike(ckpt, settings):
                 # A pass rewrites the latest checkpoint last: if it is alike, all are.
                 carried.history = reevaluate_history(
@@ -263,6 +269,15 @@ class _InProgressWriter:
             epoch = self.carried.epoch + 1
             message = _stopped_message(epoch, self.path, batches)
             raise StoppedBySignal(self.stop.requested, message)
+
+
+def _say_if_threads_changed(history: list[dict]) -> None:
+    """A line in the log where this start runs on other torch threads than the latest epoch
+    trained (``torch_threads``, recorded per epoch): resuming is bit for bit only on as many."""
+    trained = history[-1].get("torch_threads") if history else None
+    now = torch.get_num_threads()
+    if trained is not None and int(trained) != now:
+        print(threads_changed_message(history[-1]["epoch"], int(trained), now), file=sys.stderr)
 
 
 def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generator, gradient):
@@ -379,6 +394,8 @@ def run_epoch(
     metrics["epoch_seconds"] = time.perf_counter() - t0
     # CPU time as well: on a shared machine the wall time says more about the load than the job
     metrics["epoch_cpu_seconds"] = time.process_time() - cpu0
+    # the summation order of the matrix products: a resume is bit for bit only on as many
+    metrics["torch_threads"] = torch.get_num_threads()
     carried.machine, carried.epoch = machine, epoch
     carried.history.append(metrics)
     if settings.evaluate:

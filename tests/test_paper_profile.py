@@ -404,18 +404,14 @@ def test_the_loop_price_times_the_training_loops_own_work_around_the_gradient(mo
     assert all(torch.equal(w, b) for w, b in zip(machine.weights, before, strict=True))
 
 
-def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monkeypatch):
-    """The counts time ``evaluate_tap_log_likelihood`` itself on the model's evaluation rows
-    (``eval_rows`` of the first ``EVAL_ROWS``: at most ``eval_samples``), per row; a training
-    job's evaluation is then its rows times that, and the line price only without it."""
-    import itertools
-    import time
-
+def _counted_checkpoint(tmp_path, monkeypatch):
+    """An 8 x 5 binary RBM's checkpoint, evaluated on 30 rows, whose dataset ``paper_counts``
+    reads as 50 fixed binary rows: ``(spec, path)``."""
     import torch
 
     from benchmarks import paper_counts
     from tapmachine.io.modelfile import ModelFile
-    from tapmachine.train import TrainSettings, build_machine
+    from tapmachine.train import build_machine
 
     spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
             "hidden": [{"prior": "bernoulli", "units": 5}], "eval": {"n_samples": 30}}  # fmt: skip
@@ -425,6 +421,20 @@ def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monke
     machine = build_machine(spec, x, 0.3, torch.Generator().manual_seed(2))
     ModelFile.from_machine(machine, "m", spec=spec).save(path)
     monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+    return spec, path
+
+
+def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monkeypatch):
+    """The counts time ``evaluate_tap_log_likelihood`` itself on the model's evaluation rows
+    (``eval_rows`` of the first ``EVAL_ROWS``: at most ``eval_samples``), per row; a training
+    job's evaluation is then its rows times that, and the line price only without it."""
+    import itertools
+    import time
+
+    from benchmarks import paper_counts
+    from tapmachine.train import TrainSettings
+
+    spec, path = _counted_checkpoint(tmp_path, monkeypatch)
     seen = []
     real = paper_counts._solve_counts
 
@@ -458,21 +468,10 @@ def test_a_scores_tap_log_partition_is_timed_on_its_own_initialisations(tmp_path
     import itertools
     import time
 
-    import torch
-
     from benchmarks import paper_counts
-    from tapmachine.io.modelfile import ModelFile
     from tapmachine.tap_paper import likelihood
-    from tapmachine.train import build_machine
 
-    spec = {"dataset": "d", "visible": {"prior": "bernoulli"},
-            "hidden": [{"prior": "bernoulli", "units": 5}], "eval": {"n_samples": 30}}  # fmt: skip
-    x = torch.bernoulli(torch.full((50, 8), 0.4), generator=torch.Generator().manual_seed(0))
-    path = tmp_path / "epoch_1" / "model.pt"
-    path.parent.mkdir()
-    machine = build_machine(spec, x, 0.3, torch.Generator().manual_seed(2))
-    ModelFile.from_machine(machine, "m", spec=spec).save(path)
-    monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+    spec, path = _counted_checkpoint(tmp_path, monkeypatch)
     solved = []
     real = likelihood.tap_log_partition
     monkeypatch.setattr(likelihood, "tap_log_partition", lambda m, rows, s: solved.append(

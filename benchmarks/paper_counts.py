@@ -207,10 +207,10 @@ def measured_iterations(
             (part, s, _rows(spec, specs.get(source), min(SCORE_ROWS, s.tap_inits)))
             for part, s in sorted((scored or {}).get(name, {}).items())
         ]
+        scored_alike = repr([(part, s) for part, s, _ in scores])
         per_ckpt = []
         for path in sets[source]:
             alike = tuple(getattr(settings, k) for k in COUNT_KEYS)
-            scored_alike = repr([(part, s) for part, s, _ in scores])
             key = (path, spec["dataset"], alike, name in deep_curve_models, scored_alike)
             if key not in done:
                 machine = load_model(path, dtype=torch.float32)

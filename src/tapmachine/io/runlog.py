@@ -10,7 +10,6 @@ __all__ = [
     "resumed_epoch",
     "resume_within_message",
     "resumed_within",
-    "threads_changed_message",
 ]
 
 #: Prefix of the line naming a checkpoint that could not be read and was passed over.
@@ -67,14 +66,3 @@ def resumed_within(log_text: str) -> tuple[float, float]:
         if line.startswith(("epoch ", "progress ")):
             break
     return 0.0, 0.0
-
-
-def threads_changed_message(epoch: int, trained: int, now: int) -> str:
-    """The line a resumed run writes when it runs on another number of torch threads than its
-    epoch ``epoch`` trained on: matrix products then sum in another order, and from this start
-    on the run parts from one that was not stopped."""
-    return (
-        f"resuming on {now} torch threads where epoch {epoch} trained on {trained}: matrix "
-        "products sum in another order, so from here on the run is not bit for bit the one "
-        "it would have been without the stop"
-    )

@@ -34,12 +34,7 @@ from tapmachine.io.modelfile import (
     in_progress_path,
     machine_state,
 )
-from tapmachine.io.runlog import (
-    SKIPPED,
-    resume_message,
-    resume_within_message,
-    threads_changed_message,
-)
+from tapmachine.io.runlog import SKIPPED, resume_message, resume_within_message
 from tapmachine.train import graphs
 from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
 from tapmachine.train.methods import method
@@ -277,7 +272,12 @@ def _say_if_threads_changed(history: list[dict]) -> None:
     trained = history[-1].get("torch_threads") if history else None
     now = torch.get_num_threads()
     if trained is not None and int(trained) != now:
-        print(threads_changed_message(history[-1]["epoch"], int(trained), now), file=sys.stderr)
+        print(
+            f"resuming on {now} torch threads where epoch {history[-1]['epoch']} trained on "
+            f"{int(trained)}: matrix products sum in another order, so from here on the run is "
+            "not bit for bit the one it would have been without the stop",
+            file=sys.stderr,
+        )
 
 
 def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generator, gradient):

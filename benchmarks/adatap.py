@@ -18,9 +18,10 @@ def bench_adatap(device, quick: bool) -> dict:
     """One adaTAP (VAMP, Alg. 3) iteration on a 784 x 500 binary RBM at batch K = 100 (Fig. 10).
 
     Operation count per row (Schur complement onto the 500 hidden units, ``adatap``): forming
-    S = D_h - W^T D_v^{-1} W (2 Nv Nh^2), its inverse (2 Nh^3, LU and solve), D_v^{-1} W S^{-1}
-    (2 Nv Nh^2). The matmul reference is the float32 rate on (Nh x Nv) @ (Nv x Nh). Also the
-    time of one TAP iteration at the same batch, and their ratio (the paper: ~3 orders).
+    S = D_h - W^T D_v^{-1} W (2 Nv Nh^2), its inverse (Nh^3: Cholesky, then the inverse from
+    the factor), D_v^{-1} W S^{-1} (2 Nv Nh^2). The matmul reference is the float32 rate on
+    (Nh x Nv) @ (Nv x Nh). Also the time of one TAP iteration at the same batch, and their ratio
+    (the paper: ~3 orders).
     """
     from tapmachine.core import adatap
 
@@ -42,7 +43,7 @@ def bench_adatap(device, quick: bool) -> dict:
     tap.solve(machine, x, tol=0.0, max_iter=50)
     sync(device)
     tap_seconds = (time.perf_counter() - t0) / 50
-    flops = k * (4.0 * nv * nh * nh + 2.0 * nh**3)
+    flops = k * (4.0 * nv * nh * nh + 1.0 * nh**3)
     gflops = flops / seconds / 1e9
     ref = matmul_gflops(nh, nv, nh, device, repeats=5)
     return {

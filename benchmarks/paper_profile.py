@@ -69,22 +69,27 @@ def _paper_config(overlays=()) -> dict:
 SCORE_PARTS = {"score_epochs": "fig12", "score_final": "table"}
 
 
-def _scores_solving_tap(cfg: dict) -> dict[str, dict]:
-    """Per model, ``{part: ScoreSettings}`` of its score jobs that solve TAP's ln Z themselves:
-    those whose settings differ from training's per-epoch evaluation
-    (``likelihood.evaluation_differs``; else the score reads training's record)."""
+def _score_settings(cfg: dict, job):
+    """A score job's ``ScoreSettings`` and whether it solves TAP's ln Z itself: its settings
+    differ from training's per-epoch evaluation (``likelihood.evaluation_differs``; else the
+    score reads training's record)."""
     from tapmachine.tap_paper import likelihood
 
+    spec = cfg["models"][job.model]
+    settings = likelihood.ScoreSettings.from_config(cfg["likelihood"][SCORE_PARTS[job.kind]], spec)
+    trained = dataclasses.asdict(TrainSettings.from_spec(spec))
+    return settings, likelihood.evaluation_differs(trained, settings)
+
+
+def _scores_solving_tap(cfg: dict) -> dict[str, dict]:
+    """Per model, ``{part: ScoreSettings}`` of its score jobs that solve TAP's ln Z themselves
+    (``_score_settings``)."""
     out: dict[str, dict] = {}
     for job in paper_jobs(cfg):
-        if job.kind not in SCORE_PARTS:
-            continue
-        part = SCORE_PARTS[job.kind]
-        spec = cfg["models"][job.model]
-        settings = likelihood.ScoreSettings.from_config(cfg["likelihood"][part], spec)
-        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
-        if likelihood.evaluation_differs(trained, settings):
-            out.setdefault(job.model, {})[part] = settings
+        if job.kind in SCORE_PARTS:
+            settings, solves = _score_settings(cfg, job)
+            if solves:
+                out.setdefault(job.model, {})[SCORE_PARTS[job.kind]] = settings
     return out
 
 
@@ -293,7 +298,6 @@ def job_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
 
 
 def _work_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
-    from tapmachine.tap_paper import likelihood
 
     models = cfg["models"]
     spec = models.get(job.model) if job.model else None
@@ -307,9 +311,7 @@ def _work_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
         part = SCORE_PARTS[job.kind]
         section = cfg["likelihood"][part]
         parts = meas.score(part, spec["hidden"][0]["units"])
-        trained = dataclasses.asdict(TrainSettings.from_spec(spec))
-        score_settings = likelihood.ScoreSettings.from_config(section, spec)
-        reused = not likelihood.evaluation_differs(trained, score_settings)
+        reused = not _score_settings(cfg, job)[1]
         counts = meas.counts[job.model]
         timed = counts.get(f"score_tap_seconds_per_row_{part}")
         if timed is not None:

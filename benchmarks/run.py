@@ -48,6 +48,7 @@ from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
 from benchmarks.tap_solve import bench_tap_hybrid, bench_tap_solve  # noqa: E402
 from benchmarks.training_epoch import bench_tap_epoch  # noqa: E402
 from benchmarks.ucd import UCD_STEP, bench_ucd_coupling, bench_ucd_train_step  # noqa: E402
+from tapmachine.pipeline.heap import keep_freed_memory  # noqa: E402
 from tapmachine.pipeline.tracking import store as tracking  # noqa: E402
 
 BENCHMARKS = {
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
         )
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as a `tapmachine` job runs (tapmachine.pipeline.heap)
     manifest = None
     if not args.no_tracking:
         store = ROOT / "results" / "mlflow"

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     from tapmachine.core import eta
 
     eta.ENABLED = True  # a job: long loops report progress and an ETA to its log
+    from tapmachine.pipeline.heap import keep_freed_memory
+
+    keep_freed_memory()
     import tapmachine.ucd  # noqa: F401  (registers the DBM methods in training's registry)
     from tapmachine.core.errors import TapmachineError, one_line
     from tapmachine.io.files import is_disk_full

@@ -12,11 +12,11 @@ rmnist_h100's epoch 1 took 19.5 s of CPU instead of 26.1 (4.6 s of it system tim
 number to the last bit, at 1.35 GB of peak memory instead of 1.17.
 
 ``keep_freed_memory`` sets glibc's ``M_MMAP_MAX`` to 0 (every block from the heap) and its
-``M_TRIM_THRESHOLD`` to 2 GiB (the free top of the heap is handed back only beyond that), the
-effect that
-PyTorch's CPU performance guide gets by swapping in jemalloc or TCMalloc. A job's resident memory
-then stays at its peak instead of falling between its peaks; the peak is what its
-``resources: mem_mb`` holds either way. Numbers are unchanged: only where memory comes from.
+``M_TRIM_THRESHOLD`` to 2 GiB (the free top of the heap is handed back only beyond that): the
+reuse for which PyTorch's performance tuning guide suggests swapping in jemalloc or TCMalloc on
+CPU. A job's resident memory then stays at its peak instead of falling between its peaks; the
+peak is what its ``resources: mem_mb`` holds either way. Numbers are unchanged: only where
+memory comes from changes.
 """
 
 from __future__ import annotations

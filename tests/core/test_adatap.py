@@ -192,7 +192,7 @@ def test_converged_training_gradients_use_adatap():
 
 def test_symmetric_inverse_by_cholesky_and_by_lu_where_indefinite():
     """The Gaussian node's inverse: Cholesky on positive-definite matrices, LU on the others;
-    both the inverse of each matrix of the stack."""
+    both the inverse of each matrix of the stack; a singular matrix is marked."""
     g = torch.Generator().manual_seed(11)
     X = torch.randn(3, 6, 6, generator=g, dtype=DT)
     spd = X @ X.transpose(1, 2) + 0.5 * torch.eye(6, dtype=DT)
@@ -200,8 +200,75 @@ def test_symmetric_inverse_by_cholesky_and_by_lu_where_indefinite():
     indefinite[1] -= 20.0 * torch.eye(6, dtype=DT)
     assert int(torch.linalg.cholesky_ex(indefinite)[1][1]) != 0  # the LU branch is taken
     for M in (spd, indefinite):
-        inverse = adatap._symmetric_inverse(M)
+        inverse, invertible = adatap._symmetric_inverse(M)
+        assert invertible.all()
         torch.testing.assert_close(
             inverse @ M, torch.eye(6, dtype=DT).expand(3, 6, 6), atol=1e-10, rtol=0
         )
         torch.testing.assert_close(inverse, torch.linalg.inv(M), atol=1e-10, rtol=1e-10)
+
+
+def _literal_messages(J, A2, B2):
+    """Alg. 3's lines 5-8 as written, by an explicit inverse (the float64 reference)."""
+    C = torch.linalg.inv(torch.diag_embed(A2) - J)
+    diag = torch.diagonal(C, dim1=-2, dim2=-1)
+    return 1.0 / diag - A2, (C @ B2.unsqueeze(-1)).squeeze(-1) / diag - B2
+
+
+@pytest.mark.parametrize("sizes", [(14, 6), (6, 14)])
+def test_messages_of_saturated_units_in_float32(sizes):
+    """Units with c_1 down to 1e-7 (A_2 up to 1e7): the Gaussian node's messages in float32
+    equal the literal form's in float64, which subtracts numbers of size A_2 that float32 keeps
+    to 7 digits only (A_1 would be wrong by about 1)."""
+    m = _machine(Bernoulli, sizes, 0.5, 21)
+    g = _gen(22)
+    K, N = 5, sum(sizes)
+    c1 = 10.0 ** (-7.0 * torch.rand(K, N, dtype=DT, generator=g)) * 0.25
+    a1 = 0.5 * (1.0 - torch.sqrt(1.0 - 4.0 * c1))  # a (1 - a) = c1, a <= 1/2
+    A1 = 0.3 * torch.randn(K, N, dtype=DT, generator=g)
+    B1 = torch.randn(K, N, dtype=DT, generator=g)
+    A2, B2 = 1.0 / c1 - A1, a1 / c1 - B1
+    J = adatap.joint_couplings(m)
+    ref_A, ref_B = _literal_messages(J, A2, B2)
+    n0 = sizes[0]
+    f32 = [t.float() for t in (A2[:, :n0], A2[:, n0:], B2[:, :n0], B2[:, n0:])]
+    Av, Ah, Bv, Bh, ok = adatap._gaussian_bipartite(m.W.float(), *f32)
+    A_joint, B_joint, ok_joint = adatap._gaussian_joint(J.float(), A2.float(), B2.float())
+    assert ok.all() and ok_joint.all()
+    for A, B in ((torch.cat([Av, Ah], 1), torch.cat([Bv, Bh], 1)), (A_joint, B_joint)):
+        torch.testing.assert_close(A.double(), ref_A, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(B.double(), ref_B, rtol=1e-4, atol=1e-4)
+    assert float(A2.max()) > 1e6  # saturated units were there
+
+
+def test_a_row_whose_gaussian_node_is_undefined_stops_unconverged():
+    """A_2 = 0 on the eliminated (visible) layer leaves the Schur complement undefined: the row
+    keeps its start and stops after one iteration, not converged, and the other rows of the
+    batch iterate to the fixed point they reach alone. The joint path has no such division and
+    iterates the same row on."""
+    m = _machine(Bernoulli, (5, 3), 0.3, 23)
+    x = _data(m, 3, 24)
+    U = m.visible.params()["U"]
+    B = x @ m.W
+    start_h = m.hidden.moments(B, torch.zeros_like(B))[0]
+    B1 = torch.cat([x, start_h], 1) @ adatap.joint_couplings(m)
+    A1 = torch.zeros_like(B1)
+    # row 0, unit 0: a_1 = sigm(U + B - A / 2) = 1/2 exactly, so 1 / c_1 = 4 = A_1 and A_2 = 0
+    A1[0, 0], B1[0, 0] = 4.0, 2.0 - U[0]
+    st = adatap.solve(m, x, A1=A1, B1=B1, tol=1e-24, max_iter=500, method="bipartite")
+    assert not bool(st.converged[0]) and int(st.iterations[0]) == 1
+    assert st.converged[1:].all()
+    assert float(st.a[0][0, 0]) == 0.5 and float(st.A[0][0, 0]) == 4.0  # its start, kept
+    for t in st.a + st.c + st.A + st.B:
+        assert torch.isfinite(t).all()
+    alone = adatap.solve(m, x[1:], A1=A1[1:], B1=B1[1:], tol=1e-24, max_iter=500)
+    torch.testing.assert_close(st.a[1][1:], alone.a[1], rtol=0, atol=1e-12)
+    joint = adatap.solve(m, x[:1], A1=A1[:1], B1=B1[:1], tol=1e-24, max_iter=500, method="joint")
+    assert int(joint.iterations[0]) > 1
+
+
+def test_symmetric_inverse_marks_a_singular_matrix():
+    M = torch.eye(3, dtype=DT).expand(3, 3, 3).clone()
+    M[1] = torch.ones(3, 3, dtype=DT)  # rank one: neither Cholesky nor LU inverts it
+    _, invertible = adatap._symmetric_inverse(M)
+    assert invertible.tolist() == [True, False, True]

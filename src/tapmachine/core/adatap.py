@@ -39,6 +39,21 @@ is not (VAMP's A_2 can leave it indefinite mid-iteration). The Cholesky inverse 
 matrix at about half the LU inverse's operations (n^3 against 2 n^3): for the (100, 500, 500)
 stack of Fig. 10's RBM, 0.41 s of CPU on one thread against 1.02 s.
 
+Alg. 3's lines 7-8 are computed without their subtractions (``_messages``), on the
+symmetrically scaled matrix (``_unit_scale``). As written, A_1 = 1 / diag(C_2) - A_2 subtracts
+two numbers of the size of A_2 = 1 / c_1 - A_1, which is large where a unit is saturated
+(c_1 small). At Fig. 10's RBM (Nh = 500) after 43 epochs of adaTAP-10, with W scaled by 1.2
+(sigma_max(W) 4.6 -> 5.5, where its training went), the literal form's messages reach 3e29 in
+float32 and 2e273 in float64, and its magnetisations differ from the subtraction-free form's
+float64 ones by 1 (units at the opposite saturation); the subtraction-free form agrees with
+them to 1.5e-4 in float32. In the literal form, those trainings (float32, on a GPU) stopped at
+epochs 42-44, one on a singular matrix, one on non-finite couplings.
+
+A row whose Gaussian node has no inverse (a singular diag(A_2) - J) or hands back a message
+that is not finite keeps its last state and stops, not converged (``TAPState.converged``):
+what it hands on is the last iterate at which both nodes were defined. Alg. 3 says nothing of
+this case; rows that never meet it iterate as before.
+
 Damping (App. D: 0.5 in Fig. 10) mixes the new Gaussian-node messages (A_1, B_1) with the old.
 """
 
@@ -52,7 +67,19 @@ from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.priors import Bernoulli, Spin
 from tapmachine.core.tap import SolverSettings, TAPState
 
-__all__ = ["AdaTAPError", "SUPPORTED_PRIORS", "check_machine", "joint_couplings", "solve"]
+__all__ = [
+    "AdaTAPError",
+    "NUMERICS_VERSION",
+    "SUPPORTED_PRIORS",
+    "check_machine",
+    "joint_couplings",
+    "solve",
+]
+
+#: Version of Alg. 3's arithmetic, part of the resume fingerprint of a run with
+#: ``inference: adatap`` (``train.resume.fingerprint``): 2 is the subtraction-free Gaussian
+#: node, whose numbers differ from the literal form's.
+NUMERICS_VERSION = 2
 
 #: Priors Alg. 3 is written for (binary units).
 SUPPORTED_PRIORS = (Bernoulli, Spin)
@@ -86,55 +113,126 @@ def joint_couplings(machine: BoltzmannMachine) -> Tensor:
     return J
 
 
-def _symmetric_inverse(M: Tensor) -> Tensor:
-    """The inverse of each symmetric matrix of the (K, n, n) stack ``M``.
+def _symmetric_inverse(M: Tensor) -> tuple[Tensor, Tensor]:
+    """The inverse of each symmetric matrix of the (K, n, n) stack ``M``, and a (K,) mask of
+    the matrices that have one.
 
     Cholesky (``cholesky_ex``, then ``cholesky_inverse``) on every matrix; the matrices whose
-    factorisation fails (not positive definite) are inverted by LU instead.
+    factorisation fails (not positive definite) are inverted by LU instead (``inv_ex``), and a
+    singular one is marked False (its slice of the result is not an inverse).
     """
     L, info = torch.linalg.cholesky_ex(M)
-    inverse = torch.cholesky_inverse(L)
     indefinite = info != 0
+    if bool(indefinite.any()):  # a failed factor can hold zeros, which cholesky_inverse refuses
+        eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+        L = torch.where(indefinite[:, None, None], eye, L)
+    inverse = torch.cholesky_inverse(L)
+    invertible = torch.ones(M.shape[0], dtype=torch.bool, device=M.device)
     if bool(indefinite.any()):
-        inverse[indefinite] = torch.linalg.inv(M[indefinite])
-    return inverse
+        lu_inverse, lu_info = torch.linalg.inv_ex(M[indefinite])
+        inverse[indefinite] = lu_inverse
+        invertible[indefinite] = lu_info == 0
+    return inverse, invertible
 
 
-def _gaussian_joint(J: Tensor, A2: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """diag(C_2) and C_2 b for C_2 = (diag(A_2) - J)^{-1}, one row per batch row.
+def _messages(
+    A2: Tensor,
+    B2: Tensor,
+    r: Tensor,
+    coupled_mean: Tensor,
+    diag_C: Tensor | None = None,
+    mean: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Alg. 3's lines 7-8 without their subtractions: A_1 = -A_2 r / (1 + r) and
+    B_1 = (J a_2 - B_2 r) / (1 + r), with r = diag(J C_2) and ``coupled_mean`` = J a_2.
 
-    One batched inverse of the (K, N, N) stack (each row has its own diagonal).
+    From (diag(A_2) - J) C_2 = I: diag(C_2) = (1 + r) / A_2, and a_2 = C_2 B_2 solves
+    A_2 a_2 = B_2 + J a_2, so 1 / diag(C_2) - A_2 and a_2 / diag(C_2) - B_2 are these. Written
+    as in Alg. 3, each subtracts two numbers of the size of A_2 = 1 / c_1 - A_1, which agree to
+    all but a few digits where a unit is saturated (c_1 small): in float32 a unit with
+    c_1 = 1e-26 gets A_1 wrong by about 1e19. Where |A_2| < 1 (given ``diag_C`` = diag(C_2)
+    and ``mean`` = a_2) the lines are taken as written: nothing large cancels there, and at
+    A_2 = 0 the form above is 0 / 0.
     """
-    M = (-J).expand(A2.shape[0], -1, -1).clone()
-    M.diagonal(dim1=-2, dim2=-1).add_(A2)
-    C = _symmetric_inverse(M)
-    return torch.diagonal(C, dim1=-2, dim2=-1), (C @ b.unsqueeze(-1)).squeeze(-1)
+    A1, B1 = -A2 * r / (1.0 + r), (coupled_mean - B2 * r) / (1.0 + r)
+    if diag_C is None:
+        return A1, B1
+    small = A2.abs() < 1.0
+    return (
+        torch.where(small, 1.0 / diag_C - A2, A1),
+        torch.where(small, mean / diag_C - B2, B1),
+    )
 
 
-def _gaussian_bipartite(W: Tensor, A2v: Tensor, A2h: Tensor, bv: Tensor, bh: Tensor):
-    """diag(C_2) and C_2 b of an RBM's Gaussian node by the Schur complement (exact).
+def _unit_scale(A2: Tensor) -> tuple[Tensor, Tensor]:
+    """s = max(|A_2|, 1)^{-1/2} and A_2 s^2: the symmetric scaling that takes diag(A_2) - J to
+    diag(A_2 s^2) - s J s, whose diagonal is +-1 where |A_2| >= 1 (a saturated unit's A_2 is
+    large), so that the inverse's small entries are computed to their own precision. The
+    messages do not depend on the scaling (r = diag(J C_2) = diag(J~ C~) for any s)."""
+    s = A2.abs().clamp_min(1.0).rsqrt()
+    return s, A2 * s * s
 
-    The larger layer (visible if Nv >= Nh) is eliminated: with D_e = diag(A_2e) and W_ek the
-    couplings to the kept layer, S = D_k - W_ek^T D_e^{-1} W_ek (K stacked n x n matrices, one
-    batched inverse). The means solve S x_k = b_k + W_ek^T D_e^{-1} b_e, x_e = D_e^{-1}(b_e +
-    W_ek x_k). Returns (diag_v, diag_h, mean_v, mean_h).
+
+def _gaussian_joint(J: Tensor, A2: Tensor, B2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Alg. 3's Gaussian node (lines 5-8) on the joint matrix: the new A_1, B_1 and the (K,)
+    mask of the rows whose matrix diag(A_2) - J has an inverse.
+
+    One batched inverse of the (K, N, N) stack (each row has its own diagonal), scaled
+    (``_unit_scale``): with J~ = s J s and C~ = (diag(A_2 s^2) - J~)^{-1}, C_2 = s C~ s,
+    r = diag(J C_2) = diag(J~ C~) and J a_2 = s^{-1} J~ C~ (s B_2) (``_messages``).
+    """
+    s, scaled_A2 = _unit_scale(A2)
+    Js = J * s.unsqueeze(-1) * s.unsqueeze(-2)  # (K, N, N)
+    M = Js.neg()
+    M.diagonal(dim1=-2, dim2=-1).add_(scaled_A2)
+    Cs, invertible = _symmetric_inverse(M)
+    r = (Js * Cs).sum(-1)  # diag(J~ C~): both symmetric
+    a_scaled = torch.matmul(Cs, (s * B2).unsqueeze(-1))  # s^{-1} a_2
+    coupled = torch.matmul(Js, a_scaled).squeeze(-1) / s
+    # where |A_2| < 1, s = 1: C~ and s^{-1} a_2 are C_2 and a_2 there
+    diag_C = torch.diagonal(Cs, dim1=-2, dim2=-1)
+    A1, B1 = _messages(A2, B2, r, coupled, diag_C, a_scaled.squeeze(-1))
+    return A1, B1, invertible
+
+
+def _gaussian_bipartite(W: Tensor, A2v: Tensor, A2h: Tensor, B2v: Tensor, B2h: Tensor):
+    """An RBM's Gaussian node by the Schur complement (exact): the new A_1 and B_1 of the
+    visible and hidden layers, and the (K,) mask of the rows whose Schur complement has an
+    inverse.
+
+    The larger layer e (visible if Nv >= Nh) is eliminated onto the kept layer k (which needs
+    A_2e != 0). Scaled as in ``_unit_scale`` (s_e, s_k; g = 1 / (A_2 s^2), +-1 where |A_2| >=
+    1), W~ = s_e W s_k and S~ = diag(A_2k s_k^2) - P~ with P~ = W~^T diag(g_e) W~ (K stacked
+    n x n matrices, one batched inverse T~ = S~^{-1}); then the kept layer has
+    r_k = diag(P~ T~) and the eliminated one r_e = g_e diag(W~ T~ W~^T). The means:
+    s_k^{-1} x_k = T~ s_k (B_2k + W^T B_2e / A_2e), x_e = (B_2e + W x_k) / A_2e, and J a_2 is
+    (W x_k, W^T x_e) (``_messages``).
     """
     swap = W.shape[0] < W.shape[1]
     if swap:  # keep the visible layer (the smaller one) instead
-        W, A2v, A2h, bv, bh = W.T, A2h, A2v, bh, bv
-    V = W.unsqueeze(0) / A2v.unsqueeze(-1)  # D_e^{-1} W, (K, Ne, n)
-    S = torch.matmul(W.T, V).neg_()  # (K, n, n)
-    S.diagonal(dim1=-2, dim2=-1).add_(A2h)
-    S_inv = _symmetric_inverse(S)
-    VS = torch.matmul(V, S_inv)  # (K, Ne, n)
-    diag_e = 1.0 / A2v + torch.einsum("ken,ken->ke", V, VS)
-    diag_k = torch.diagonal(S_inv, dim1=-2, dim2=-1)
-    rhs = bh + torch.matmul(V.transpose(1, 2), bv.unsqueeze(-1)).squeeze(-1)
-    x_k = torch.matmul(S_inv, rhs.unsqueeze(-1)).squeeze(-1)
-    x_e = bv / A2v + torch.matmul(V, x_k.unsqueeze(-1)).squeeze(-1)
+        W, A2v, A2h, B2v, B2h = W.T, A2h, A2v, B2h, B2v
+    se, scaled_e = _unit_scale(A2v)
+    sk, scaled_k = _unit_scale(A2h)
+    g_e = 1.0 / scaled_e
+    Ws = W.unsqueeze(0) * se.unsqueeze(-1) * sk.unsqueeze(-2)  # W~, (K, Ne, n)
+    P = torch.matmul(Ws.transpose(1, 2), Ws * g_e.unsqueeze(-1))  # P~, (K, n, n)
+    S = P.neg()
+    S.diagonal(dim1=-2, dim2=-1).add_(scaled_k)
+    T, invertible = _symmetric_inverse(S)
+    r_k = (P * T).sum(-1)  # diag(P~ T~): both symmetric
+    WT = torch.matmul(Ws, T)  # (K, Ne, n)
+    r_e = g_e * (WT * Ws).sum(-1)
+    u = (B2v / A2v) @ W  # W^T A_2e^{-1} B_2e, (K, n)
+    x_k = sk * torch.matmul(T, (sk * (B2h + u)).unsqueeze(-1)).squeeze(-1)
+    Wx = x_k @ W.T  # W x_k, (K, Ne)
+    # the kept layer's J a_2 = W^T x_e = u + P x_k, with P = s_k^{-1} P~ s_k^{-1}
+    coupled_k = u + torch.matmul(P, (x_k / sk).unsqueeze(-1)).squeeze(-1) / sk
+    A1e, B1e = _messages(A2v, B2v, r_e, Wx)  # the elimination has divided by A_2e already
+    diag_T = torch.diagonal(T, dim1=-2, dim2=-1)  # diag(T) where |A_2k| < 1 (s_k = 1)
+    A1k, B1k = _messages(A2h, B2h, r_k, coupled_k, diag_T, x_k)
     if swap:
-        return diag_k, diag_e, x_k, x_e
-    return diag_e, diag_k, x_e, x_k
+        return A1k, A1e, B1k, B1e, invertible
+    return A1e, A1k, B1e, B1k, invertible
 
 
 def _split(t: Tensor, sizes) -> list[Tensor]:
@@ -227,32 +325,35 @@ def solve(
             B2 = a1 / c1 - B1
             if bipartite:
                 n0 = sizes[0]
-                dv, dh, mv, mh = _gaussian_bipartite(
+                A1v, A1h, B1v, B1h, defined = _gaussian_bipartite(
                     machine.W, A2[:, :n0], A2[:, n0:], B2[:, :n0], B2[:, n0:]
                 )
-                diag, a2 = torch.cat([dv, dh], dim=1), torch.cat([mv, mh], dim=1)
+                A1_new, B1_new = torch.cat([A1v, A1h], dim=1), torch.cat([B1v, B1h], dim=1)
             else:
-                diag, a2 = _gaussian_joint(J, A2, B2)
-            A1_new = 1.0 / diag - A2
-            B1_new = a2 / diag - B2
+                A1_new, B1_new, defined = _gaussian_joint(J, A2, B2)
+            defined &= A1_new.isfinite().all(1) & B1_new.isfinite().all(1)
+            undefined = ~defined.unsqueeze(1)  # these rows keep their state and stop
+            A1_new = torch.where(undefined, A1, A1_new)
+            B1_new = torch.where(undefined, B1, B1_new)
             keep = damping if t > 1 else 0.0
             A1 = torch.lerp(A1_new, A1, keep)
             B1 = torch.lerp(B1_new, B1, keep)
             a_new, c1 = prior_node(A1, B1)
             step = (a_new - a1).square().mean(1)
             a1 = a_new
-            done = step < tol
+            done = (step < tol) & defined
+            stopped = done | ~defined
             last = t == max_iter
-            if bool(done.any()) or last:
-                rows = torch.ones_like(done) if last else done
+            if bool(stopped.any()) or last:
+                rows = torch.ones_like(done) if last else stopped
                 target = active[rows]
                 for o, v in zip(out, (a1, c1, A1, B1), strict=True):
                     o[target] = v[rows]
                 converged[active[done]] = True
-                iterations[active[done]] = t
+                iterations[active[stopped]] = t
                 if last:
                     break
-                keep_rows = ~done
+                keep_rows = ~stopped
                 if not bool(keep_rows.any()):
                     break
                 active = active[keep_rows]

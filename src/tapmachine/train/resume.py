@@ -52,7 +52,8 @@ _LATER_KEYS = {"prior_momentum": False, "resample": None, "visible_init": "data_
 
 def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:
     """Identity of a training run for resuming: settings, initial machine, training data,
-    ``NUMERICS_VERSION`` and the gradient method's own version (``GradientMethod.version``).
+    ``NUMERICS_VERSION``, the gradient method's own version (``GradientMethod.version``) and,
+    with ``inference: adatap``, ``adatap.NUMERICS_VERSION``.
 
     Left out, since they change no number training produces: the number of epochs when the
     step size is constant (so a finished run can be extended; a decaying schedule depends on
@@ -69,6 +70,10 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     """
     h = hashlib.sha256(f"numerics {NUMERICS_VERSION}".encode())
     h.update(method(settings.method).version().encode())
+    if settings.inference == "adatap":
+        from tapmachine.core import adatap
+
+        h.update(f"adatap {adatap.NUMERICS_VERSION}".encode())
     fields = dataclasses.asdict(settings)
     if not isinstance(settings.learning_rate, dict):
         fields.pop("epochs")

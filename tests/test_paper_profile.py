@@ -121,14 +121,14 @@ def test_a_job_counts_as_measured_only_once_its_output_is_there(tmp_path):
 
 
 def test_the_comparison_keeps_the_jobs_the_runs_config_plans(tmp_path, capsys, monkeypatch):
-    """With the run's config files, a job its overlays leave out (paper_cpu.yaml leaves
-    adaTAP-10 to a GPU) is not compared, though a model file of it lies in the run."""
+    """With the run's config files, a job its overlays leave out (paper_cpu.yaml leaves out
+    sbmnist_h500) is not compared, though a model file of it lies in the run."""
     import json
 
     from benchmarks.paper_jobs import main
 
     bench, results = tmp_path / "benchmarks" / "paper", tmp_path / "results" / "paper"
-    names = ["train/bmnist_fig10_adatap10", "train/bmnist_h25"]
+    names = ["train/sbmnist_h500", "train/bmnist_h25"]
     for name in names:
         _tsv(bench / f"{name}.tsv", 360.0)
         model = results / "models" / name.removeprefix("train/") / "model.pt"
@@ -138,11 +138,11 @@ def test_the_comparison_keeps_the_jobs_the_runs_config_plans(tmp_path, capsys, m
     profile.write_text(json.dumps({"jobs_hours": dict.fromkeys(names, 0.2)}) + "\n")
     monkeypatch.chdir(ROOT)
     assert main([str(profile), str(bench)]) == 0
-    assert "bmnist_fig10_adatap10 | 0.20 | 0.10" in capsys.readouterr().out
+    assert "sbmnist_h500 | 0.20 | 0.10" in capsys.readouterr().out
     configs = [f"workflow/config/{f}.yaml" for f in ("paper", "sm_cd25_anchor", "paper_cpu")]
     assert main([str(profile), str(bench), "--configfile", *configs]) == 0
     out = capsys.readouterr().out
-    assert "bmnist_fig10_adatap10" not in out and "| train/bmnist_h25 | 0.20 | 0.10 |" in out
+    assert "sbmnist_h500" not in out and "| train/bmnist_h25 | 0.20 | 0.10 |" in out
 
 
 def test_schedule_on_two_cores_respects_its_bounds():
@@ -319,8 +319,9 @@ def test_counts_from_must_name_a_directory(tmp_path, capsys):
 
 def test_the_profile_takes_the_runs_overlays(tmp_path, capsys):
     """``--overlays`` lays a run's further config files over paper.yaml: with paper_cpu.yaml
-    the models it leaves to a GPU have no jobs, and faces_substitute.yaml's epochs are the
-    faces model's; a file that is not there is refused by name."""
+    the models it leaves out have no jobs and Fig. 10's adaTAP models its epochs, and
+    faces_substitute.yaml's epochs are the faces model's; a file that is not there is refused
+    by name."""
     from benchmarks import run
 
     overlays = [ROOT / "workflow" / "config" / f"{f}.yaml"
@@ -328,7 +329,8 @@ def test_the_profile_takes_the_runs_overlays(tmp_path, capsys):
     cfg = paper_profile._paper_config(overlays)
     names = {j.name for j in paper_jobs(cfg)}
     assert {"train/bmnist_fig10_adatap3", "train/sm_cd25_h500"} <= names
-    assert not {"train/bmnist_fig10_adatap10", "train/bmnist_fig10_adatap100"} & names
+    assert not {"train/sbmnist_h500", "train/bmnist_h500_noiseaug"} & names
+    assert cfg["models"]["bmnist_fig10_adatap10"]["epochs"] == 43
     assert cfg["models"]["faces_h256"]["epochs"] == 15000
     assert "likelihood/score_final_sm_cd25_h500" in names
     with pytest.raises(SystemExit):

@@ -90,6 +90,7 @@ _DELETE = object()
             "deep.fig11.models[0]: 'bmnist_h25' has 1 hidden layer",
         ),
         (["deep", "fig10", "models"], ["nope"], "deep.fig10.models[0]: 'nope' is not a model"),
+        (["deep", "fig10", "epoch"], 1000, "epochs, fewer than deep.fig10.epoch = 1000"),
         (
             ["deep", "fig10", "timing", "batch_sizes"],
             [0],
@@ -165,6 +166,13 @@ def test_pseudo_likelihood_curves_score_the_same_sites_at_every_epoch_and_for_ev
     assert fresh != curves.pseudo_likelihood_curve([(1, a)], x, n_sites, sites()).rows[0]["pl"]
     exact = curves.pseudo_likelihood_curve([(1, a)], x, None, sites()).rows[0]["pl"]
     assert exact == pytest.approx(float(estimators.pseudo_log_likelihood(a, x).mean()))
+    # the per-image rows of an epoch other than the last (Fig. 10's deep.fig10.epoch)
+    early = curves.pseudo_likelihood_curve([(1, a), (2, b)], x, n_sites, sites(), rows_epoch=1)
+    torch.testing.assert_close(
+        early.last["pl"], estimators.pseudo_log_likelihood(a, x, sites=drawn)
+    )
+    with pytest.raises(ValueError, match="rows_epoch 3 is not among the epochs"):
+        curves.pseudo_likelihood_curve([(1, a), (2, b)], x, n_sites, sites(), rows_epoch=3)
 
 
 def test_timing_rows_and_curves():
@@ -442,3 +450,44 @@ def test_deep_curve_is_a_likelihood_run_tagged_with_its_model(tmp_path, monkeypa
     assert (
         live["train", "tiny"]["seed"] == "1" and live["likelihood", "tiny-curve"]["n_train"] == "40"
     )
+
+
+def test_fig10_compares_the_strategies_at_the_epoch_asked(tmp_path):
+    """adaTAP-3 lies below the others at epoch 2 and above them at epoch 5: the verdict is the
+    compared epoch's; a curve without that epoch is refused; per-image rows of another epoch
+    are not paired (the detail says so)."""
+    models, csvs, rows = [], [], []
+    epochs = np.arange(1, 6)
+    curves_at = {("tap", 3): -10.0 + epochs, ("adatap", 10): -9.95 + epochs}
+    curves_at[("adatap", 3)] = -16.0 + 3.0 * epochs
+    for (inference, its), pl in curves_at.items():
+        name = f"m_{inference}{its}"
+        models.append(_model_file(tmp_path, name, (6, 4)))
+        df = pd.DataFrame(
+            {"epoch": epochs, "pl": pl, "pl_stderr": 0.1}
+            | {"inference": inference, "train_iterations": its}
+        )
+        csvs.append(tmp_path / f"{name}.csv")
+        df.to_csv(csvs[-1], index=False)
+        rows.append(tmp_path / f"{name}.npz")
+        np.savez(rows[-1], epoch=5, pl=pl[-1] + np.linspace(-1.0, 1.0, 20))
+    timing = tmp_path / "t.csv"
+    pd.DataFrame(
+        {"batch_size": [100], "tap_seconds": [1e-3], "adatap_seconds": [2.0], "ratio": [2000.0]}
+        | {"n_visible": 6, "n_hidden": 4, "threads": 1, "dtype": "float32"}
+    ).to_csv(timing, index=False)
+
+    def claims(**kw):
+        return fig10.make(csvs, models, timing, **kw).table.set_index("claim")
+
+    at_last, at_2 = claims(), claims(epoch=2)
+    assert at_last.loc["adatap3_is_outlier", "value"] == 0.0
+    assert at_2.loc["adatap3_is_outlier", "value"] == 1.0
+    finals = at_2.loc["final_pl"]
+    assert sorted(finals["value"]) == pytest.approx([-10.0, -8.0, -7.95])
+    assert set(finals["epoch"]) == {2}
+    paired = claims(last_rows=rows, epoch=2).loc["adatap3_is_outlier", "detail"]
+    assert "per-image rows not at epoch 2" in paired and "paired" not in paired
+    assert "2 paired stderr" in claims(last_rows=rows).loc["adatap3_is_outlier", "detail"]
+    with pytest.raises(FigureError, match="no epoch 9 .epochs 1..5."):
+        claims(epoch=9)

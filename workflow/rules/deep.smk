@@ -90,8 +90,10 @@ rule draw_fig10:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        epoch=f"--epoch {FIG10['epoch']}" if FIG10 and FIG10.get("epoch") else "",
     shell:
-        "tapmachine figure fig10 --curves {input.curves} --last-rows {input.last_rows} "
+        "tapmachine figure fig10 --curves {input.curves} --last-rows {input.last_rows} {params.epoch} "
         "--model-files {input.models} --timing {input.timing} --png {output.png} --pdf {output.pdf} --csv {output.csv} "
         "--tracking {input.tracking} > {log} 2>&1"
 

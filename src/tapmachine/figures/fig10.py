@@ -7,7 +7,9 @@ each iterated a fixed number of times (``tap.train_iterations``: 3, 10, 100 in t
 measured in one run on the same machine and inputs (log-log).
 
 Claims (docs/claims.md): all strategies comparable except adaTAP with 3 iterations, which is
-the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The table gives, per
+the outlier (poorer); adaTAP is orders of magnitude slower per iteration. The strategies are
+compared at ``epoch`` (``deep.fig10.epoch``; the paper gives no epoch count), else at each
+curve's last epoch; the curves are drawn whole. The table gives, per
 model, the final pseudo-likelihood; ``adatap3_is_outlier`` is 1 when adaTAP-3 ends lowest,
 below every other curve by more than the spread among the others and by more than twice the
 standard error of its gap to the lowest other (paired over the images, which every curve scores
@@ -101,28 +103,52 @@ def outlier(
     return verdict, detail
 
 
-def load_last_rows(paths) -> list[np.ndarray]:
-    """The last epoch's per-image pseudo-likelihoods of ``deep-curve --last-rows`` files."""
+def load_last_rows(paths) -> list[tuple[int, np.ndarray]]:
+    """The epoch and per-image pseudo-likelihoods of each ``deep-curve --last-rows`` file."""
     out = []
     for path in paths:
         try:
             with np.load(path) as npz:
-                out.append(np.asarray(npz["pl"], float))
+                out.append((int(npz["epoch"]), np.asarray(npz["pl"], float)))
         except (OSError, KeyError, ValueError) as err:
             raise FigureError(f"{path}: no per-image pseudo-likelihood 'pl' ({err})") from err
     return out
 
 
+def _at_epoch(df: pd.DataFrame, epoch: int | None, path) -> pd.Series:
+    """The curve's row at ``epoch`` (its last row for None)."""
+    if epoch is None:
+        return df.iloc[-1]
+    rows = df[df["epoch"] == epoch]
+    if rows.empty:
+        raise FigureError(
+            f"{path}: no epoch {epoch} (epochs {int(df['epoch'].min())}..{int(df['epoch'].max())})"
+            ": every curve must reach deep.fig10.epoch"
+        )
+    return rows.iloc[0]
+
+
 @styled
-def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
+def make(curve_csvs, model_files, timing_csv, last_rows=None, epoch=None) -> FigureResult:
     """Fig. 10 from the models' ``deep-curve`` CSVs (same order as their ``model.pt``), the
     timing CSV and, optionally, their ``--last-rows`` files (same order: the outlier verdict's
-    paired standard error)."""
+    paired standard error, used when every file holds the compared epoch), the strategies
+    compared at ``epoch`` (None: each curve's last)."""
     if len(curve_csvs) != len(model_files):
         raise FigureError("fig10 needs one model.pt per curve CSV")
     if last_rows is not None and len(last_rows) != len(curve_csvs):
         raise FigureError("fig10 needs one --last-rows file per curve CSV")
     per_image = load_last_rows(last_rows) if last_rows is not None else None
+    rows_note = ""
+    if per_image is not None and epoch is not None:
+        elsewhere = [
+            f"{path} (epoch {e})"
+            for path, (e, _) in zip(last_rows, per_image, strict=True)
+            if e != epoch
+        ]
+        if elsewhere:
+            per_image = None
+            rows_note = f"; per-image rows not at epoch {epoch}: {', '.join(elsewhere)}"
     infos = [model_info(f) for f in model_files]
     frames = []
     for path in curve_csvs:
@@ -165,10 +191,11 @@ def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
                 alpha=0.25,
                 lw=0,
             )
-        finals[label] = float(df["pl"].iloc[-1])
-        final_stderrs[label] = float(df["pl_stderr"].iloc[-1])
+        compared = _at_epoch(df, epoch, curve_csvs[i])
+        finals[label] = float(compared["pl"])
+        final_stderrs[label] = float(compared["pl_stderr"])
         if per_image is not None:
-            final_rows[label] = per_image[i]
+            final_rows[label] = per_image[i][1]
         for _, r in df.iterrows():
             drawn.append(
                 {
@@ -180,7 +207,7 @@ def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
                     "stderr": r["pl_stderr"],
                 }
             )
-        claims.append(claim("final_pl", finals[label], info.name, label, int(df["epoch"].iloc[-1])))
+        claims.append(claim("final_pl", finals[label], info.name, label, int(compared["epoch"])))
     ax_pl.set_xlabel("epoch")
     ax_pl.set_ylabel("pseudo-likelihood (nats / image)")
     legend_below(ax_pl, ncols=2)  # a column of TAP, one of adaTAP
@@ -242,7 +269,13 @@ def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
         verdict, detail = outlier(finals, ada3[0], final_stderrs, final_rows or None)
         claims.append(
             claim(
-                "adatap3_is_outlier", verdict, "", ("held: " if verdict else "not held: ") + detail
+                "adatap3_is_outlier",
+                verdict,
+                "",
+                ("held: " if verdict else "not held: ")
+                + detail
+                + (f" at epoch {epoch}" if epoch is not None else "")
+                + rows_note,
             )
         )
         others = [v for k, v in finals.items() if k != ada3[0]]
@@ -276,6 +309,7 @@ def make(curve_csvs, model_files, timing_csv, last_rows=None) -> FigureResult:
     fig.suptitle(
         f"Fig. 10: TAP vs adaTAP, {describe(infos[0]).split(' on ')[-1]}, RBM {sizes}"
         + (f", {n_images} images scored" if n_images else "")
+        + (f", compared at epoch {epoch}" if epoch is not None else "")
         + note,
     )
     claims += substitute_claims(infos[:1])

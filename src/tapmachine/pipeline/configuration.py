@@ -303,6 +303,12 @@ def _check_deep(config: dict) -> None:
             n_hidden = len(config["models"][name]["hidden"])
             if fig == "fig10" and n_hidden != 1:
                 raise ConfigError(f"config error at {where}: {name!r} is not an RBM")
+            epochs = config["models"][name]["epochs"]
+            if fig == "fig10" and (spec.get("epoch") or 0) > epochs:
+                raise ConfigError(
+                    f"config error at {where}: {name!r} trains {epochs} epochs, fewer than "
+                    f"deep.fig10.epoch = {spec['epoch']}"
+                )
             if fig == "fig11" and n_hidden < 2:
                 raise ConfigError(
                     f"config error at {where}: {name!r} has {n_hidden} hidden layer "

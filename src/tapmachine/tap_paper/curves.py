@@ -49,7 +49,11 @@ class Curve:
 
 @torch.no_grad()
 def pseudo_likelihood_curve(
-    machines, x: Tensor, n_sites: int | None, generator: torch.Generator
+    machines,
+    x: Tensor,
+    n_sites: int | None,
+    generator: torch.Generator,
+    rows_epoch: int | None = None,
 ) -> Curve:
     """Pseudo-likelihood (nats per image) of the rows of ``x`` for each (epoch, machine), with
     its standard error over the rows (independent site draws per row make them independent).
@@ -59,7 +63,11 @@ def pseudo_likelihood_curve(
     share theirs between epochs. The curve's steps then carry none of the site draws' noise,
     and neither do the gaps between models whose curves are drawn from generators seeded
     alike (``SITES_SEED_LABEL``); the level of every point keeps its standard error. The
-    ``Curve``'s ``last`` holds the last epoch's per-row values (``"pl"``)."""
+    ``Curve``'s ``last`` holds the last epoch's per-row values (``"pl"``), or those of
+    ``rows_epoch`` (one of the machines' epochs)."""
+    epochs = [epoch for epoch, _ in machines]
+    if rows_epoch is not None and rows_epoch not in epochs:
+        raise ValueError(f"rows_epoch {rows_epoch} is not among the epochs {epochs}")
     nv = x.shape[1]
     sites = (
         None
@@ -71,7 +79,8 @@ def pseudo_likelihood_curve(
         pl = estimators.pseudo_log_likelihood(machine, x.to(machine.dtype), sites=sites)
         mean, se = estimators.mean_and_stderr(pl)
         curve.rows.append({"epoch": epoch, "pl": mean, "pl_stderr": se})
-        curve.last["pl"] = pl
+        if rows_epoch is None or epoch == rows_epoch:
+            curve.last["pl"] = pl
     return curve
 
 

@@ -33,11 +33,14 @@ class DeepStageError(TapmachineError):
 
 def curve_args(deep: dict, model: str) -> str:
     """``deep-curve`` options of ``model`` from the config's ``deep`` section (for deep.smk):
-    pseudo-likelihood for a Fig. 10 model, TAP train/test likelihood for a Fig. 11 model."""
+    pseudo-likelihood for a Fig. 10 model (its per-image rows at ``fig10.epoch`` when set),
+    TAP train/test likelihood for a Fig. 11 model."""
     fig10 = deep.get("fig10") or {}
     if model in fig10.get("models", []):
         sites = fig10["pl_sites"]
         extra = f" --pl-sites {sites}" if sites else ""
+        if fig10.get("epoch"):
+            extra += f" --rows-epoch {fig10['epoch']}"
         return f"--measure pl --n-train {fig10['n_images']}{extra}"
     fig11 = deep["fig11"]
     return (
@@ -77,12 +80,22 @@ def _cmd_curve(args) -> None:
         x_train = x_train[: spec["n_train"]]
     model_defaults = defaults("model")  # a spec from the workflow has them filled already
     tap_spec = {**model_defaults["tap"], **spec.get("tap", {})}
+    if args.rows_epoch is not None and args.measure != "pl":
+        raise DeepStageError("--rows-epoch is for --measure pl (Fig. 10)")
     if args.measure == "pl":
         if machines[0][1].n_layers != 2:
             raise DeepStageError(f"--measure pl: {name} is not an RBM")
         sites = seeded_generator(args.seed, curves.SITES_SEED_LABEL)  # shared by the models
         x = x_train[: args.n_train]
-        curve = curves.pseudo_likelihood_curve(machines, x, args.pl_sites, sites)
+        epochs = [epoch for epoch, _ in machines]
+        if args.rows_epoch is not None and args.rows_epoch not in epochs:
+            raise DeepStageError(
+                f"--rows-epoch {args.rows_epoch}: {name} has checkpoints of epochs "
+                f"{epochs[0]}..{epochs[-1]} in {ckpt_dir}"
+            )
+        curve = curves.pseudo_likelihood_curve(
+            machines, x, args.pl_sites, sites, rows_epoch=args.rows_epoch
+        )
     else:
         x_test = torch.as_tensor(ds.x_test[: args.n_test], dtype=dtype)
         curve = curves.tap_likelihood_curve(
@@ -104,7 +117,8 @@ def _cmd_curve(args) -> None:
     write_csv(rows, args.out)
     if args.last_rows:
         arrays = {k: v.double().cpu().numpy() for k, v in curve.last.items()}
-        atomic_write(args.last_rows, lambda fh: np.savez(fh, epoch=rows[-1]["epoch"], **arrays))
+        rows_epoch = args.rows_epoch or rows[-1]["epoch"]
+        atomic_write(args.last_rows, lambda fh: np.savez(fh, epoch=rows_epoch, **arrays))
     params = {**info, "n_train": args.n_train, "n_test": args.n_test, "pl_sites": args.pl_sites}
     train_run = source_run(model_file)
     record = RunRecord(
@@ -186,6 +200,12 @@ def register(subparsers) -> None:
         default=None,
         help="also write the last epoch's per-image values here (.npz: pl, or tap_ll_train and "
         "tap_ll_test; epoch), for paired comparisons of models scored on the same images",
+    )
+    s.add_argument(
+        "--rows-epoch",
+        type=int,
+        default=None,
+        help="write --last-rows at this epoch instead of the last (pl: Fig. 10's deep.fig10.epoch)",
     )
     s.add_argument("--seed", type=int, default=schema_default("seed"))
     s.add_argument("--dtype", default="float64", choices=["float32", "float64"])

@@ -94,7 +94,7 @@ def _fig_denoise_real(m, a):
 
 
 def _fig10(m, a):
-    return m.make(a.curves, a.model_files, a.timing, a.last_rows)
+    return m.make(a.curves, a.model_files, a.timing, a.last_rows, epoch=a.epoch)
 
 
 def _fig11(m, a):
@@ -209,6 +209,9 @@ def _fig_denoise_real_args(f) -> None:
 
 def _fig10_args(f) -> None:
     f.add_argument("--curves", nargs="+", required=True, help="deep-curve CSVs (pl)")
+    f.add_argument(
+        "--epoch", type=int, default=None, help="compare at this epoch (default: each curve's last)"
+    )
     f.add_argument(
         "--last-rows",
         nargs="+",

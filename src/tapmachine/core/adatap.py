@@ -214,8 +214,10 @@ def _gaussian_bipartite(W: Tensor, A2v: Tensor, A2h: Tensor, B2v: Tensor, B2h: T
     se, scaled_e = _unit_scale(A2v)
     sk, scaled_k = _unit_scale(A2h)
     g_e = 1.0 / scaled_e
-    Ws = W.unsqueeze(0) * se.unsqueeze(-1) * sk.unsqueeze(-2)  # W~, (K, Ne, n)
-    P = torch.matmul(Ws.transpose(1, 2), Ws * g_e.unsqueeze(-1))  # P~, (K, n, n)
+    Ws = (W.unsqueeze(0) * se.unsqueeze(-1)).mul_(sk.unsqueeze(-2))  # W~, (K, Ne, n)
+    # g_e is 1 wherever A_2e >= 1, which for binary units (1 / c_1 >= 4) is nearly everywhere
+    Wg = Ws if bool((g_e == 1.0).all()) else Ws * g_e.unsqueeze(-1)
+    P = torch.matmul(Ws.transpose(1, 2), Wg)  # P~, (K, n, n)
     S = P.neg()
     S.diagonal(dim1=-2, dim2=-1).add_(scaled_k)
     T, invertible = _symmetric_inverse(S)

@@ -126,16 +126,18 @@ def _symmetric_inverse(M: Tensor) -> tuple[Tensor, Tensor]:
     singular one is marked False (its slice of the result is not an inverse).
     """
     L, info = torch.linalg.cholesky_ex(M)
-    indefinite = info != 0
-    if bool(indefinite.any()):  # a failed factor can hold zeros, which cholesky_inverse refuses
-        eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
-        L = torch.where(indefinite[:, None, None], eye, L)
-    inverse = torch.cholesky_inverse(L)
     invertible = torch.ones(M.shape[0], dtype=torch.bool, device=M.device)
-    if bool(indefinite.any()):
-        lu_inverse, lu_info = torch.linalg.inv_ex(M[indefinite])
-        inverse[indefinite] = lu_inverse
-        invertible[indefinite] = lu_info == 0
+    indefinite = info != 0
+    if not bool(indefinite.any()):
+        return torch.cholesky_inverse(L), invertible
+    # a failed factor can hold zeros, which cholesky_inverse refuses
+    L = torch.where(
+        indefinite[:, None, None], torch.eye(M.shape[-1], dtype=M.dtype, device=M.device), L
+    )
+    inverse = torch.cholesky_inverse(L)
+    lu_inverse, lu_info = torch.linalg.inv_ex(M[indefinite])
+    inverse[indefinite] = lu_inverse
+    invertible[indefinite] = lu_info == 0
     return inverse, invertible
 
 

@@ -49,9 +49,9 @@ float64 ones by 1 (units at the opposite saturation); the subtraction-free form 
 them to 1.5e-4 in float32. In the literal form, those trainings (float32, on a GPU) stopped at
 epochs 42-44, one on a singular matrix, one on non-finite couplings. Trained on from
 adaTAP-10's epoch-43 couplings on a CPU (10 iterations, batches of 100, lr 1e-3), the literal
-form's couplings were not finite after 16 steps; the subtraction-free form's were after 25
-steps (sigma_max 4.61 -> 4.81, the exact pseudo-likelihood of 1,000 images -188.74 ->
--188.30).
+form's couplings were not finite after 16 steps; the subtraction-free form's were after 50
+steps, one epoch, past the batch where the GPU run stopped (sigma_max 4.61 -> 5.01, the exact
+pseudo-likelihood of 1,000 images -188.74 -> -187.82).
 
 A row whose Gaussian node has no inverse (a singular diag(A_2) - J) or hands back a message
 that is not finite keeps its last state and stops, not converged (``TAPState.converged``):

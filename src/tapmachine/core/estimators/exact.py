@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 from torch import Tensor
 
@@ -56,12 +54,14 @@ def exact_log_partition(
         )
     W = m.W if enum_layer == 0 else m.W.T
     prior_y, prior_z = m.priors[enum_layer], m.priors[other]
-    parts = []
-    for start in itertools.count(0, chunk):
-        if start >= 2**n:
-            break
+    # One buffer for the chunks' partial sums, allocated before the loop: small tensors kept
+    # from inside it would pin the heap between each chunk's large temporaries, and with a
+    # job's heap kept (``pipeline.heap``) the process then grows by a chunk's worth per chunk.
+    starts = range(0, 2**n, chunk)
+    parts = torch.empty(len(starts), dtype=torch.float64, device=m.device)
+    for i, start in enumerate(starts):
         y = _states(prior_y, n, start, min(start + chunk, 2**n), chunk_dtype, m.device)
         B = y @ W
         log_w = prior_y.log_prob(y).sum(-1) + prior_z.log_partition(B, torch.zeros_like(B)).sum(-1)
-        parts.append(torch.logsumexp(log_w.double(), 0))
-    return torch.logsumexp(torch.stack(parts), 0)
+        parts[i] = torch.logsumexp(log_w.double(), 0)
+    return torch.logsumexp(parts, 0)

@@ -24,6 +24,7 @@ __all__ = [
     "measured_hours",
     "job_output",
     "compare",
+    "totals",
 ]
 
 #: The first paper's targets (``snakemake <targets> --configfile workflow/config/paper.yaml``).
@@ -212,32 +213,63 @@ def job_output(name: str) -> str | None:
     return None
 
 
+#: A job's state in ``compare`` with the run's results folder.
+FINISHED, UNFINISHED, BROUGHT_IN = "finished", "not finished", "brought in"
+
+
 def compare(
     profile: dict, folder: str | Path, results: str | Path | None = None, **measured
 ) -> list[dict]:
     """Per job of a ``paper_profile`` result (its ``jobs_hours``), the projected hours beside
     the measured ones in the benchmark folder ``folder`` (``measured_hours(folder,
     **measured)``) and their ratio (measured / projected; None where either is missing). Jobs
-    measured but not projected are listed too (projected None). With ``results`` (the run's
-    ``results/{run}``), a job of ``paper_jobs`` whose output is not there has not finished: a
-    benchmark file it left when stopped is not a measurement (Snakemake writes one for a job
-    it stops too), and it counts as not measured. Ordered by projected hours, largest first."""
+    measured but not projected are listed too (projected None). Ordered by projected hours,
+    largest first.
+
+    With ``results`` (the run's ``results/{run}``) each job of ``paper_jobs`` also gets a
+    ``state``: ``finished`` (its output is there, and measured), ``not finished`` (its output
+    is not there: a benchmark file it left when stopped is not a measurement, as Snakemake
+    writes one for a job it stops too, so it counts as not measured) or ``brought in`` (its
+    output is there without a benchmark file: made elsewhere and copied into the run, as
+    Fig. 10's adaTAP models from a GPU, so this run has no time of it to compare). Without
+    ``results`` the state is None."""
     projected = profile["jobs_hours"]
     hours = measured_hours(folder, **measured)
+    states = {}
     if results is not None:
-        unfinished = {
-            name
-            for name in hours
-            if (path := job_output(name)) is not None and not (Path(results) / path).exists()
-        }
-        hours = {name: h for name, h in hours.items() if name not in unfinished}
+        for name in {*projected, *hours}:
+            if (path := job_output(name)) is None:
+                continue
+            if not (Path(results) / path).exists():
+                states[name] = UNFINISHED
+            else:
+                states[name] = FINISHED if name in hours else BROUGHT_IN
+        hours = {name: h for name, h in hours.items() if states.get(name) != UNFINISHED}
     rows = []
     for name in [*projected, *sorted(set(hours) - set(projected))]:
         p, m = projected.get(name), hours.get(name)
         ratio = m / p if p and m is not None else None
-        rows.append({"job": name, "projected_hours": p, "measured_hours": m, "ratio": ratio})
+        rows.append(
+            {
+                "job": name,
+                "projected_hours": p,
+                "measured_hours": m,
+                "ratio": ratio,
+                "state": states.get(name),
+            }
+        )
     rows.sort(key=lambda r: -(r["projected_hours"] or 0.0))
     return rows
+
+
+def totals(rows: list[dict]) -> dict:
+    """Projected and measured hours summed over the rows of ``compare`` that have both, and
+    their ratio (None where nothing was projected)."""
+    both = [r for r in rows if r["projected_hours"] is not None and r["measured_hours"] is not None]
+    p = sum(r["projected_hours"] for r in both)
+    m = sum(r["measured_hours"] for r in both)
+    return {"jobs": len(both), "projected_hours": p, "measured_hours": m,
+            "ratio": m / p if p else None}  # fmt: skip
 
 
 def _run_folders(benchmarks: Path) -> tuple[Path, Path]:
@@ -298,12 +330,17 @@ def main(argv=None) -> int:
         return "" if v is None else f"{v:.2f}"
 
     print(
-        f"| job | projected (h) | measured, {args.clock} (h) | measured / projected |\n"
-        "|---|---|---|---|"
+        f"| job | projected (h) | measured, {args.clock} (h) | measured / projected | state |\n"
+        "|---|---|---|---|---|"
     )
     for r in rows:
         row = (r["projected_hours"], r["measured_hours"], r["ratio"])
-        print(f"| {r['job']} | " + " | ".join(cell(v) for v in row) + " |")
+        print(f"| {r['job']} | " + " | ".join(cell(v) for v in row) + f" | {r['state'] or ''} |")
+    total = totals(rows)
+    row = (total["projected_hours"], total["measured_hours"], total["ratio"])
+    print(
+        f"| summed over the {total['jobs']} jobs measured | " + " | ".join(map(cell, row)) + " | |"
+    )
     return 0
 
 

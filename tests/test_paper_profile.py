@@ -23,6 +23,7 @@ from benchmarks.paper_jobs import (  # noqa: E402
     measured_hours,
     paper_jobs,
     schedule_hours,
+    totals,
 )
 
 
@@ -94,10 +95,14 @@ def test_a_training_resumed_over_several_starts_counts_every_start(tmp_path, cap
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"jobs_hours": {"train/bmnist_h25": cpu / 2}}) + "\n")
     assert main([str(profile), str(bench)]) == 0  # no model.pt: not finished, not measured
-    assert f"| train/bmnist_h25 | {cpu / 2:.2f} |  |  |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"| train/bmnist_h25 | {cpu / 2:.2f} |  |  | not finished |" in out
+    assert "| summed over the 0 jobs measured | 0.00 | 0.00 |  | |" in out
     (models / "bmnist_h25" / "model.pt").write_bytes(b"")
     assert main([str(profile), str(bench)]) == 0
-    assert f"| train/bmnist_h25 | {cpu / 2:.2f} | {cpu:.2f} | 2.00 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"| train/bmnist_h25 | {cpu / 2:.2f} | {cpu:.2f} | 2.00 | finished |" in out
+    assert f"| summed over the 1 jobs measured | {cpu / 2:.2f} | {cpu:.2f} | 2.00 | |" in out
 
 
 def test_a_job_counts_as_measured_only_once_its_output_is_there(tmp_path):
@@ -118,6 +123,32 @@ def test_a_job_counts_as_measured_only_once_its_output_is_there(tmp_path):
     assert job_output("likelihood/score_epochs_bmnist_h500") == "likelihood/bmnist_h500/scores.csv"
     assert job_output("denoise/baselines") == "denoise/baselines/bsc.csv"
     assert job_output("figures/fig3") is None
+
+
+def test_a_job_whose_output_was_brought_in_is_not_measured(tmp_path):
+    """A model copied into the run (Fig. 10's adaTAP models from a GPU) has its output but no
+    benchmark file: it is ``brought in``, not measured, and left out of the sums, while the
+    jobs this run finished are summed against their projections."""
+    bench, results = tmp_path / "benchmarks" / "paper", tmp_path / "results" / "paper"
+    _tsv(bench / "train" / "bmnist_h25.tsv", 7200.0, cpu=3600.0)
+    _tsv(bench / "train" / "bmnist_h50.tsv", 600.0, cpu=500.0)  # stopped: no model.pt
+    for model in ("bmnist_h25", "bmnist_fig10_adatap10"):
+        (results / "models" / model).mkdir(parents=True)
+        (results / "models" / model / "model.pt").write_bytes(b"")
+    profile = {"jobs_hours": {"train/bmnist_h25": 0.8, "train/bmnist_h50": 0.5,
+                              "train/bmnist_fig10_adatap10": 24.0, "deep/timing": 0.1}}  # fmt: skip
+    rows = {r["job"]: r for r in compare(profile, bench, results=results)}
+    assert {job: r["state"] for job, r in rows.items()} == {
+        "train/bmnist_h25": "finished",
+        "train/bmnist_h50": "not finished",
+        "train/bmnist_fig10_adatap10": "brought in",
+        "deep/timing": "not finished",
+    }
+    assert rows["train/bmnist_fig10_adatap10"]["measured_hours"] is None
+    total = totals(list(rows.values()))
+    assert total["jobs"] == 1 and total["projected_hours"] == pytest.approx(0.8)
+    assert total["ratio"] == pytest.approx(1.0 / 0.8)
+    assert {r["state"] for r in compare(profile, bench)} == {None}
 
 
 def test_the_comparison_keeps_the_jobs_the_runs_config_plans(tmp_path, capsys, monkeypatch):

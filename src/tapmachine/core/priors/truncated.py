@@ -293,13 +293,14 @@ class TruncatedGaussBernoulli(Prior):
     def _dtype(self, B: Tensor) -> torch.dtype:
         return torch.promote_types(torch.promote_types(self.rho.dtype, self.U.dtype), B.dtype)
 
-    def _mix(self, log_z_tg: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """ln Z_Q = ln(1 - rho + rho Z_{Q,TG}) (eq. 96), P_Q[x != 0] = rho Z_{Q,TG} / Z_Q (eq. 95
-        under Q) and its complement P_Q[x = 0] = (1 - rho) / Z_Q, each without cancellation:
-        the two probabilities are sigmoid(+-t), t = ln rho + ln Z_{Q,TG} - ln(1 - rho)."""
+    def _mix(self, log_z_tg: Tensor, log_z: bool = True) -> tuple[Tensor | None, Tensor, Tensor]:
+        """ln Z_Q = ln(1 - rho + rho Z_{Q,TG}) (eq. 96; None unless ``log_z``), P_Q[x != 0] =
+        rho Z_{Q,TG} / Z_Q (eq. 95 under Q) and its complement P_Q[x = 0] = (1 - rho) / Z_Q,
+        each without cancellation: the two probabilities are sigmoid(+-t), t = ln rho +
+        ln Z_{Q,TG} - ln(1 - rho)."""
         rho = self.rho.to(torch.promote_types(self.rho.dtype, log_z_tg.dtype))
         log_rho, log_off = torch.log(rho), torch.log1p(-rho)
-        log_z = torch.logaddexp(log_off, log_rho + log_z_tg)
+        log_z = torch.logaddexp(log_off, log_rho + log_z_tg) if log_z else None
         t = log_z_tg + (log_rho - log_off)
         return log_z, torch.sigmoid(t), torch.sigmoid(-t)
 
@@ -311,7 +312,7 @@ class TruncatedGaussBernoulli(Prior):
         g = self.gaussian
         tq, tp = g._tilt_q(B, A, True, True), g._tilt_p(True, False)
         a_tg, c_tg = g._mean_var(tq)
-        _, on, off = self._mix(g._log_z(B, A, tq, tp))
+        _, on, off = self._mix(g._log_z(B, A, tq, tp), log_z=False)
         if a_tg.requires_grad or on.requires_grad:
             a = on * a_tg
             c = on * c_tg + on * off * a_tg * a_tg
@@ -363,7 +364,7 @@ class TruncatedGaussBernoulli(Prior):
     @torch.no_grad()
     def sample(self, B, A, generator=None):
         """A spike/slab choice with P_Q[x != 0] (eq. 95 under Q), then an exact TG draw from Q."""
-        pi = self._mix(self.gaussian._stats_wide(B, A, moments=False).log_z)[1]
+        pi = self._mix(self.gaussian._stats_wide(B, A, moments=False).log_z, log_z=False)[1]
         x = self.gaussian.sample(B, A, generator=generator)
         pi = pi.to(x.dtype)
         at = draw_device(generator, pi)

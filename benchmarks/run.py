@@ -13,6 +13,7 @@ One module per area (``benchmarks.<module>``): ``training_epoch`` (tap_epoch),
 ``compiled_step`` (tap_epoch_compiled),
 ``tap_iteration``, ``adatap``, ``harvest``,
 ``denoise``, ``ais`` (ais, dbm_ais), ``priors``, ``tap_solve`` (tap_solve, tap_hybrid),
+``relaxation`` (tap_relaxation),
 ``paper_profile``, ``ucd`` (ucd_coupling, ucd_train_step); ``common`` and ``checkpoints`` hold
 what they share. This module is the command line.
 """
@@ -42,6 +43,7 @@ from benchmarks.denoise import bench_denoise  # noqa: E402
 from benchmarks.harvest import bench_harvest  # noqa: E402
 from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
 from benchmarks.priors import bench_priors  # noqa: E402
+from benchmarks.relaxation import bench_tap_relaxation  # noqa: E402
 from benchmarks.rounding_drift import bench_tap_rounding_drift  # noqa: E402
 from benchmarks.side_by_side import bench_tap_side_by_side  # noqa: E402
 from benchmarks.tap_iteration import bench_tap_iteration  # noqa: E402
@@ -65,6 +67,7 @@ BENCHMARKS = {
     "paper_profile": bench_paper_profile,
     "tap_solve": bench_tap_solve,
     "tap_hybrid": bench_tap_hybrid,
+    "tap_relaxation": bench_tap_relaxation,
     "adatap": bench_adatap,
     "ucd_coupling": bench_ucd_coupling,
     "ucd_train_step": bench_ucd_train_step,
@@ -75,6 +78,7 @@ BENCHMARKS = {
 USES_CHECKPOINTS = {
     "tap_solve",
     "tap_hybrid",
+    "tap_relaxation",
     "paper_profile",
     "tap_converged_epoch",
     "tap_side_by_side",
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
         type=Path,
         default=None,
         help="tap_solve, tap_hybrid, paper_profile, tap_converged_epoch, tap_side_by_side, "
-        "tap_rounding_drift: "
+        "tap_rounding_drift, tap_relaxation (default there: results/paper/models, a run's): "
         f"DIR/{{model}}/epoch_{{e}}.pt to read or train (default {CHECKPOINTS.relative_to(ROOT)})",
     )
     p.add_argument(

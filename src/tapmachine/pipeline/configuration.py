@@ -247,7 +247,7 @@ def _check_exact_curves(fig3: dict, models: dict) -> None:
         if hidden[0]["units"] > EXACT_CURVE_UNITS:
             raise ConfigError(
                 f"{key} has {hidden[0]['units']} hidden units; at most {EXACT_CURVE_UNITS} are "
-                "enumerated (2^25 states take about 7 CPU-minutes an epoch)"
+                "enumerated (2^25 states take about 100 CPU-seconds an epoch)"
             )
         if isinstance(exact["epochs"], list):
             _check_checkpoints_read(

@@ -2,10 +2,11 @@
 evaluation scores, after chosen epochs, for an RBM whose hidden layer can be enumerated.
 
 Fig. 3 draws TAP's estimate (eq. 39 with TAP's ln Z). For its smallest model (Nh = 25) ln Z can be
-had exactly by enumerating the 2^25 hidden states (``estimators.exact_log_partition``; about 7
-CPU-minutes an epoch in float32 chunks), so the figure can show where the estimate and the
-likelihood it estimates part: second-order TAP holds for weak couplings, and training on its
-free energy drives Nh = 25 past them.
+had exactly by enumerating the 2^25 hidden states (``estimators.exact_log_partition``: about 100
+CPU-seconds an epoch in float32 chunks in a job, whose heap is kept, ``pipeline.heap``; 330
+without), so the figure can show where the estimate and the likelihood it estimates part:
+second-order TAP holds for weak couplings, and training on its free energy drives Nh = 25 past
+them.
 
 The same epochs can also be scored by AIS (``ais``): with ln Z known exactly, the difference of
 AIS's ln Z from it, in AIS's own standard errors, checks the estimator the likelihood table and
@@ -102,7 +103,7 @@ def exact_curve(
     Computed in float64 (the machine) with float32 enumeration chunks. Writes ``out_csv`` once
     every epoch is done; ``on_row(epoch, row)`` is called after each. Each finished epoch is
     also kept in ``partial_path(out_csv)`` with its checkpoint's fingerprint, so that a job
-    stopped part-way (at 7 CPU-minutes an epoch, a session's end) resumes: a kept row is used
+    stopped part-way (at a session's end, say) resumes: a kept row is used
     again when its checkpoint is unchanged (only its AIS columns computed if ``ais`` asks for
     them and it has none), and the file goes once ``out_csv`` is written. With ``ais`` (a
     likelihood ``ais`` section) each epoch is also scored by AIS (``ais_against_exact``;

@@ -22,7 +22,8 @@ __all__ = [
 SPLITS = ("train", "test")
 FULL_SALAKHUTDINOV = 14501
 #: The largest layer enumerated for an exact ln Z (the exact curve, ``ais-check``): Fig. 3's
-#: Nh = 25. Each further unit doubles the cost (2^25 states: about 7 CPU-minutes).
+#: Nh = 25. Each further unit doubles the cost (2^25 states: about 100 CPU-seconds
+#: in float32 chunks, as a job runs them).
 MAX_CURVE_UNITS = 25
 _AIS, _SCORING, _TAP = defaults("ais"), defaults("likelihood_scoring"), defaults("model")["tap"]
 

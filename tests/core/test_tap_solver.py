@@ -395,3 +395,30 @@ def test_solutions_are_ordinary_tensors_callers_may_update_and_differentiate(sol
         torch.testing.assert_close(weight.grad, state.a[1].sum(0))
         state.a[0].mul_(0.5)
         state.iterations.add_(1)
+
+
+def test_relaxation_is_newton_sors_omega_everywhere_a_solve_is_made(cycling_rbm):
+    """``relaxation`` replaces newton_sor's omega and nothing else: at 1.4 the solve is the
+    default one to the bit, at 1.6 it takes other sweeps to TAP solutions of the same equations;
+    newton_damped ignores it; ``solve_with_retry`` and training's ``solve_for_gradient`` pass it
+    on from ``SolverSettings``; outside [1, 2) it is refused."""
+    from tapmachine.train.tap_gradient import solve_for_gradient
+
+    m, x = cycling_rbm
+    kw = {"damping": 0.5, "tol": 1e-20, "max_iter": 2000}
+    default = tap.solve(m, x, solver="newton_sor", **kw)
+    same = tap.solve(m, x, solver="newton_sor", relaxation=1.4, **kw)
+    assert torch.equal(default.magnetisations(), same.magnetisations())
+    faster = tap.solve(m, x, solver="newton_sor", relaxation=1.6, **kw)
+    assert faster.converged.all() and not torch.equal(faster.iterations, default.iterations)
+    a_gap, c_gap = _tap_equations_residual(m, faster)
+    assert a_gap < 1e-9 and c_gap < 1e-8, (a_gap, c_gap)
+    plain = tap.solve(m, x, solver="newton_damped", **kw)
+    ignored = tap.solve(m, x, solver="newton_damped", relaxation=1.6, **kw)
+    assert torch.equal(plain.magnetisations(), ignored.magnetisations())
+    settings = tap.SolverSettings(solver="newton_sor", relaxation=1.6, **kw)
+    for made in (tap.solve_with_retry(m, x, settings), solve_for_gradient(m, x, settings)):
+        assert torch.equal(made.iterations, faster.iterations)
+        assert torch.equal(made.magnetisations(), faster.magnetisations())
+    with pytest.raises(ValueError, match="relaxation must be in"):
+        tap.SolverSettings(relaxation=2.0)

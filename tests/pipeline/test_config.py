@@ -197,6 +197,11 @@ def mutate(config, path, value):
             "ucd.dbm.ablation.no_centering.ucd.centering: 'no' is not of type 'boolean'",
         ),
         (
+            ["models", "rmnist_h100", "tap", "relaxation"],
+            2.0,
+            "models.rmnist_h100.tap.relaxation: 2.0 is greater than or equal to the maximum",
+        ),
+        (
             ["ucd", "dbm", "fid_samples"],
             1,
             "ucd.dbm.fid_samples: 1 is less than the minimum of 2",

@@ -261,6 +261,7 @@ def test_the_knobs_enter_the_fingerprint_only_when_set():
         {"visible_init": "neutral"},
         {"sampling_steps": RISING_K},
         {"learning_rate": {"over_sampling_steps": 0.05}},
+        {"relaxation": 1.6},
     ):
         assert fingerprint(_rbm(), x, dataclasses.replace(base, **changed)) != fp, changed
 

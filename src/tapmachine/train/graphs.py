@@ -130,6 +130,8 @@ def problem(machine: BoltzmannMachine, settings: TrainSettings) -> str | None:
             return "a deep machine's data term is a converged clamped solve"
     elif settings.solver not in static.STATIC_SOLVERS:
         return f"solver {settings.solver!r} branches on device values"
+    elif settings.solver == "newton_sor" and settings.relaxation != tap.NEWTON_SOR_RELAXATION:
+        return f"newton_sor's relaxation {settings.relaxation} is not captured (only its default)"
     if machine.device.type != "cuda":
         return f"not on a CUDA device ({machine.device})"
     return None

@@ -47,7 +47,12 @@ NUMERICS_VERSION = 1
 
 
 #: Settings added after checkpoints were first written, with the value that trains as before.
-_LATER_KEYS = {"prior_momentum": False, "resample": None, "visible_init": "data_mean"}
+_LATER_KEYS = {
+    "prior_momentum": False,
+    "resample": None,
+    "visible_init": "data_mean",
+    "relaxation": 1.4,
+}
 
 
 def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSettings) -> str:

@@ -96,6 +96,10 @@ class TrainSettings:
     #: Fuse each damped sweep's elementwise layer update into one compiled kernel
     #: (``tap.solve(..., fuse=True)``; same iterates up to rounding, compiled once per process).
     fuse: bool = _TAP["fuse"]
+    #: ``newton_sor``'s over-relaxation omega (``tap.SolverSettings``); the config's
+    #: ``tap.relaxation``, which has no default there, so that configs without it keep their
+    #: specs (and Snakemake its params) unchanged.
+    relaxation: float = tap.NEWTON_SOR_RELAXATION
     #: TAP training steps as captured CUDA graphs on a CUDA device, where the run allows it
     #: (``train.graphs``): the same numbers as eager steps up to float32 rounding.
     cuda_graphs: bool = _TAP["cuda_graphs"]

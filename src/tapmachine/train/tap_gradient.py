@@ -88,7 +88,9 @@ def solve_for_gradient(
         from tapmachine.core import adatap
 
         return adatap.solve(machine, init, **knobs)
-    return tap.solve(machine, init, solver=solver.solver, fuse=solver.fuse, **knobs)
+    return tap.solve(
+        machine, init, solver=solver.solver, fuse=solver.fuse, relaxation=solver.relaxation, **knobs
+    )
 
 
 def converged_tap_gradients(

@@ -51,13 +51,14 @@ from tapmachine.core.tap.inference import (
 )
 from tapmachine.core.tap.merging import unique, unique_free_energy
 from tapmachine.core.tap.onsager import onsager_spectral_radius, onsager_strength
-from tapmachine.core.tap.settings import SolverSettings, working_set_sizes
+from tapmachine.core.tap.settings import NEWTON_SOR_RELAXATION, SolverSettings, working_set_sizes
 from tapmachine.core.tap.stability import sweep_radius_krylov, sweep_stability
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
     "TAPState",
     "SolverSettings",
+    "NEWTON_SOR_RELAXATION",
     "SOLVERS",
     "solve",
     "solve_from",

@@ -32,7 +32,13 @@ from torch import Tensor
 from tapmachine.core.machine import BoltzmannMachine
 from tapmachine.core.tap.anderson import anderson
 from tapmachine.core.tap.damped import newton_sweep, sweep
-from tapmachine.core.tap.settings import COMPACT_EVERY, SOLVERS, SolverSettings, retry_tolerance
+from tapmachine.core.tap.settings import (
+    COMPACT_EVERY,
+    NEWTON_SOR_RELAXATION,
+    SOLVERS,
+    SolverSettings,
+    retry_tolerance,
+)
 from tapmachine.core.tap.state import TAPState
 
 __all__ = [
@@ -108,6 +114,7 @@ def solve(
     memory: int = 5,
     stats: dict | None = None,
     fuse: bool = _DEFAULT.fuse,
+    relaxation: float = _DEFAULT.relaxation,
 ) -> TAPState:
     """Iterate the TAP equations from K initialisations at once (Alg. 1; App. E for L > 1).
 
@@ -138,7 +145,8 @@ def solve(
     one of ``SOLVERS`` (the module's docstring); ``memory``: ``"anderson"``'s mixed iterates;
     ``stats``: receives ``"anderson"``'s per-row ``fallbacks``. ``fuse``: ``"damped"``'s
     elementwise binary layer update as one compiled kernel (``fused``; the same iteration up to
-    rounding). Returns the final a, c of all layers, the fields A, B of each layer's last
+    rounding). ``relaxation``: ``"newton_sor"``'s over-relaxation omega (``NEWTON``; other
+    solvers ignore it). Returns the final a, c of all layers, the fields A, B of each layer's last
     update, per-row iteration counts and the converged mask.
     """
     if not 0.0 <= damping < 1.0:
@@ -162,7 +170,7 @@ def solve(
         else:
             work = _Iterate.start(a, c, tilt)
             out, iterations, converged = _iterate(
-                work, maps, given, solver, damping, tol, max_iter, fuse
+                work, maps, given, solver, damping, tol, max_iter, fuse, relaxation
             )
     a, c, A, B = ([_ordinary(t) for t in layers] for layers in out)
     return TAPState(a, c, A, B, _ordinary(iterations), _ordinary(converged), clamped=clamped)
@@ -238,7 +246,7 @@ def _solve_anderson(a, c, given, tilt, maps, damping, tol, max_iter, memory, sta
     return out, iterations, converged
 
 
-def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse):
+def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse, relaxation=None):
     """Sweeps of ``solver`` until every row has converged or ``max_iter``: each row's a, c, A, B
     when it converged (or at the end), its iteration count and whether it converged."""
     K, device = work.active.shape[0], work.active.device
@@ -249,7 +257,7 @@ def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse):
     iterations = torch.full((K,), max_iter, dtype=torch.long, device=device)
     converged = torch.zeros(K, dtype=torch.bool, device=device)
     for t in range(1, max_iter + 1):
-        step = _sweep_once(t, work, maps, given, solver, damping, fuse)
+        step = _sweep_once(t, work, maps, given, solver, damping, fuse, relaxation)
         done = (step / n_iterated < tol) & work.pending
         if t == max_iter:
             if out is None:
@@ -275,14 +283,20 @@ def _iterate(work: _Iterate, maps, given, solver, damping, tol, max_iter, fuse):
     return out, iterations, converged
 
 
-def _sweep_once(t: int, work: _Iterate, maps, given, solver, damping, fuse) -> Tensor:
+def _sweep_once(
+    t: int, work: _Iterate, maps, given, solver, damping, fuse, relaxation=None
+) -> Tensor:
     """Sweep ``t`` of ``solver`` over the working rows, in place: Alg. 1's damped sweep (the
     first update of a quantity the caller did not give undamped), or a Newton sweep
-    (``NEWTON``). Returns each row's summed squared step of the means."""
+    (``NEWTON``; ``relaxation``, where given, replaces ``"newton_sor"``'s omega). Returns each
+    row's summed squared step of the means."""
     layers = range(len(work.a))
     if solver in NEWTON and t > NEWTON[solver][0]:
         fresh = [[t == 1 and not g[l] for l in layers] for g in given]
-        omega = NEWTON[solver][2] if t > sum(NEWTON[solver][:2]) else 1.0
+        omega = NEWTON[solver][2]
+        if relaxation is not None and solver == "newton_sor":
+            omega = relaxation
+        omega = omega if t > sum(NEWTON[solver][:2]) else 1.0
         parts = (work.a, work.c, work.A, work.B)
         return newton_sweep(*parts, *maps, work.tilt, fresh, damping, omega)
     keep_a, keep_c = (
@@ -314,7 +328,7 @@ def _sweep_once(t: int, work: _Iterate, maps, given, solver, damping, fuse) -> T
 #: 1.6 some rows no longer converge where Alg. 1 cycles. On the paper run's own checkpoints
 #: (``benchmarks/run.py tap_relaxation``) 1.6 converges every row with 1.4's basin agreement
 #: in 1.3-1.45 times fewer sweeps, and 1.7 breaks down on bmnist_h25's last epoch.
-NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, 1.4)}
+NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, NEWTON_SOR_RELAXATION)}
 
 
 def solve_from(machine: BoltzmannMachine, state: TAPState, **kw) -> TAPState:
@@ -349,10 +363,11 @@ def solve_with_retry(
     whether the iteration reaches one: on trained binary-MNIST RBMs with few hidden units the
     iteration at damping 0.5 settles into a cycle (bmnist_h25 at epoch 69: none of 300 rows
     converged within 2,000 iterations, in float32 or float64) while at 0.95 every row converged.
-    ``retry_damping=None`` is plain ``solve``. ``solver`` and ``fuse`` apply to both passes.
+    ``retry_damping=None`` is plain ``solve``. ``solver``, ``fuse`` and ``relaxation`` apply to
+    both passes.
     """
     s = settings
-    knobs = {"max_iter": s.max_iter, "solver": s.solver, "fuse": s.fuse}
+    knobs = {"max_iter": s.max_iter, "solver": s.solver, "fuse": s.fuse, "relaxation": s.relaxation}
     states = solve(machine, a_visible, damping=s.damping, tol=s.tol, clamp=clamp, **knobs)
     if s.retry_damping is None or bool(states.converged.all()):
         return states

@@ -12,7 +12,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-__all__ = ["COMPACT_EVERY", "SOLVERS", "SolverSettings", "retry_tolerance", "working_set_sizes"]
+__all__ = [
+    "COMPACT_EVERY",
+    "NEWTON_SOR_RELAXATION",
+    "SOLVERS",
+    "SolverSettings",
+    "retry_tolerance",
+    "working_set_sizes",
+]
+
+#: ``newton_sor``'s over-relaxation omega unless a config sets ``tap.relaxation``
+#: (``inference.NEWTON``; docs/tap_solver.md).
+NEWTON_SOR_RELAXATION = 1.4
 
 #: TAP solvers (``solve``'s ``solver``; config ``tap.solver``, ``harvest.<model>.solver``).
 SOLVERS = ("damped", "anderson", "newton_damped", "newton_sor")
@@ -51,7 +62,9 @@ class SolverSettings:
     paper's Fig. 10 caption states); ``tol``: the threshold on the mean squared step of the
     means a; ``max_iter``: the iteration cap; ``retry_damping``: the damping of a second pass
     over the rows not converged within ``max_iter`` (None: none); ``fuse``: the damped sweep's
-    elementwise layer update as one compiled kernel.
+    elementwise layer update as one compiled kernel; ``relaxation``: ``newton_sor``'s
+    over-relaxation omega of its Newton steps, in [1, 2) (``inference.NEWTON``'s 1.4 by
+    default; other solvers ignore it).
     """
 
     solver: str = "damped"
@@ -60,6 +73,7 @@ class SolverSettings:
     max_iter: int = 100
     retry_damping: float | None = None
     fuse: bool = False
+    relaxation: float = NEWTON_SOR_RELAXATION
 
     def __post_init__(self):
         if self.solver not in SOLVERS:
@@ -68,6 +82,8 @@ class SolverSettings:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if not 1.0 <= self.relaxation < 2.0:
+            raise ValueError(f"relaxation must be in [1, 2), got {self.relaxation}")
 
     @classmethod
     def of(cls, settings) -> SolverSettings:

@@ -7,20 +7,18 @@ import json
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 
 from benchmarks import ROOT
 from benchmarks.common import dataset_rows
 from tapmachine.core import tap
-from tapmachine.core.tap import inference
 from tapmachine.core.tap.settings import SolverSettings
 from tapmachine.train import load_model
 
 __all__ = ["OMEGAS", "RELAXATION_CHECKPOINTS", "bench_tap_relaxation", "relaxation_comparison"]
 
-#: The over-relaxations compared (``inference.NEWTON``'s ``newton_sor`` uses 1.4).
+#: The over-relaxations compared (``tap.relaxation``; ``newton_sor``'s own is 1.4).
 OMEGAS = (1.0, 1.4, 1.6, 1.7)
 #: (model, epoch, dataset) of ``workflow/config/paper.yaml``'s converged-trained models: the
 #: two longest trainings early in their run, and Nh = 25 where Alg. 1 cycles.
@@ -53,15 +51,12 @@ def relaxation_comparison(machine, x, omegas=OMEGAS, tol=1e-8, cap=2000, ref_tol
         "rows": int(x.shape[0]),
         "alg1_converged_share": float(ref.converged.double().mean()),
     }
-    warm, newton, _ = inference.NEWTON["newton_sor"]
     for omega in omegas:
-        with mock.patch.dict(inference.NEWTON, {"newton_sor": (warm, newton, omega)}):
-            t0 = time.process_time()
-            state = tap.solve(machine, x, damping=0.5, tol=tol, max_iter=cap, solver="newton_sor")
-            seconds = time.process_time() - t0
-            deep = tap.solve_from(
-                machine, state, solver="newton_sor", tol=ref_tol, max_iter=5 * cap
-            )
+        kw = {"solver": "newton_sor", "relaxation": omega}
+        t0 = time.process_time()
+        state = tap.solve(machine, x, damping=0.5, tol=tol, max_iter=cap, **kw)
+        seconds = time.process_time() - t0
+        deep = tap.solve_from(machine, state, tol=ref_tol, max_iter=5 * cap, **kw)
         both = deep.converged & ref.converged
         dist = torch.stack([(d - r).abs().amax(1) for d, r in zip(deep.a, ref.a, strict=True)])
         same = (dist.amax(0) < 1e-4) & both

@@ -21,8 +21,7 @@ CONVERGED_NEWTON_SOR = [
 #: Settings an overlay gained after that commit (dotted paths), each absent from the old file.
 ADDED_SINCE = {
     "workflow/config/paper.yaml": ["figures.fig3.exact", "harvest.rmnist_h500"]
-    + [f"models.{m}.tap.solver" for m in CONVERGED_NEWTON_SOR]
-    + ["models.rmnist_h500.tap.relaxation"],
+    + [f"models.{m}.tap.solver" for m in CONVERGED_NEWTON_SOR],
     "workflow/config/ucd_cpu.yaml": [],
 }
 #: Fig. 10's models (their epochs set by the measured budget, ``FIG_BUDGET``).

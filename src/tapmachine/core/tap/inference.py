@@ -327,7 +327,8 @@ def _sweep_once(
 #: where Alg. 1 cycles), and omega = 1.4 takes about half the sweeps of omega = 1, while from
 #: 1.6 some rows no longer converge where Alg. 1 cycles. On the paper run's own checkpoints
 #: (``benchmarks/run.py tap_relaxation``) 1.6 converges every row with 1.4's basin agreement
-#: in 1.3-1.45 times fewer sweeps, and 1.7 breaks down on bmnist_h25's last epoch.
+#: in 1.3-1.45 times fewer sweeps, and 1.7 breaks down on bmnist_h25's last epoch; a config
+#: sets it by ``tap.relaxation`` (docs/tap_solver.md: it changes the model trained).
 NEWTON = {"newton_damped": (0, 0, 1.0), "newton_sor": (5, 5, NEWTON_SOR_RELAXATION)}
 
 

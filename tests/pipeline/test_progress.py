@@ -511,3 +511,64 @@ def test_running_jobs_are_those_the_newest_snakemake_run_started_and_left_unfini
     ]
     (run_logs / "2026-11-29T150000.000000.snakemake.log").write_text(dag + "Select jobs...\n")
     assert running_jobs.unfinished_snakemake_jobs(tmp_path) is None
+
+
+def _lost_job(rule, jobid, log, end):
+    """A shell job's failure as Snakemake logs it: the CalledProcessError, then its block."""
+    return (
+        f'RuleException:\nCalledProcessError in file "workflow/rules/x.smk", line 33:\n'
+        f"Command 'set -euo pipefail;  tapmachine {rule} > {log} 2>&1' {end}\n"
+        f"[Mon Nov 30 12:50:02 2026]\nError in rule {rule}:\n    message: None\n"
+        f"    jobid: {jobid}\n    output: out/{jobid}.csv\n"
+        f"    log: {log} (check log file(s) for error details)\n    shell:\n"
+        f"        tapmachine {rule} > {log} 2>&1\n"
+        f"        (command exited with non-zero exit code)\n"
+    )
+
+
+def test_progress_names_the_jobs_the_newest_run_lost_apart_from_those_it_stopped(
+    tmp_path, capsys, monkeypatch
+):
+    """Under --keep-going a failed job shows only in the run log: progress names it, with its
+    exit status (137 read as SIGKILL, the OOM killer's signal), and counts apart the jobs a
+    stopped run took down with it (SIGTERM, raw or as 143); an earlier run's failures, and a
+    start that built no DAG, do not count."""
+    run_logs = tmp_path / ".snakemake" / "log"
+    run_logs.mkdir(parents=True)
+    dag = "Building DAG of jobs...\n"
+    (run_logs / "2026-11-30T100000.000000.snakemake.log").write_text(
+        dag + _lost_job("harvest", 3, "logs/r/old.log", "returned non-zero exit status 1.")
+    )
+    assert [r["log"] for r in running_jobs.failed_snakemake_jobs(tmp_path)] == ["logs/r/old.log"]
+    (run_logs / "2026-11-30T110000.000000.snakemake.log").write_text(
+        dag
+        + _lost_job("exact_curve", 4, "logs/r/exact.log", "returned non-zero exit status 137.")
+        + "Finished jobid: 5 (Rule: train_model)\n"
+        + _lost_job("train_model", 6, "logs/r/a.log", "returned non-zero exit status 143.")
+        + _lost_job("train_model", 7, "logs/r/b.log", "died with <Signals.SIGTERM: 15>.")
+        + _lost_job("score_final", 8, "logs/r/score.log", "returned non-zero exit status 1.")
+        + "Will exit after finishing currently running jobs (scheduler).\n"
+    )
+    (run_logs / "2026-11-30T120000.000000.snakemake.log").write_text(
+        "Unlocked working directory.\n"
+    )
+    rows = running_jobs.failed_snakemake_jobs(tmp_path)
+    assert [(r["rule"], r["jobid"], r["exit"], r["stopped"]) for r in rows] == [
+        ("exact_curve", "4", 137, False),
+        ("train_model", "6", 143, True),
+        ("train_model", "7", 15, True),
+        ("score_final", "8", 1, False),
+    ]
+    assert rows[2]["signal"] == "SIGTERM" and rows[0]["log"] == "logs/r/exact.log"
+
+    (tmp_path / "results" / "r").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    cli.main(["progress", "--results", "results/r"])
+    out = capsys.readouterr().out
+    lost = [line for line in out.splitlines() if line.endswith(".log")]
+    assert lost == [
+        f"{'exact_curve':<40} {'137 SIGKILL':>13}  logs/r/exact.log",
+        f"{'score_final':<40} {'1':>13}  logs/r/score.log",
+    ]
+    assert "2 job(s) went down with the stopped run" in out and "dmesg" in out
+    assert running_jobs.format_failed([]) == ""

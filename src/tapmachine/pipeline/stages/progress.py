@@ -1,6 +1,6 @@
 """``tapmachine progress``: how far a run's training jobs are, read from their checkpoints, and
-the stage and ETA of every job at work, read from its log (``running_jobs``, a module of its
-own).
+the stage and ETA of every job at work, read from its log, and the jobs the newest Snakemake run
+lost (``running_jobs``, a module of its own).
 
 A paper-size run takes hours and, where sessions end, several starts. Snakemake's dry run
 (``snakemake ... -n``) lists the jobs still to run, not the epochs inside a job that resumes from
@@ -38,6 +38,8 @@ from pathlib import Path
 from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.stages.common import UsageError
 from tapmachine.pipeline.stages.running_jobs import (
+    failed_snakemake_jobs,
+    format_failed,
     format_running,
     running_jobs,
     unfinished_snakemake_jobs,
@@ -445,13 +447,16 @@ def progress(args) -> None:
     if running:
         print()
         print(format_running(running), end="")
+    if failed := format_failed(failed_snakemake_jobs()):
+        print()
+        print(failed, end="")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "progress",
-        help="epochs done and hours left of a run's training jobs (checkpoints), and the stage "
-        "and ETA of every running job (their logs)",
+        help="epochs done and hours left of a run's training jobs (checkpoints), the stage "
+        "and ETA of every running job (their logs), and the jobs the newest snakemake run lost",
     )
     p.add_argument("--results", required=True, help="a run's results folder (results/<run>)")
     p.add_argument(

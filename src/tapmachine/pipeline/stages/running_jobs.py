@@ -1,7 +1,8 @@
 """The jobs of a run at work now (``tapmachine progress``'s second table): which jobs the newest
 Snakemake run started and has not finished (its run log), and each one's stage and ETA, read
-from the tail of its own log (``core.eta``). The first table, the epochs of training read from
-checkpoints, is ``progress``'s own."""
+from the tail of its own log (``core.eta``); and the jobs that run lost (``failed_snakemake_jobs``),
+which ``--keep-going`` otherwise leaves to the run log. The first table, the epochs of training
+read from checkpoints, is ``progress``'s own."""
 
 from __future__ import annotations
 
@@ -10,11 +11,36 @@ import re
 import time
 from pathlib import Path
 
-__all__ = ["unfinished_snakemake_jobs", "running_jobs", "format_running"]
+__all__ = [
+    "unfinished_snakemake_jobs",
+    "failed_snakemake_jobs",
+    "format_failed",
+    "running_jobs",
+    "format_running",
+]
 
 _JOB_START = re.compile(r"^(?:local)?rule \w+:$")
 _JOB_FIELD = re.compile(r"^\s+(jobid|log): (.*)$")
 _JOB_END = re.compile(r"^Finished jobid: (\d+)\b")
+_JOB_ERROR = re.compile(r"^Error in rule (\w+):$")
+# The end of a shell job's CalledProcessError, just before its "Error in rule" block.
+_SHELL_EXIT = re.compile(
+    r"(?:returned non-zero exit status (\d+)|died with <Signals\.(\w+): (\d+)>)\.$"
+)
+# Exit statuses of a job that a stopped run took down with it: SIGINT and SIGTERM, raw or as a
+# shell's 128 + signal.
+_STOPPED = {2, 15, 130, 143}
+
+
+def _newest_run_log(workdir: str | Path) -> Path | None:
+    """The newest Snakemake run log in ``workdir`` that built a DAG: an ``--unlock``, or a start
+    the lock refused, is passed over."""
+    runs = sorted((Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
+    for run_log in runs:
+        text = run_log.read_text(errors="replace")
+        if "Building DAG of jobs" in text and "LockException" not in text:
+            return run_log
+    return None
 
 
 def unfinished_snakemake_jobs(workdir: str | Path = ".") -> set[Path] | None:
@@ -24,38 +50,92 @@ def unfinished_snakemake_jobs(workdir: str | Path = ".") -> set[Path] | None:
     built) are passed over; None where no run is logged, or where the newest run names no job
     (nothing to do, or ``--quiet``: nothing to filter by). A job killed with the run that started
     it is not in a later run's log."""
-    runs = sorted((Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
-    for run_log in runs:
-        text = run_log.read_text(errors="replace")
-        if "Building DAG of jobs" not in text or "LockException" in text:
-            continue
-        started, ended, block = {}, set(), None
-        for line in text.splitlines():
-            if _JOB_START.match(line):
-                block = {}
-            elif line.startswith("Error in rule "):
-                block = {"error": True}
-            elif (field := _JOB_FIELD.match(line)) and block is not None:
-                block[field[1]] = field[2]
-                if "jobid" in block and "log" in block:
-                    if block.get("error"):
-                        ended.add(block["jobid"])
-                    else:
-                        started[block["jobid"]] = block["log"]
-                    block = None
-            elif end := _JOB_END.match(line):
-                ended.add(end[1])
-            elif not line.startswith(" "):
+    run_log = _newest_run_log(workdir)
+    if run_log is None:
+        return None
+    started, ended, block = {}, set(), None
+    for line in run_log.read_text(errors="replace").splitlines():
+        if _JOB_START.match(line):
+            block = {}
+        elif line.startswith("Error in rule "):
+            block = {"error": True}
+        elif (field := _JOB_FIELD.match(line)) and block is not None:
+            block[field[1]] = field[2]
+            if "jobid" in block and "log" in block:
+                if block.get("error"):
+                    ended.add(block["jobid"])
+                else:
+                    started[block["jobid"]] = block["log"]
                 block = None
-        if not started:
-            return None
-        return {
-            (Path(workdir) / log.strip()).resolve()
-            for jobid, logs in started.items()
-            if jobid not in ended
-            for log in logs.split(",")
-        }
-    return None
+        elif end := _JOB_END.match(line):
+            ended.add(end[1])
+        elif not line.startswith(" "):
+            block = None
+    if not started:
+        return None
+    return {
+        (Path(workdir) / log.strip()).resolve()
+        for jobid, logs in started.items()
+        if jobid not in ended
+        for log in logs.split(",")
+    }
+
+
+def failed_snakemake_jobs(workdir: str | Path = ".") -> list[dict]:
+    """The jobs the newest Snakemake run in ``workdir`` lost, read from its run log: rows
+    ``{rule, jobid, log, exit, signal, stopped}``. ``exit`` is a shell job's exit status (None
+    where the log gives none: a ``run:`` job's exception), ``signal`` the signal named where the
+    job died of one, and ``stopped`` whether the job went down with a stopped run (SIGINT or
+    SIGTERM, raw or as 130 and 143) rather than failing on its own: an exit status of 137 is a
+    SIGKILL, often the kernel's out-of-memory killer (``dmesg``). Under ``--keep-going`` the run
+    goes on past a failed job, which it runs again only on its next start."""
+    run_log = _newest_run_log(workdir)
+    if run_log is None:
+        return []
+    failed, block, exit_status, signal = [], None, None, None
+    for line in run_log.read_text(errors="replace").splitlines():
+        if shell_exit := _SHELL_EXIT.search(line):
+            status, signal = shell_exit[1] or shell_exit[3], shell_exit[2]
+            exit_status = int(status)
+        elif error := _JOB_ERROR.match(line):
+            block = {"rule": error[1], "exit": exit_status, "signal": signal}
+            exit_status = signal = None
+            failed.append(block)
+        elif (field := _JOB_FIELD.match(line)) and block is not None:
+            value = field[2].removesuffix(" (check log file(s) for error details)")
+            block[field[1]] = value
+        elif not line.startswith(" "):
+            block = None
+    for row in failed:
+        row.setdefault("jobid", None)
+        row.setdefault("log", None)
+        row["stopped"] = row["exit"] in _STOPPED
+    return failed
+
+
+def format_failed(rows: list[dict]) -> str:
+    """``failed_snakemake_jobs``'s jobs that failed on their own, each with its exit and log, and
+    a count of those a stopped run took with it; empty where there are none."""
+    lost = [r for r in rows if not r["stopped"]]
+    lines = []
+    if lost:
+        lines.append(f"{'failed job (newest snakemake run)':<40} {'exit':>13}  log")
+        for r in lost:
+            if r["exit"] is None:
+                status = "?"
+            elif r["signal"]:
+                status = f"{r['signal']} ({r['exit']})"
+            else:
+                status = str(r["exit"])
+            if r["exit"] == 137:
+                status += " SIGKILL"
+            lines.append(f"{r['rule']:<40} {status:>13}  {r['log'] or '(no log)'}")
+        if any(r["exit"] == 137 for r in lost):
+            lines.append("SIGKILL: often the out-of-memory killer; `dmesg` names what it killed")
+        lines.append("snakemake runs a failed job again on its next start")
+    if stopped := len(rows) - len(lost):
+        lines.append(f"{stopped} job(s) went down with the stopped run (SIGINT/SIGTERM)")
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def running_jobs(

@@ -37,12 +37,24 @@ from tapmachine.train import TrainSettings, load_model
 from tapmachine.train.loop import eval_rows
 
 __all__ = [
-    "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "SCORE_ROWS", "count_source", "checkpoint_sets",
-    "harvest_costs", "harvest_rows", "measured_iterations", "run_checkpoint_sets",
+    "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "RUN_CHECKPOINTS", "SCORE_ROWS", "STEP_BATCHES",
+    "count_source",
+    "checkpoint_sets", "harvest_costs", "harvest_rows", "measured_iterations",
+    "run_checkpoint_sets",
 ]  # fmt: skip
 
 #: Rows from which iterations are counted on each checkpoint.
 PROFILE_ROWS = 100
+#: Batches of K rows on which a converged training step's solve is counted and timed, per
+#: checkpoint. One batch's solve varies by a third from batch to batch: on bmnist_h25's epoch-51
+#: checkpoint of the paper run, 20 batches took 89-146 CPU ms (slowest rows 264-391 sweeps).
+STEP_BATCHES = 5
+#: A run's own checkpoints counted per model (``run_checkpoint_sets``), evenly spaced over its
+#: epochs. A converged model's iterations do not grow smoothly: bmnist_h25's mean iterations per
+#: training row, over all 100 epochs of the paper run, are 95.8 and its epochs 71.1 CPU s; at 3
+#: evenly spaced epochs (first, middle, last) 71.4 and 58.2, at 5 85.1 and 65.6, at 9 92.3 and
+#: 69.8.
+RUN_CHECKPOINTS = 9
 #: Initialisations a harvest is timed on, per checkpoint. Its CPU time per initialisation falls
 #: with the rows solved at once until their matrix products dominate: real MNIST's Nh = 100 at
 #: epoch 20 of the paper run, 44.6 ms at 100 rows, 28.6 at 300, 25.8 at 1,000 and 24.6 at
@@ -65,9 +77,9 @@ SCORE_ROWS = 1000
 
 #: The settings a count depends on (two models alike in these share their solves).
 COUNT_KEYS = (
-    "damping", "solver", "train_iterations", "train_tol", "train_max_iter", "n_solutions",
-    "batch_size", "tol", "max_iter", "retry_damping", "evaluate", "eval_samples", "dedup_tol",
-    "resample",
+    "damping", "solver", "relaxation", "inference", "train_iterations", "train_tol",
+    "train_max_iter", "n_solutions", "batch_size", "tol", "max_iter", "retry_damping", "evaluate",
+    "eval_samples", "dedup_tol", "resample",
 )  # fmt: skip
 
 
@@ -91,11 +103,15 @@ def checkpoint_sets(
     return sets
 
 
-def run_checkpoint_sets(models_dir: Path, names) -> dict[str, list[Path]]:
+def run_checkpoint_sets(
+    models_dir: Path, names, n_checkpoints: int | None = None
+) -> dict[str, list[Path]]:
     """Checkpoints of a run's own models (``models_dir/{model}/checkpoints/epoch_{e}.pt``, as
-    ``train`` writes them), for each of ``names`` that has any: its first, middle and last
-    epoch written so far (fewer where fewer exist). A run still training counts only the epochs
-    it reached, so a model's later, costlier epochs are missing from its count."""
+    ``train`` writes them), for each of ``names`` that has any: ``n_checkpoints`` (default
+    ``RUN_CHECKPOINTS``) of the epochs written so far, evenly spaced from the first to the last
+    (all of them where fewer exist). A run still training counts only the epochs it reached, so
+    a model's later, costlier epochs are missing from its count."""
+    k = n_checkpoints or RUN_CHECKPOINTS
     sets = {}
     for name in names:
         found = sorted(
@@ -103,7 +119,7 @@ def run_checkpoint_sets(models_dir: Path, names) -> dict[str, list[Path]]:
             key=lambda p: int(p.stem.removeprefix("epoch_")),
         )
         if found:
-            picks = {0, len(found) // 2, len(found) - 1}
+            picks = {round(i * (len(found) - 1) / max(1, k - 1)) for i in range(k)}
             sets[name] = [found[i] for i in sorted(picks)]
     return sets
 
@@ -133,11 +149,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _solve_counts(
-    machine, x, settings: TrainSettings, curve_solver: bool, x_eval=None, scores=()
+    machine, x, settings: TrainSettings, curve_solver: bool, x_eval=None, scores=(), x_steps=None
 ) -> dict:
     """Mean iterations per row of one checkpoint: a converged training step (``train``, K rows
-    from a batch, with its sweeps, ``train_sweeps``: the slowest row's iterations, and the rows
-    those sweeps swept, ``train_row_sweeps``: ``tap.working_set_sizes`` summed) and the per-epoch
+    from each batch of ``x_steps``, default ``x``, with its sweeps, ``train_sweeps``: the
+    slowest row's iterations, and the rows those sweeps swept, ``train_row_sweeps``:
+    ``tap.working_set_sizes`` summed; ``train_solve_seconds``, the CPU seconds of the step's
+    solve itself, ``tap_gradient.solve_for_gradient`` with training's settings; each the mean
+    over the batches) and the per-epoch
     evaluation (``eval``, second pass included); with ``curve_solver`` also the deep curve's
     solve (``curve``: Alg. 1, ``tap_likelihood_curve``). With ``x_eval``, the per-epoch
     evaluation itself (``train.evaluation.evaluate_tap_log_likelihood``) timed on those rows:
@@ -158,18 +177,7 @@ def _solve_counts(
         evaluate_tap_log_likelihood(machine, x_eval, settings.solver_settings, settings.dedup_tol)
         out["eval_seconds_per_row"] = (time.process_time() - start) / x_eval.shape[0]
     if settings.train_iterations == "converge":
-        K = settings.n_solutions or settings.batch_size
-        st = tap.solve(
-            machine,
-            x[:K],
-            damping=settings.damping,
-            tol=settings.train_tol,
-            max_iter=settings.train_max_iter,
-            solver=settings.solver,
-        )
-        out["train"] = float(st.iterations.double().mean())
-        out["train_sweeps"] = float(st.iterations.max())
-        out["train_row_sweeps"] = float(sum(tap.working_set_sizes(st.iterations.tolist())))
+        out.update(_step_counts(machine, x if x_steps is None else x_steps, settings))
     solvers = {"eval": settings.solver, **({"curve": "damped"} if curve_solver else {})}
     for key, solver in solvers.items():
         t0 = time.process_time()
@@ -180,6 +188,33 @@ def _solve_counts(
             st.iterations.double().sum()
         )
     return out
+
+
+def _step_counts(machine, x, settings: TrainSettings) -> dict:
+    """A converged training step's solve from each batch of K rows of ``x`` (K =
+    ``n_solutions`` or the batch size; at least one batch), counted and CPU-timed: the means
+    over the batches of ``_solve_counts``' ``train`` keys."""
+    from tapmachine.train.tap_gradient import solve_for_gradient
+
+    K = settings.n_solutions or settings.batch_size
+    solving = settings.solver_settings.replace(
+        tol=settings.train_tol, max_iter=settings.train_max_iter
+    )
+    rows = []
+    for start in range(0, max(K, x.shape[0] - x.shape[0] % K), K):
+        init = x[torch.arange(start, start + K) % x.shape[0]]
+        t0 = time.process_time()
+        st = solve_for_gradient(machine, init, solving, settings.inference)
+        seconds = time.process_time() - t0
+        rows.append(
+            {
+                "train": float(st.iterations.double().mean()),
+                "train_sweeps": float(st.iterations.max()),
+                "train_row_sweeps": float(sum(tap.working_set_sizes(st.iterations.tolist()))),
+                "train_solve_seconds": seconds,
+            }
+        )
+    return {key: _mean([r[key] for r in rows]) for key in rows[0]}
 
 
 def measured_iterations(
@@ -202,6 +237,8 @@ def measured_iterations(
             settings = dataclasses.replace(settings, train_iterations=3)  # no converged step
         source = count_source(name, spec, sets)
         x = _rows(spec, specs.get(source), PROFILE_ROWS)
+        K = settings.n_solutions or settings.batch_size
+        x_steps = _rows(spec, specs.get(source), K * STEP_BATCHES)
         x_eval = eval_rows(_rows(spec, specs.get(source), EVAL_ROWS), settings)
         scores = [
             (part, s, _rows(spec, specs.get(source), min(SCORE_ROWS, s.tap_inits)))
@@ -215,7 +252,9 @@ def measured_iterations(
             if key not in done:
                 machine = load_model(path, dtype=torch.float32)
                 curve = name in deep_curve_models
-                done[key] = _solve_counts(machine, x, settings, curve, x_eval, scores)
+                done[key] = _solve_counts(
+                    machine, x, settings, curve, x_eval, scores, x_steps=x_steps
+                )
             per_ckpt.append(done[key])
         out[name] = {
             "source": source,

@@ -148,21 +148,28 @@ def _loop_price(machine, x: torch.Tensor, settings: TrainSettings, chains, g, re
 def _sweep_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) -> dict:
     """A converged step's sweep as ``per_sweep + per_row_sweep n`` for n rows still swept: the
     step's solve (its solver, tolerance 0) timed per sweep at its K rows and at K / 10, with
-    ``rows`` = K."""
+    ``rows`` = K; and ``solve_one``, that solve's first sweep at K rows, the part of ``one`` (a
+    step at one sweep) that a step's own timed solve replaces (``paper_counts``'
+    ``train_solve_seconds``)."""
     K = settings.n_solutions or settings.batch_size
     rows = x[torch.arange(K) % x.shape[0]]
 
-    def per_sweep(n: int) -> float:
+    def line(n: int) -> dict:
         def run(k: int) -> None:
             tap.solve(machine, rows[:n], damping=settings.damping, tol=0.0, max_iter=k,
-                      solver=settings.solver)  # fmt: skip
+                      solver=settings.solver, relaxation=settings.relaxation)  # fmt: skip
 
-        return _linear(run, 1, 11, reps)["per_iter"]
+        return _linear(run, 1, 11, reps)
 
     few = max(1, K // 10)
-    at_k, at_few = per_sweep(K), per_sweep(few)
-    per_row = max(0.0, (at_k - at_few) / (K - few)) if K > few else 0.0
-    return {"per_sweep": max(0.0, at_k - per_row * K), "per_row_sweep": per_row, "rows": K}
+    at_k, at_few = line(K), line(few)
+    per_row = max(0.0, (at_k["per_iter"] - at_few["per_iter"]) / (K - few)) if K > few else 0.0
+    return {
+        "per_sweep": max(0.0, at_k["per_iter"] - per_row * K),
+        "per_row_sweep": per_row,
+        "rows": K,
+        "solve_one": at_k["one"],
+    }
 
 
 def solve_price(machine, x: torch.Tensor, settings: TrainSettings, reps: int) -> dict:

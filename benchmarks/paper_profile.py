@@ -214,15 +214,19 @@ def _solve_seconds(price: dict, rows: int, iterations: float, fixed: bool = True
 
 def _step_seconds(step: dict, iterations, counts: dict | None = None) -> float:
     """A training step: the loop's own work around the gradient (``loop``, where priced) plus
-    the gradient: a CD/PCD batch; a converged TAP step from its counts' sweeps and rows swept
-    where both the price and the counts have them (the first sweep, of all K rows, is in
-    ``one``); else the line at ``iterations`` per row."""
+    the gradient: a CD/PCD batch; a converged TAP step as the step at one sweep less its
+    one-sweep solve plus the step's own solve timed on the count checkpoints
+    (``train_solve_seconds``), where the price and the counts have them; else from its counts'
+    sweeps and rows swept (the first sweep, of all K rows, is in ``one``); else the line at
+    ``iterations`` per row."""
     return step.get("loop", 0.0) + _gradient_seconds(step, iterations, counts)
 
 
 def _gradient_seconds(step: dict, iterations, counts: dict | None) -> float:
     if "batch" in step:
         return step["batch"]
+    if "solve_one" in step and counts and counts.get("train_solve_seconds") is not None:
+        return max(0.0, step["one"] - step["solve_one"]) + counts["train_solve_seconds"]
     if "per_row_sweep" in step and counts and counts.get("train_sweeps") is not None:
         extra_sweeps = max(0.0, counts["train_sweeps"] - 1)
         extra_rows = max(0.0, counts["train_row_sweeps"] - step["rows"])

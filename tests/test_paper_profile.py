@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -334,9 +335,18 @@ def test_a_runs_own_checkpoints_count_its_models(tmp_path):
     one.write_bytes(b"")
     sets = run_checkpoint_sets(models, ["bmnist_h25", "bmnist_h50", "rmnist_h100", "faces_h256"])
     assert {n: [p.stem for p in ps] for n, ps in sets.items()} == {
-        "bmnist_h25": ["epoch_1", "epoch_3", "epoch_30"],  # first, middle, last of 1 2 3 10 30
+        "bmnist_h25": ["epoch_1", "epoch_2", "epoch_3", "epoch_10", "epoch_30"],  # numeric order
         "rmnist_h100": ["epoch_1"],
     }
+    three = run_checkpoint_sets(models, ["bmnist_h25"], n_checkpoints=3)["bmnist_h25"]
+    assert [p.stem for p in three] == ["epoch_1", "epoch_3", "epoch_30"]  # first, middle, last
+    for epoch in range(31, 101):
+        (models / "bmnist_h25" / "checkpoints" / f"epoch_{epoch}.pt").write_bytes(b"")
+    spaced = run_checkpoint_sets(models, ["bmnist_h25"])["bmnist_h25"]
+    # 75 written (1 2 3 10 30 31 .. 100): 9, evenly spaced over their positions
+    assert [int(p.stem.removeprefix("epoch_")) for p in spaced] == [
+        1, 35, 44, 54, 63, 72, 82, 91, 100
+    ]  # fmt: skip
     assert count_source("bmnist_h25", {"hidden": [{"units": 25}]}, sets) == "bmnist_h25"
 
 
@@ -471,9 +481,9 @@ def test_the_per_epoch_evaluation_is_timed_whole_on_its_own_rows(tmp_path, monke
     seen = []
     real = paper_counts._solve_counts
 
-    def counted(machine, rows, settings, curve, x_eval, *scores):
+    def counted(machine, rows, settings, curve, x_eval, *scores, **steps):
         seen.append(x_eval.shape[0])
-        return real(machine, rows, settings, curve, x_eval, *scores)
+        return real(machine, rows, settings, curve, x_eval, *scores, **steps)
 
     monkeypatch.setattr(paper_counts, "_solve_counts", counted)
     clock = itertools.count(0.0, 3.0)
@@ -594,6 +604,7 @@ def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkey
         "per_sweep": pytest.approx(0.2),
         "per_row_sweep": pytest.approx(0.01),
         "rows": 100,
+        "solve_one": pytest.approx(0.3 + 0.2 + 0.01 * 100),  # the first sweep of all K rows
     }
     step = {"one": 1.5, "per_iter": 0.2 + 0.01 * 100, **sweep}
     counts = {"train": 20.0, "train_sweeps": 50.0, "train_row_sweeps": 2000.0}
@@ -604,6 +615,59 @@ def test_a_converged_step_is_priced_by_its_sweeps_and_the_rows_they_sweep(monkey
     assert paper_profile._step_seconds(step, 7.0, alike) == pytest.approx(1.5 + 1.2 * 6)
     # counts without sweeps (an older count): the line at the mean iterations
     assert paper_profile._step_seconds(step, 20.0, {"train": 20.0}) == pytest.approx(1.5 + 1.2 * 19)
+    # the step's own solve, timed on the count checkpoints, replaces the one-sweep solve in `one`
+    step["one"] = 2.0  # a step at one sweep: its solve (solve_one, 1.5) and 0.5 of other work
+    timed = {**counts, "train_solve_seconds": 4.0}
+    assert paper_profile._step_seconds(step, 20.0, timed) == pytest.approx(0.5 + 4.0)
+
+
+def test_a_converged_steps_solve_is_counted_and_timed_over_batches(tmp_path, monkeypatch):
+    """The counts run training's own solve (``solve_for_gradient``, training's tolerance, cap
+    and solver) from each of ``STEP_BATCHES`` batches of K rows, and give the means over the
+    batches of the iterations per row, the slowest row's sweeps, the rows swept and the CPU
+    seconds of the solve."""
+    import itertools
+    import time
+
+    from benchmarks import paper_counts
+    from tapmachine.core import tap
+    from tapmachine.train import TrainSettings, load_model, tap_gradient
+
+    spec, path = _counted_checkpoint(tmp_path, monkeypatch)
+    spec = {**spec, "n_solutions": 10, "batch_size": 10, "tap": {"train_iterations": "converge",
+            "train_tol": 1e-6, "train_max_iter": 300, "solver": "newton_sor"}}  # fmt: skip
+    settings = TrainSettings.from_spec(spec)
+    seen = []
+    real = tap_gradient.solve_for_gradient
+
+    def recorded(machine, init, solver, inference="tap"):
+        seen.append((init.clone(), solver))
+        return real(machine, init, solver, inference)
+
+    monkeypatch.setattr(tap_gradient, "solve_for_gradient", recorded)
+    clock = itertools.count(0.0, 3.0)
+    monkeypatch.setattr(time, "process_time", lambda: next(clock))
+    counts = paper_counts.measured_iterations({"models": {"m": spec}}, ["m"], {"m": [path]})["m"]
+
+    x = paper_counts.dataset_rows("d", 50)[0]
+    steps = [(init, solver) for init, solver in seen if init.shape[0] == 10]
+    assert len(steps) == paper_counts.STEP_BATCHES == 5
+    for b, (init, solver) in enumerate(steps):
+        assert torch.equal(init, x[10 * b : 10 * (b + 1)])
+        assert (solver.tol, solver.max_iter, solver.solver) == (1e-6, 300, "newton_sor")
+    machine = load_model(path)
+    states = [
+        tap.solve(machine, init, damping=s.damping, tol=s.tol, max_iter=s.max_iter,
+                  solver=s.solver, relaxation=s.relaxation)
+        for init, s in steps
+    ]  # fmt: skip
+    its = [s.iterations for s in states]
+    assert counts["train"] == pytest.approx(sum(float(i.double().mean()) for i in its) / 5)
+    assert counts["train_sweeps"] == pytest.approx(sum(float(i.max()) for i in its) / 5)
+    swept = [sum(tap.working_set_sizes(i.tolist())) for i in its]
+    assert counts["train_row_sweeps"] == pytest.approx(sum(swept) / 5)
+    assert counts["train_solve_seconds"] == pytest.approx(3.0)  # one clock tick per solve
+    assert settings.relaxation == steps[0][1].relaxation
 
 
 def test_training_is_priced_on_a_counted_checkpoint_of_the_same_machine(tmp_path, monkeypatch):

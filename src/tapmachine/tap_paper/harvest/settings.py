@@ -31,9 +31,10 @@ class HarvestSettings:
     stopped at the paper's tol 1e-8 near marginal stability lies up to 0.02-0.1 from its fixed
     point, farther than the merge tolerance, so one fixed point counted as several (the paper
     run's bmnist_h100 at epoch 40: 2,287 "unique" solutions at tol 1e-8, 623 polished to
-    1e-12). Polishing starts inside the basin the first pass found, so it moves no start to
-    another solution; rows it does not converge stay as the first pass left them (``polished``
-    False).
+    1e-12). Polishing starts inside the basin the first pass found and, by Anderson, stays there
+    for all but about 1% of rows on a model where Alg. 1 is near marginal stability (the paper
+    run's bmnist_h25 at epoch 100, docs/tap_solver.md); rows it does not converge stay as the
+    first pass left them (``polished`` False).
 
     Merging (``merge_rule``, tolerance ``dedup_tol``): ``magnetisations`` groups converged rows
     whose means (all layers) agree within ``dedup_tol`` in max-abs distance (``tap.unique``);

@@ -38,8 +38,7 @@ from tapmachine.train.loop import eval_rows
 
 __all__ = [
     "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "RUN_CHECKPOINTS", "SCORE_ROWS", "STEP_BATCHES",
-    "count_source",
-    "checkpoint_sets", "harvest_costs", "harvest_rows", "measured_iterations",
+    "count_source", "checkpoint_sets", "harvest_costs", "harvest_rows", "measured_iterations",
     "run_checkpoint_sets",
 ]  # fmt: skip
 
@@ -236,12 +235,12 @@ def measured_iterations(
         if settings.method in ("cd", "pcd"):
             settings = dataclasses.replace(settings, train_iterations=3)  # no converged step
         source = count_source(name, spec, sets)
-        x = _rows(spec, specs.get(source), PROFILE_ROWS)
-        K = settings.n_solutions or settings.batch_size
-        x_steps = _rows(spec, specs.get(source), K * STEP_BATCHES)
-        x_eval = eval_rows(_rows(spec, specs.get(source), EVAL_ROWS), settings)
+        steps = (settings.n_solutions or settings.batch_size) * STEP_BATCHES
+        rows = _rows(spec, specs.get(source), max(PROFILE_ROWS, steps, EVAL_ROWS, SCORE_ROWS))
+        x, x_steps = rows[:PROFILE_ROWS], rows[:steps]
+        x_eval = eval_rows(rows[:EVAL_ROWS], settings)
         scores = [
-            (part, s, _rows(spec, specs.get(source), min(SCORE_ROWS, s.tap_inits)))
+            (part, s, rows[: min(SCORE_ROWS, s.tap_inits)])
             for part, s in sorted((scored or {}).get(name, {}).items())
         ]
         scored_alike = repr([(part, s) for part, s, _ in scores])

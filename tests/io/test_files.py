@@ -1,5 +1,6 @@
 import os
 
+import numpy as np
 import pytest
 
 from tapmachine.io.files import atomic_write, write_csv
@@ -62,3 +63,21 @@ def test_damage_finds_cut_off_archives_and_csvs(tmp_path):
     found = set_aside_damaged([npz, csv_path])
     assert [p.name for p, _ in found] == ["a.npz", "t.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz.corrupt", "t.csv.corrupt"]
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_an_npz_arrays_shape_is_read_from_its_header(tmp_path, save):
+    from tapmachine.io.files import npz_array_shape
+
+    path = tmp_path / "data.npz"
+    save(path, x_train=np.zeros((37, 11), np.float32), y=np.arange(5), s=np.float64(1.0))
+    assert npz_array_shape(path, "x_train") == (37, 11)
+    assert npz_array_shape(path, "y") == (5,)
+    assert npz_array_shape(path, "s") == ()
+    with pytest.raises(ValueError, match=r"data\.npz: no array 'x_test'"):
+        npz_array_shape(path, "x_test")
+    with pytest.raises(FileNotFoundError):  # Snakemake sizes a job whose input is yet to be made
+        npz_array_shape(tmp_path / "later.npz", "x_train")
+    (tmp_path / "text.npz").write_text("not an archive")
+    with pytest.raises(ValueError, match=r"text\.npz: cannot read the header of 'x_train'"):
+        npz_array_shape(tmp_path / "text.npz", "x_train")

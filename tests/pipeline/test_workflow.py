@@ -345,6 +345,38 @@ def test_replay_rebuilds_exactly_the_live_runs(finished_run, tmp_path, capsys):
     assert f"0 runs replayed, {len(expected)} already in the store (" in capsys.readouterr().out
 
 
+def test_a_harvest_asks_memory_by_its_data_and_covers_what_it_used(finished_run):
+    """Each harvest job asks for memory from its starts and the units of its data and machine
+    (read once the data exist), more than its benchmark's peak resident set."""
+    import re
+
+    import pandas as pd
+
+    from tapmachine.io.data import load_dataset
+    from tapmachine.pipeline.job_resources import memory_mb
+
+    result = snakemake(finished_run, "--cores", "2", "-n", "--forcerun", "harvest_solutions")
+    assert result.returncode == 0, result.stderr[-3000:]
+    faces = load_dataset(finished_run / "results" / "data" / "real_faces.npz").x_train
+    expected = {
+        "tiny": memory_mb(60, 784 + 8),
+        "tiny_real": memory_mb(min(20, faces.shape[0]), faces.shape[1] + 8),
+    }
+    asked = {}
+    for block in re.split(r"\n\[[^\]]+\]\n", result.stdout + result.stderr):
+        if block.startswith("rule harvest_solutions:"):
+            model, epoch = re.search(r"wildcards: model=(\w+), epoch=(\d+)", block).groups()
+            mem = int(re.search(r"mem_mb=(\d+)", block)[1])
+            assert int(re.search(r"runtime=(\d+)", block)[1]) == 60  # a first attempt
+            asked[model, epoch] = mem
+    assert sorted(asked) == [("tiny", "1"), ("tiny", "2"), ("tiny_real", "1")]
+    for (model, epoch), mem in asked.items():
+        assert mem == expected[model]
+        bench = finished_run / "benchmarks" / "default" / "harvest" / model / f"epoch_{epoch}.tsv"
+        peak = float(pd.read_csv(bench, sep="\t")["max_rss"].iloc[0])
+        assert 0 < peak < mem, (model, epoch, peak, mem)
+
+
 def test_rerun_is_a_no_op(finished_run):
     result = snakemake(finished_run, "--cores", "2", "-n")
     assert result.returncode == 0

@@ -16,6 +16,7 @@ from tapmachine.pipeline.configuration import (
     validate,
 )
 from tapmachine.io.files import damaged
+from tapmachine.pipeline.job_resources import job_memory_mb, runtime_minutes
 from tapmachine.pipeline.stages.workflow import jobs_run_checkout, result_files
 
 # Under --sdm conda the jobs' env (envs/tapmachine.yaml) holds the dependencies only: they run
@@ -140,6 +141,19 @@ def train_mem_mb(wildcards):
     model = config["models"][wildcards.model]
     units = max(layer["units"] for layer in model["hidden"])
     return 2000 + units * 8
+
+
+def harvest_mem_mb(wildcards, input, attempt):
+    """A harvest's memory from its starts and units (read from the dataset once it exists), more
+    on each attempt: a job killed for memory is not killed again at the same point."""
+    hidden = [layer["units"] for layer in config["models"][wildcards.model]["hidden"]]
+    n_init = config["harvest"][wildcards.model]["n_init"]
+    return job_memory_mb(input.data, n_init, hidden) * attempt
+
+
+def restarting_runtime(base):
+    """Minutes for a job that starts over when rerun: ``base``, doubled on each attempt."""
+    return lambda wildcards, attempt: runtime_minutes(base, attempt)
 
 
 def derived_labels_arg(name):

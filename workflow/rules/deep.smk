@@ -30,7 +30,7 @@ rule deep_curve:
     threads: 1
     resources:
         mem_mb=3000,
-        runtime=60,
+        runtime=restarting_runtime(60),
     params:
         settings=lambda w: curve_args(DEEP, w.model),
         seed=config["seed"],
@@ -54,7 +54,7 @@ rule deep_timing:
     threads: 1
     resources:
         mem_mb=4000,
-        runtime=60,
+        runtime=restarting_runtime(60),
     params:
         timing=lambda w: (
             f"--visible {FIG10['timing']['visible_units']} "

@@ -25,7 +25,7 @@ rule denoise_bsc:
     threads: model_threads
     resources:
         mem_mb=6000,
-        runtime=60,
+        runtime=restarting_runtime(60),
     params:
         spec=DENOISE_BSC_SETTINGS,
         device=DEVICE_ARGS,
@@ -51,7 +51,7 @@ rule denoise_baselines:
     threads: 1
     resources:
         mem_mb=6000,
-        runtime=30,
+        runtime=restarting_runtime(30),
     params:
         spec=DENOISE_BSC_SETTINGS,
         device=DEVICE_ARGS,
@@ -80,7 +80,7 @@ rule denoise_real:
     threads: model_threads
     resources:
         mem_mb=6000,
-        runtime=60,
+        runtime=restarting_runtime(60),
     params:
         spec=DENOISE_REAL_SETTINGS,
         device=DEVICE_ARGS,

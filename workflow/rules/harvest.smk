@@ -23,8 +23,8 @@ rule harvest_solutions:
         "../../envs/tapmachine.yaml"
     threads: 1
     resources:
-        mem_mb=3000,
-        runtime=60,
+        mem_mb=harvest_mem_mb,
+        runtime=restarting_runtime(60),
         gpu=GPUS,
     params:
         checkpoint=lambda w: f"{RESULTS}/models/{w.model}/checkpoints/epoch_{w.epoch}.pt",

@@ -1,5 +1,6 @@
-"""Atomic writes: a reader, or the next run after an interrupted job, never sees half a file; and
-the checks that find a file damaged after it was written (truncated, overwritten, half-copied)."""
+"""Atomic writes: a reader, or the next run after an interrupted job, never sees half a file; the
+checks that find a file damaged after it was written (truncated, overwritten, half-copied); and
+an array's shape read from an .npz without loading it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import numpy as np
+
 __all__ = [
     "atomic_write",
     "write_csv",
@@ -21,6 +24,7 @@ __all__ = [
     "damage",
     "damaged",
     "set_aside_damaged",
+    "npz_array_shape",
 ]
 
 
@@ -152,3 +156,27 @@ def set_aside_damaged(paths) -> list[tuple[Path, str]]:
     for path, _ in found:
         os.replace(path, path.with_name(path.name + ".corrupt"))
     return found
+
+
+def npz_array_shape(path: str | os.PathLike, key: str) -> tuple[int, ...]:
+    """The shape of array ``key`` in the .npz at ``path``, from the array's header alone (a job's
+    resources are sized before the job runs, from files of gigabytes). FileNotFoundError if there
+    is no such file (Snakemake then sizes the job once its input exists); ValueError naming the
+    file if it is not an archive or has no readable ``key``."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, _ = read_header(member)
+    except KeyError:
+        raise ValueError(f"{path}: no array {key!r}") from None
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+        raise ValueError(f"{path}: cannot read the header of {key!r} ({err})") from None
+    return tuple(int(n) for n in shape)

@@ -167,8 +167,9 @@ def measured_hours(
     file's path under ``folder`` without ``.tsv``: with ``clock="cpu"`` its CPU time, the
     measure a projection prices (one thread's seconds on idle cores; wall time is that only when
     the job had a core to itself), where recorded, else its wall time; with ``clock="wall"`` its
-    wall time. A training job stopped and resumed counts every start with ``models_dir`` and
-    ``logs_dir`` (the run's ``models/`` and ``logs/``; ``claims.wall_times``), else its last."""
+    wall time. A training or per-epoch scoring job stopped and resumed counts every start with
+    ``models_dir`` and ``logs_dir`` (the run's ``models/`` and ``logs/``;
+    ``claims.wall_times``), else its last."""
     from tapmachine.figures.claims import wall_times
 
     if clock not in ("cpu", "wall"):
@@ -283,8 +284,9 @@ def main(argv=None) -> int:
     """``python -m benchmarks.paper_jobs PROFILE_JSON BENCHMARK_DIR``: the per-job table of a
     ``paper_profile`` result (one JSON line, as ``benchmarks/run.py`` prints it) against a run's
     benchmark folder (e.g. ``benchmarks/paper``), in markdown: CPU hours, every start of a
-    resumed training counted (``measured_hours``), and only jobs whose output is in the run's
-    results (``compare``); with ``--configfile``, only the jobs the run's config plans."""
+    resumed training or scoring job counted (``measured_hours``), and only jobs whose output is
+    in the run's results (``compare``); with ``--configfile``, only the jobs the run's config
+    plans."""
     import argparse
     import json
 

@@ -939,6 +939,60 @@ def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
     assert without.set_index("job").loc[f"ucd/dbm/{job}", "seconds"] == pytest.approx(310.0)
 
 
+def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
+    """Fig. 12's per-epoch scoring and the exact curve keep each scored epoch, and a job stopped
+    part-way resumes: its benchmark times the last start, whose log names the kept epochs; their
+    rows' own seconds count too. The exact curve's rows record CPU seconds only (exact part and
+    AIS), which count as the least wall time they took."""
+    from tapmachine.figures import claims as claims_report
+    from tapmachine.io.runlog import kept_message
+
+    bench, logs = tmp_path / "benchmarks" / "likelihood", tmp_path / "logs" / "likelihood"
+    models, scores = tmp_path / "results" / "models", tmp_path / "results" / "likelihood"
+    for folder in (bench, logs, models, scores / "h500", scores / "h25", scores / "h100"):
+        folder.mkdir(parents=True)
+    header = "s\th:m:s\tmax_rss\tcpu_time\n"
+    (bench / "score_epochs_h500.tsv").write_text(header + "300.0\t0:05:00\t900.0\t250.0\n")
+    (bench / "exact_curve_h25.tsv").write_text(header + "50.0\t0:00:50\t700.0\t45.0\n")
+    (bench / "score_epochs_h100.tsv").write_text(header + "20.0\t0:00:20\t600.0\t18.0\n")
+    (bench / "score_final_h500.tsv").write_text(header + "80.0\t0:01:20\t900.0\t70.0\n")
+    pd.DataFrame(
+        {"epoch": [1, 2, 3], "seconds": [100.0, 110.0, 120.0], "cpu_seconds": [90.0, 95.0, 99.0]}
+    ).to_csv(scores / "h500" / "scores.csv", index=False)
+    pd.DataFrame(
+        {"epoch": [1, 2], "cpu_seconds": [30.0, 31.0], "ais_cpu_seconds": [4.0, 5.0]}
+    ).to_csv(scores / "h25" / "exact.csv", index=False)
+    # rows kept by code that timed no CPU: wall counted, CPU unknown
+    pd.DataFrame({"epoch": [1, 2], "seconds": [7.0, 8.0]}).to_csv(
+        scores / "h100" / "scores.csv", index=False
+    )
+    (logs / "score_epochs_h500.log").write_text(
+        kept_message("h500", 1) + "\n" + kept_message("h500", 2) + "\nh500 epoch 3: AIS ...\n"
+    )
+    (logs / "exact_curve_h25.log").write_text(kept_message("h25", 1) + "\nh25 epoch 2: exact\n")
+    (logs / "score_epochs_h100.log").write_text(kept_message("h100", 2) + "\n")
+    (logs / "score_final_h500.log").write_text(kept_message("h500", 1) + "\n")
+    times = claims_report.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
+    times = times.set_index("job")
+    h500 = times.loc["likelihood/score_epochs_h500"]
+    assert [h500["seconds"], h500["cpu_seconds"]] == pytest.approx([300 + 210, 250 + 185])
+    assert h500["resumed"] and h500["exact"]
+    h25 = times.loc["likelihood/exact_curve_h25"]
+    assert [h25["seconds"], h25["cpu_seconds"]] == pytest.approx([50 + 34, 45 + 34])
+    assert h25["resumed"] and not h25["exact"]
+    h100 = times.loc["likelihood/score_epochs_h100"]
+    assert h100["seconds"] == pytest.approx(28.0) and np.isnan(h100["cpu_seconds"])
+    final = times.loc["likelihood/score_final_h500"]  # starts over when rerun: its last start
+    assert final["seconds"] == pytest.approx(80.0) and not final["resumed"]
+    # without the logs (or the run's results) nothing says which rows were kept
+    alone = claims_report.wall_times(tmp_path / "benchmarks", models).set_index("job")
+    assert alone.loc["likelihood/score_epochs_h500", "seconds"] == pytest.approx(300.0)
+    text = claims_report.wall_times_markdown(times.reset_index())
+    assert "| likelihood/score_epochs_h500 (resumed) | 510 | 435 | 900 |" in text
+    assert "| likelihood/exact_curve_h25 (resumed, at least) | 84 | 79 | 700 |" in text
+    assert "A scoring job marked resumed" in text
+
+
 def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):
     """A committed figure CSV whose verdict an older rule wrote (here: the unique-fraction
     verdict turned over) reads as written, and with rejudge as the current code judges it."""

@@ -17,6 +17,7 @@ from tapmachine.core.machine import RBM
 from tapmachine.core.priors import Bernoulli
 from tapmachine.figures import common, fig12, likelihood_table
 from tapmachine.io.data import Dataset, load_dataset, save_dataset
+from tapmachine.io.runlog import kept_epochs
 from tapmachine.io.schema import SCHEMA_FILE as SCHEMA
 from tapmachine.pipeline.configuration import ConfigError, validate
 from tapmachine.pipeline.stages import likelihood as likelihood_stage
@@ -482,7 +483,7 @@ def test_exact_curve_is_the_enumerated_log_likelihood_beside_trainings_tap(
 
 
 def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
-    trained, tiny_dataset, tmp_path, monkeypatch
+    trained, tiny_dataset, tmp_path, monkeypatch, capsys
 ):
     import importlib
 
@@ -503,8 +504,10 @@ def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
     with pytest.raises(KeyboardInterrupt):
         module.exact_curve(trained, tiny_dataset, out, [1, 2, 3], on_row=stop_after_first)
     assert not out.exists() and module.partial_path(out).exists() and len(computed) == 1
+    capsys.readouterr()
     rows = module.exact_curve(trained, tiny_dataset, out, [1, 2, 3])
     assert len(computed) == 3  # epoch 1 taken from the partial file, 2 and 3 computed
+    assert kept_epochs(capsys.readouterr().err) == [1]
     assert not module.partial_path(out).exists()
     for col in ("epoch", "exact_ll", "log_z_exact", "tap_ll", "rows"):
         assert [r[col] for r in rows] == pytest.approx([r[col] for r in whole])
@@ -569,7 +572,7 @@ def test_config_checks_the_exact_curves_of_fig3():
 
 
 def test_score_checkpoints_resumes_from_the_epochs_a_stopped_job_scored(
-    trained, tiny_dataset, tmp_path, monkeypatch
+    trained, tiny_dataset, tmp_path, monkeypatch, capsys
 ):
     """A job stopped after its first epoch keeps that epoch's row; started again it scores only
     the epochs left, and its CSV equals an uninterrupted job's, value for value (timings aside).
@@ -600,9 +603,13 @@ def test_score_checkpoints_resumes_from_the_epochs_a_stopped_job_scored(
             trained, tiny_dataset, out, TINY, "all", seed=2, on_row=stop_after_first
         )
     assert not out.exists() and partial_path(out).exists() and len(scored) == 1
+    capsys.readouterr()
     module.score_checkpoints(trained, tiny_dataset, out, TINY, "all", seed=2)
     assert len(scored) == 3  # epoch 1 kept, epochs 2 and 3 scored
     assert not partial_path(out).exists()
+    # the log names the kept epoch, whose row keeps its own times (the job's time counts them)
+    assert kept_epochs(capsys.readouterr().err) == [1]
+    assert (pd.read_csv(out)[["seconds", "cpu_seconds"]] > 0).all().all()
     resumed, uninterrupted = pd.read_csv(out), pd.read_csv(whole)
     timings = [c for c in uninterrupted.columns if "seconds" in c]
     assert len(timings) >= 1 and list(resumed.columns) == list(uninterrupted.columns)

@@ -247,7 +247,11 @@ def wall_times(
       marked not ``exact`` (it misses the time a start spent evaluating earlier epochs again).
 
     Its CPU time adds ``epoch_cpu_seconds`` in the same way when every epoch counted recorded
-    one (older checkpoints did not), else it is NaN. A DBM training job of the second paper
+    one (older checkpoints did not), else it is NaN. A scoring job that resumes (Fig. 12's
+    ``likelihood/score_epochs_<model>``, the exact curve's ``likelihood/exact_curve_<model>``)
+    counts, with ``models_dir`` and ``logs_dir``, the epochs its last start's log names as kept
+    from earlier starts, from their rows in the run's ``likelihood/<model>/`` (``seconds``,
+    ``cpu_seconds``; ``_resumed_scoring``). A DBM training job of the second paper
     (``ucd/dbm/train_<dataset>_<model>``) is counted alike with ``dbm_dir`` (the run's
     ``ucd/dbm/``): its epochs' times are the history of ``<dataset>/<model>/model.pt``.
 
@@ -287,9 +291,63 @@ def wall_times(
         if epochs is not None:
             log = None if logs_dir is None else Path(logs_dir) / rel.with_suffix(".log")
             row.update(_resumed_training(epochs, row, log))
+        elif models_dir is not None and logs_dir is not None and row["stage"] == "likelihood":
+            scored = _scored_rows(Path(models_dir).parent / "likelihood", rel.stem)
+            if scored is not None:
+                row.update(_resumed_scoring(scored, row, Path(logs_dir) / rel.with_suffix(".log")))
         rows.append(row)
     columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed", "exact"]
     return pd.DataFrame(rows, columns=columns)
+
+
+#: The resuming scoring jobs (``likelihood/<kind>_<model>``): the file of their per-epoch rows
+#: under the run's ``likelihood/<model>/``, and the columns of a row's CPU seconds (the exact
+#: curve's AIS column only where it scored AIS).
+_SCORED_ROWS = {
+    "score_epochs": ("scores.csv", ("cpu_seconds",)),
+    "exact_curve": ("exact.csv", ("cpu_seconds", "ais_cpu_seconds")),
+}
+
+
+def _scored_rows(likelihood_dir: Path, job: str):
+    """(rows, CPU columns) of the resuming scoring job ``job`` (``_SCORED_ROWS``), or None."""
+    import pandas as pd
+
+    for kind, (name, cpu_columns) in _SCORED_ROWS.items():
+        if job.startswith(f"{kind}_"):
+            path = likelihood_dir / job.removeprefix(f"{kind}_") / name
+            return (pd.read_csv(path), cpu_columns) if path.is_file() else None
+    return None
+
+
+def _resumed_scoring(scored, row: dict, log: Path) -> dict:
+    """A resuming scoring job's times over all its starts (``wall_times``): its last start's
+    benchmark plus the rows its log says were kept from earlier starts (``runlog.kept_epochs``),
+    each with its own seconds. A row without wall seconds (the exact curve's) adds its CPU
+    seconds as the least wall time it took, and the total is marked not exact; the CPU total is
+    NaN where a kept row recorded no CPU seconds (rows kept by older code)."""
+    from tapmachine.io.runlog import kept_epochs
+
+    rows, cpu_columns = scored
+    if not log.is_file():
+        return {}
+    earlier = rows[rows["epoch"].isin(kept_epochs(log.read_text(errors="replace")))]
+    if earlier.empty:
+        return {}
+    main, *extra = cpu_columns
+    if main in earlier and not earlier[main].isna().any():
+        cpu = float(earlier[main].sum())
+        cpu += sum(float(earlier[c].fillna(0.0).sum()) for c in extra if c in earlier)
+    else:
+        cpu = math.nan
+    wall_known = "seconds" in earlier and not earlier["seconds"].isna().any()
+    wall = float(earlier["seconds"].sum()) if wall_known else cpu
+    return {
+        "seconds": row["seconds"] + (0.0 if math.isnan(wall) else wall),
+        "cpu_seconds": row["cpu_seconds"] + cpu,
+        "resumed": True,
+        "exact": wall_known and not math.isnan(cpu),
+    }
 
 
 def _epoch_times(metrics_csv: Path):
@@ -387,11 +445,19 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
             "its CPU time is n/a where epochs from before `epoch_cpu_seconds` was recorded are "
             "among them. Its maximum RSS is the last start's.",
         ]
+    if (times["resumed"] & (times["stage"] == "likelihood")).any():
+        out += [
+            "",
+            "A scoring job marked resumed (Fig. 12's per-epoch scores, the exact curve) kept the "
+            "rows of the epochs its earlier starts scored, which its last start's log names; "
+            "its times add those rows' `seconds` and `cpu_seconds`.",
+        ]
     if (times["resumed"] & ~times["exact"]).any():
         out += [
             "",
-            "Marked 'at least': without its log, the sum of all its epochs' times, which misses "
-            "the time a start spent evaluating earlier epochs again.",
+            "Marked 'at least': a training job without its log, the sum of all its epochs' "
+            "times, which misses the time a start spent evaluating earlier epochs again; a "
+            "scoring job whose kept rows recorded no wall time, their CPU time.",
         ]
     return "\n".join(out) + "\n"
 

@@ -1,4 +1,5 @@
-"""The lines a training job writes to its log that other code reads back: where it resumed."""
+"""The lines a long job writes to its log that other code reads back: where a training job
+resumed, and which epochs a scoring job kept from its earlier starts."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 
 __all__ = [
     "SKIPPED",
+    "kept_message",
+    "kept_epochs",
     "resume_message",
     "resumed_epoch",
     "resume_within_message",
@@ -15,6 +18,7 @@ __all__ = [
 #: Prefix of the line naming a checkpoint that could not be read and was passed over.
 SKIPPED = "skipping unreadable checkpoint: "
 
+_KEPT_LINE = re.compile(r".* epoch (\d+): kept from an earlier start")
 _RESUME_LINE = re.compile(r"resuming from .+ \(epoch (\d+)\)")
 _WITHIN_LINE = re.compile(
     r"resuming epoch \d+ after its batch \d+"
@@ -66,3 +70,20 @@ def resumed_within(log_text: str) -> tuple[float, float]:
         if line.startswith(("epoch ", "progress ")):
             break
     return 0.0, 0.0
+
+
+def kept_message(name: str, epoch: int) -> str:
+    """The line a scoring job that resumes (``likelihood.score_checkpoints``,
+    ``likelihood.exact_curve``) writes for an epoch whose row an earlier start computed and
+    kept, read back by ``kept_epochs``."""
+    return f"{name} epoch {epoch}: kept from an earlier start"
+
+
+def kept_epochs(log_text: str) -> list[int]:
+    """The epochs a scoring job's log says it kept from earlier starts (``kept_message``): their
+    rows' time was spent before the start its benchmark file times."""
+    return [
+        int(match.group(1))
+        for line in log_text.split("\n")
+        if (match := _KEPT_LINE.fullmatch(line.strip()))
+    ]

@@ -157,7 +157,8 @@ def register(subparsers) -> None:
         "--logs",
         default=None,
         help="the run's logs/ folder: a resumed training job's log names the epoch its last "
-        "start resumed from, so its wall time counts its earlier starts exactly",
+        "start resumed from, a resumed scoring job's the epochs it kept, so their wall times "
+        "count their earlier starts exactly",
     )
     c.add_argument(
         "--section",

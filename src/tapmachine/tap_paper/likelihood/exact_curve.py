@@ -27,6 +27,7 @@ from tapmachine.core.estimators import ais_log_partition, exact_log_partition
 from tapmachine.core.seeding import seeded_generator
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
+from tapmachine.io.runlog import kept_message
 from tapmachine.tap_paper.likelihood.files import resolve_epochs
 from tapmachine.tap_paper.likelihood.settings import MAX_CURVE_UNITS, ais_schedule
 
@@ -127,6 +128,8 @@ def exact_curve(
         t0 = time.process_time()
         ckpt = Checkpoint.load(checkpoint_path(model_dir, epoch))
         row = kept.get((epoch, ckpt.fingerprint))
+        if row is not None and (ais is None or "log_z_ais" in row):
+            print(kept_message(blob.name, epoch), file=sys.stderr, flush=True)
         if row is None:
             row = _exact_row(blob.name, epoch, ckpt, rows_trained, device, t0)
         if ais is not None and "log_z_ais" not in row:

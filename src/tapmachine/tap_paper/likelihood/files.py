@@ -14,6 +14,7 @@ import torch
 from tapmachine.io.files import write_csv
 from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, model_path
 from tapmachine.io.partial import KeptRows, file_digest, settings_digest
+from tapmachine.io.runlog import kept_message
 from tapmachine.tap_paper.likelihood.score import score_machine
 from tapmachine.tap_paper.likelihood.settings import ScoreSettings, schedule_label
 from tapmachine.tap_paper.likelihood.tap_partition import (
@@ -145,11 +146,11 @@ def score_checkpoints(
     kept = KeptRows(out_csv, settings_digest(signature))
     rows = []
     for epoch in chosen:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         key = f"epoch_{epoch}:{file_digest(checkpoint_path(model_dir, epoch))}"
         row = kept.get(key)
         if row is not None:
-            print(f"{name} epoch {epoch}: kept from an earlier start", file=sys.stderr, flush=True)
+            print(kept_message(name, epoch), file=sys.stderr, flush=True)
             rows.append(row)
             if on_row is not None:
                 on_row(epoch, row)
@@ -164,6 +165,7 @@ def score_checkpoints(
         row["log_z_tap_note"] = why if tap_info is None else ""
         row.update(_settings_columns(settings))
         row["seconds"] = time.perf_counter() - t0
+        row["cpu_seconds"] = time.process_time() - c0
         rows.append(row)
         kept.keep(key, row)
         print(

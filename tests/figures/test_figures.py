@@ -990,7 +990,26 @@ def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
     text = claims_report.wall_times_markdown(times.reset_index())
     assert "| likelihood/score_epochs_h500 (resumed) | 510 | 435 | 900 |" in text
     assert "| likelihood/exact_curve_h25 (resumed, at least) | 84 | 79 | 700 |" in text
-    assert "A scoring job marked resumed" in text
+    assert "A scoring job or harvest marked resumed" in text
+    # a harvest kept chunks of starts: their seconds, from its log, count too
+    from tapmachine.io.runlog import kept_chunk_message
+
+    (bench.parent / "harvest" / "h100").mkdir(parents=True)
+    (logs.parent / "harvest" / "h100").mkdir(parents=True)
+    (bench.parent / "harvest" / "h100" / "epoch_5.tsv").write_text(
+        header + "60.0\t0:01:00\t2500.0\t55.0\n"
+    )
+    (logs.parent / "harvest" / "h100" / "epoch_5.log").write_text(
+        "TAP:  20%|##  | 1/5\r"
+        + kept_chunk_message(1, 5, 30.5, 29.0)
+        + "\n"
+        + kept_chunk_message(2, 5, 31.0, 30.0)
+        + "\nharvest h100 epoch 5: 12 unique solutions\n"
+    )
+    times = claims_report.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
+    harvested = times.set_index("job").loc["harvest/h100/epoch_5"]
+    assert [harvested["seconds"], harvested["cpu_seconds"]] == pytest.approx([121.5, 114.0])
+    assert harvested["resumed"] and harvested["exact"]
 
 
 def test_claims_rejudge_recomputes_verdicts_from_the_csvs(run, tmp_path):

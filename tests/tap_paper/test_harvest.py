@@ -231,6 +231,79 @@ def test_run_harvest_rejects_missing_or_foreign_checkpoints(run, tmp_path):
     assert not list(tmp_path.glob("x.*"))
 
 
+def test_a_stopped_harvest_resumes_at_its_first_unfinished_chunk(
+    run, tmp_path, monkeypatch, capsys
+):
+    """A harvest stopped after its first chunk of starts keeps that chunk; started again it
+    solves only the chunks left, and its file equals an uninterrupted harvest's, array for
+    array. Its log names the kept chunk with the seconds it took. Kept chunks of other settings
+    are not used, nor an unreadable one; the kept folder goes once the files are written."""
+    from tapmachine.io.runlog import kept_chunk_seconds
+    from tapmachine.tap_paper.harvest import solutions
+
+    settings = dataclasses.replace(HarvestSettings(n_init=100), chunk_size=40)
+    ckpt = run["model_dir"] / "checkpoints" / "epoch_1.pt"
+
+    def harvest_to(name, chosen=settings):
+        out = tmp_path / f"{name}.npz"
+        harvest.run_harvest(
+            run["model"], ckpt, 1, run["data"], chosen, out, out.with_suffix(".csv"),
+            progress=False,
+        )  # fmt: skip
+        return out
+
+    whole = harvest.load_solutions(harvest_to("whole"))
+    solved = []
+    real = tap.solve_with_retry
+
+    def stop_at_second(machine, rows, *args, **kw):
+        if len(solved) == 1:
+            raise KeyboardInterrupt  # the session ends
+        solved.append(rows.shape[0])
+        return real(machine, rows, *args, **kw)
+
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", stop_at_second)
+    with pytest.raises(KeyboardInterrupt):
+        harvest_to("resumed")
+    kept = tmp_path / "resumed.npz.partial"
+    assert [p.name for p in kept.iterdir()] == ["chunk_0.npz"]
+    assert not (tmp_path / "resumed.npz").exists()
+
+    def counting(machine, rows, *args, **kw):
+        solved.append(rows.shape[0])
+        return real(machine, rows, *args, **kw)
+
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", counting)
+    capsys.readouterr()
+    resumed = harvest.load_solutions(harvest_to("resumed"))
+    assert solved == [40, 40, 20]  # the first chunk kept, the other two solved
+    wall, cpu, chunks = kept_chunk_seconds(capsys.readouterr().err)
+    assert chunks == 1 and wall > 0 and cpu > 0
+    assert not kept.exists()
+    for key in ("a_visible", "a_hidden", "free_energy", "converged", "iterations", "inverse",
+                "polish_iterations", "multiplicity", "unique_free_energy"):  # fmt: skip
+        np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
+
+    # a chunk kept under other settings, or unreadable, is solved again
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", stop_at_second)
+    solved.clear()
+    with pytest.raises(KeyboardInterrupt):
+        harvest_to("again")
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", counting)
+    solved.clear()
+    harvest_to("again", dataclasses.replace(settings, dedup_tol=0.02))
+    assert solved == [40, 40, 20]
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", stop_at_second)
+    solved.clear()
+    with pytest.raises(KeyboardInterrupt):
+        harvest_to("again")
+    (tmp_path / "again.npz.partial" / "chunk_0.npz").write_bytes(b"cut off")
+    monkeypatch.setattr(solutions.tap, "solve_with_retry", counting)
+    solved.clear()
+    harvest_to("again")
+    assert solved == [40, 40, 20] and "not a kept block" in capsys.readouterr().err
+
+
 def _cli_harvest(run, out, spec: str) -> int:
     from tapmachine.pipeline import cli
 

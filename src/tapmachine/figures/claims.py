@@ -251,7 +251,9 @@ def wall_times(
     ``likelihood/score_epochs_<model>``, the exact curve's ``likelihood/exact_curve_<model>``)
     counts, with ``models_dir`` and ``logs_dir``, the epochs its last start's log names as kept
     from earlier starts, from their rows in the run's ``likelihood/<model>/`` (``seconds``,
-    ``cpu_seconds``; ``_resumed_scoring``). A DBM training job of the second paper
+    ``cpu_seconds``; ``_resumed_scoring``); a harvest (``harvest/<model>/epoch_<e>``), with
+    ``logs_dir``, the seconds of the chunks of starts its log names as kept
+    (``_resumed_harvest``). A DBM training job of the second paper
     (``ucd/dbm/train_<dataset>_<model>``) is counted alike with ``dbm_dir`` (the run's
     ``ucd/dbm/``): its epochs' times are the history of ``<dataset>/<model>/model.pt``.
 
@@ -295,6 +297,8 @@ def wall_times(
             scored = _scored_rows(Path(models_dir).parent / "likelihood", rel.stem)
             if scored is not None:
                 row.update(_resumed_scoring(scored, row, Path(logs_dir) / rel.with_suffix(".log")))
+        elif logs_dir is not None and row["stage"] == "harvest":
+            row.update(_resumed_harvest(row, Path(logs_dir) / rel.with_suffix(".log")))
         rows.append(row)
     columns = ["stage", "job", "seconds", "cpu_seconds", "max_rss_mb", "resumed", "exact"]
     return pd.DataFrame(rows, columns=columns)
@@ -347,6 +351,25 @@ def _resumed_scoring(scored, row: dict, log: Path) -> dict:
         "cpu_seconds": row["cpu_seconds"] + cpu,
         "resumed": True,
         "exact": wall_known and not math.isnan(cpu),
+    }
+
+
+def _resumed_harvest(row: dict, log: Path) -> dict:
+    """A harvest's times over all its starts (``wall_times``): its last start's benchmark plus
+    the seconds of the chunks of starts its log says it kept from earlier starts
+    (``runlog.kept_chunk_seconds``)."""
+    from tapmachine.io.runlog import kept_chunk_seconds
+
+    if not log.is_file():
+        return {}
+    wall, cpu, chunks = kept_chunk_seconds(log.read_text(errors="replace"))
+    if not chunks:
+        return {}
+    return {
+        "seconds": row["seconds"] + wall,
+        "cpu_seconds": row["cpu_seconds"] + cpu,
+        "resumed": True,
+        "exact": True,
     }
 
 
@@ -445,12 +468,13 @@ def wall_times_markdown(times, title: str | None = None, level: int = 3) -> str:
             "its CPU time is n/a where epochs from before `epoch_cpu_seconds` was recorded are "
             "among them. Its maximum RSS is the last start's.",
         ]
-    if (times["resumed"] & (times["stage"] == "likelihood")).any():
+    if (times["resumed"] & times["stage"].isin(["likelihood", "harvest"])).any():
         out += [
             "",
-            "A scoring job marked resumed (Fig. 12's per-epoch scores, the exact curve) kept the "
-            "rows of the epochs its earlier starts scored, which its last start's log names; "
-            "its times add those rows' `seconds` and `cpu_seconds`.",
+            "A scoring job or harvest marked resumed (Fig. 12's per-epoch scores, the exact "
+            "curve; Figs. 5-7's solutions) kept the rows of the epochs, or the chunks of starts, "
+            "that its earlier starts finished, which its last start's log names; its times add "
+            "their seconds.",
         ]
     if (times["resumed"] & ~times["exact"]).any():
         out += [

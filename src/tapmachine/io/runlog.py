@@ -1,5 +1,5 @@
 """The lines a long job writes to its log that other code reads back: where a training job
-resumed, and which epochs a scoring job kept from its earlier starts."""
+resumed, which epochs a scoring job and which chunks a harvest kept from its earlier starts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ __all__ = [
     "SKIPPED",
     "kept_message",
     "kept_epochs",
+    "kept_chunk_message",
+    "kept_chunk_seconds",
     "resume_message",
     "resumed_epoch",
     "resume_within_message",
@@ -18,7 +20,10 @@ __all__ = [
 #: Prefix of the line naming a checkpoint that could not be read and was passed over.
 SKIPPED = "skipping unreadable checkpoint: "
 
-_KEPT_LINE = re.compile(r".* epoch (\d+): kept from an earlier start")
+_KEPT_LINE = re.compile(r" epoch (\d+): kept from an earlier start")
+_KEPT_CHUNK_LINE = re.compile(
+    r"chunk \d+ of \d+ kept from an earlier start \(([0-9.]+) s, ([0-9.]+) CPU s\)"
+)
 _RESUME_LINE = re.compile(r"resuming from .+ \(epoch (\d+)\)")
 _WITHIN_LINE = re.compile(
     r"resuming epoch \d+ after its batch \d+"
@@ -83,7 +88,30 @@ def kept_epochs(log_text: str) -> list[int]:
     """The epochs a scoring job's log says it kept from earlier starts (``kept_message``): their
     rows' time was spent before the start its benchmark file times."""
     return [
-        int(match.group(1))
-        for line in log_text.split("\n")
-        if (match := _KEPT_LINE.fullmatch(line.strip()))
+        int(match.group(1)) for line in log_text.split("\n") if (match := _KEPT_LINE.search(line))
     ]
+
+
+def kept_chunk_message(chunk: int, chunks: int, seconds: float, cpu_seconds: float) -> str:
+    """The line a harvest that resumes (``harvest.harvest`` with kept chunks) writes for a chunk
+    of starts an earlier start solved and kept, with the wall and CPU seconds it took then; read
+    back by ``kept_chunk_seconds``."""
+    return (
+        f"chunk {chunk} of {chunks} kept from an earlier start "
+        f"({seconds:.3f} s, {cpu_seconds:.3f} CPU s)"
+    )
+
+
+def kept_chunk_seconds(log_text: str) -> tuple[float, float, int]:
+    """The wall and CPU seconds that earlier starts spent on the chunks a harvest's log says it
+    kept (``kept_chunk_message``), and how many chunks; (0, 0, 0) for a harvest that kept none.
+    A line may follow a progress bar's carriage returns."""
+    wall = cpu = 0.0
+    count = 0
+    for line in log_text.split("\n"):
+        match = _KEPT_CHUNK_LINE.search(line)
+        if match:
+            wall += float(match.group(1))
+            cpu += float(match.group(2))
+            count += 1
+    return wall, cpu, count

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from tapmachine.io.files import write_csv
+from tapmachine.io.partial import KeptChunks, file_digest, settings_digest
 from tapmachine.tap_paper.harvest.files import UNIQUE_FIELDS, save_solutions, unique_table
 from tapmachine.tap_paper.harvest.settings import HarvestError, HarvestSettings
 from tapmachine.tap_paper.harvest.solutions import NEAR_COPY_DISTANCE, harvest, summarise
@@ -75,6 +76,11 @@ def run_harvest(
 ) -> dict:
     """Harvest one epoch of one model: read, solve, write npz + CSV; the summary.
 
+    Each chunk of starts solved is kept beside ``out_npz`` (``<out_npz>.partial/``, under the
+    checkpoint's and the dataset's bytes and every setting) until both files are written, so
+    that a harvest stopped part-way resumes at its first unfinished chunk (``harvest``); the
+    summary's ``seconds`` are this start's.
+
     ``on_start(params, tags)`` is called before solving and may return a run id, stored in the
     npz as ``harvest_run_id`` (``pipeline.stages.harvest`` passes one that opens an MLflow run).
     """
@@ -118,8 +124,15 @@ def run_harvest(
     if substitute:
         tags["substitute"] = str(substitute)
     harvest_run_id = on_start(params, tags) if on_start is not None else None
+    signature = {
+        **params,
+        "checkpoint": file_digest(checkpoint),
+        "dataset_file": file_digest(data_path),
+        "chunk_size": settings.chunk_size,
+    }
+    kept = KeptChunks(out_npz, settings_digest(signature))
     t0 = time.perf_counter()
-    arrays = harvest(machine, x, settings, progress=progress)
+    arrays = harvest(machine, x, settings, progress=progress, kept=kept)
     summary = summarise(arrays)
     summary["seconds"] = time.perf_counter() - t0
     if summary["n_not_converged"]:
@@ -148,6 +161,7 @@ def run_harvest(
     except BaseException:
         Path(out_npz).unlink(missing_ok=True)
         raise
+    kept.discard()
     print(
         f"harvest {name} epoch {epoch}: {summary['n_unique']} unique solutions from {n} "
         f"initialisations ({summary['n_not_converged']} not converged), Helmholtz estimate "

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 
 import numpy as np
 import torch
 
 from tapmachine.core import tap
 from tapmachine.core.machine import BoltzmannMachine
+from tapmachine.io.partial import KeptChunks
+from tapmachine.io.runlog import kept_chunk_message
 from tapmachine.tap_paper.harvest.settings import HarvestError, HarvestSettings
 
 __all__ = [
@@ -50,6 +53,41 @@ def polish(machine: BoltzmannMachine, state: tap.TAPState, settings: HarvestSett
         polished[idx] = again.converged
         extra[idx] = again.iterations
     return state, polished, extra
+
+
+def _chunk_arrays(state: tap.TAPState, polished, polish_iterations, seconds, cpu_seconds) -> dict:
+    """A solved and polished chunk as arrays to keep (``io.partial.KeptChunks``), with the wall
+    and CPU seconds it took."""
+    arrays = {
+        f"{part}_{layer}": t.detach().cpu().numpy()
+        for part in ("a", "c", "A", "B")
+        for layer, t in enumerate(getattr(state, part))
+    }
+    arrays.update(
+        iterations=state.iterations.cpu().numpy(),
+        converged=state.converged.cpu().numpy(),
+        polished=polished.cpu().numpy(),
+        polish_iterations=polish_iterations.cpu().numpy(),
+        seconds=np.float64(seconds),
+        cpu_seconds=np.float64(cpu_seconds),
+    )
+    return arrays
+
+
+def _chunk_from_arrays(arrays: dict, machine: BoltzmannMachine):
+    """(state, polished, polish iterations) of a kept chunk (``_chunk_arrays``), on the machine's
+    device."""
+
+    def tensor(name):
+        return torch.as_tensor(arrays[name], device=machine.device)
+
+    layers = range(machine.n_layers)
+    state = tap.TAPState(
+        *([tensor(f"{part}_{layer}") for layer in layers] for part in ("a", "c", "A", "B")),
+        iterations=tensor("iterations"),
+        converged=tensor("converged"),
+    )
+    return state, tensor("polished"), tensor("polish_iterations")
 
 
 def merge(state: tap.TAPState, free_energy: torch.Tensor, settings: HarvestSettings):
@@ -107,13 +145,19 @@ def harvest(
     x_init: torch.Tensor,
     settings: HarvestSettings,
     progress: bool = False,
+    kept: KeptChunks | None = None,
 ) -> dict[str, np.ndarray]:
     """TAP solutions from every row of ``x_init`` (eqs. 37-38), deduplicated; arrays by key.
 
-    Runs in the machine's dtype and device. Returns the array keys of the module docstring
-    that do not depend on provenance (a_visible ... unique_free_energy, layer_sizes and the
-    settings) plus ``nearest_separation`` (``nearest_separation`` of the unique solutions'
-    magnetisations, all layers).
+    Runs in the machine's dtype and device, ``settings.chunk_size`` starts at a time: each chunk
+    solved (both passes) and polished. With ``kept`` (``io.partial.KeptChunks``, under a
+    signature of the machine, starts and settings) each finished chunk is kept, and a chunk kept
+    by an earlier start is used again (said on stderr with the seconds it took then,
+    ``runlog.kept_chunk_message``), so that a stopped harvest resumes at its first unfinished
+    chunk. Returns the array keys of the module docstring that do not depend on provenance
+    (a_visible ... unique_free_energy, layer_sizes and the settings) plus
+    ``nearest_separation`` (``nearest_separation`` of the unique solutions' magnetisations, all
+    layers).
     """
     from tqdm import tqdm
 
@@ -121,16 +165,31 @@ def harvest(
     K = x_init.shape[0]
     if K == 0:
         raise HarvestError("harvest needs at least one initialisation")
-    states = []
+    chunks = []
     starts = range(0, K, settings.chunk_size)
-    for start in tqdm(starts, desc="TAP", file=sys.stderr, disable=not progress):
-        states.append(
-            tap.solve_with_retry(
-                machine, x_init[start : start + settings.chunk_size], settings.solver_settings
+    for index, start in enumerate(tqdm(starts, desc="TAP", file=sys.stderr, disable=not progress)):
+        block = None if kept is None else kept.get(index)
+        if block is not None:
+            chunks.append(_chunk_from_arrays(block, machine))
+            print(
+                kept_chunk_message(
+                    index + 1, len(starts), float(block["seconds"]), float(block["cpu_seconds"])
+                ),
+                file=sys.stderr,
+                flush=True,
             )
-        )
-    state = tap.TAPState.concat(states)
-    state, polished, polish_iterations = polish(machine, state, settings)
+            continue
+        t0, c0 = time.perf_counter(), time.process_time()
+        rows = x_init[start : start + settings.chunk_size]
+        state = tap.solve_with_retry(machine, rows, settings.solver_settings)
+        chunk = polish(machine, state, settings)
+        chunks.append(chunk)
+        if kept is not None:
+            times = (time.perf_counter() - t0, time.process_time() - c0)
+            kept.keep(index, _chunk_arrays(*chunk, *times))
+    state = tap.TAPState.concat([c[0] for c in chunks])
+    polished = torch.cat([c[1] for c in chunks])
+    polish_iterations = torch.cat([c[2] for c in chunks])
     with torch.no_grad():
         F = tap.free_energy(machine, state)
         terms = tap.free_energy_terms(machine, state)

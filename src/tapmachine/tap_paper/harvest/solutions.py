@@ -179,13 +179,13 @@ def harvest(
                 flush=True,
             )
             continue
-        t0, c0 = time.perf_counter(), time.process_time()
+        clocks = (time.perf_counter(), time.process_time()) if kept is not None else None
         rows = x_init[start : start + settings.chunk_size]
         state = tap.solve_with_retry(machine, rows, settings.solver_settings)
         chunk = polish(machine, state, settings)
         chunks.append(chunk)
         if kept is not None:
-            times = (time.perf_counter() - t0, time.process_time() - c0)
+            times = (time.perf_counter() - clocks[0], time.process_time() - clocks[1])
             kept.keep(index, _chunk_arrays(*chunk, *times))
     state = tap.TAPState.concat([c[0] for c in chunks])
     polished = torch.cat([c[1] for c in chunks])

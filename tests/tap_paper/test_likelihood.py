@@ -509,6 +509,7 @@ def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
     assert len(computed) == 3  # epoch 1 taken from the partial file, 2 and 3 computed
     assert kept_epochs(capsys.readouterr().err) == [1]
     assert not module.partial_path(out).exists()
+    assert all(r["seconds"] > 0 and r["cpu_seconds"] > 0 for r in rows)  # each epoch's own time
     for col in ("epoch", "exact_ll", "log_z_exact", "tap_ll", "rows"):
         assert [r[col] for r in rows] == pytest.approx([r[col] for r in whole])
     assert pd.read_csv(out)["exact_ll"].tolist() == pytest.approx([r["exact_ll"] for r in whole])

@@ -327,9 +327,9 @@ def _scored_rows(likelihood_dir: Path, job: str):
 def _resumed_scoring(scored, row: dict, log: Path) -> dict:
     """A resuming scoring job's times over all its starts (``wall_times``): its last start's
     benchmark plus the rows its log says were kept from earlier starts (``runlog.kept_epochs``),
-    each with its own seconds. A row without wall seconds (the exact curve's) adds its CPU
-    seconds as the least wall time it took, and the total is marked not exact; the CPU total is
-    NaN where a kept row recorded no CPU seconds (rows kept by older code)."""
+    each with its own seconds. A row without wall seconds (rows kept by older code) adds its
+    CPU seconds as the least wall time it took, and the total is marked not exact; the CPU total
+    is NaN where a kept row recorded no CPU seconds."""
     from tapmachine.io.runlog import kept_epochs
 
     rows, cpu_columns = scored

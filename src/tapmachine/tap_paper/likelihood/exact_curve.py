@@ -109,7 +109,10 @@ def exact_curve(
     them and it has none), and the file goes once ``out_csv`` is written. With ``ais`` (a
     likelihood ``ais`` section) each epoch is also scored by AIS (``ais_against_exact``;
     generator from ``seed``, the model and the epoch), its base-rate model fitted to the rows
-    the model trained on.
+    the model trained on. ``seconds`` is the wall time an epoch took in the start that finished
+    it (``cpu_seconds`` and ``ais_cpu_seconds`` its CPU time), and the log names each epoch kept
+    whole from an earlier start (``runlog.kept_message``), so that the job's time counts every
+    start.
     """
     from tapmachine.io.data import load_dataset
 
@@ -125,10 +128,11 @@ def exact_curve(
     kept = _kept_rows(partial)
     rows, kept_now = [], []
     for epoch in chosen:
-        t0 = time.process_time()
+        t0, w0 = time.process_time(), time.perf_counter()
         ckpt = Checkpoint.load(checkpoint_path(model_dir, epoch))
         row = kept.get((epoch, ckpt.fingerprint))
-        if row is not None and (ais is None or "log_z_ais" in row):
+        whole = row is not None and (ais is None or "log_z_ais" in row)
+        if whole:
             print(kept_message(blob.name, epoch), file=sys.stderr, flush=True)
         if row is None:
             row = _exact_row(blob.name, epoch, ckpt, rows_trained, device, t0)
@@ -139,6 +143,8 @@ def exact_curve(
             g = seeded_generator(seed, blob.name, f"epoch_{epoch}", "exact_ais")
             row.update(ais_against_exact(machine, row["log_z_exact"], base, ais, g))
             row["ais_cpu_seconds"] = time.process_time() - t1
+        if not whole:
+            row["seconds"] = time.perf_counter() - w0  # the wall time of this start's part
         rows.append(row)
         kept_now.append({**row, "fingerprint": ckpt.fingerprint})
         write_csv(kept_now, partial)

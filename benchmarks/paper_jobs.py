@@ -169,8 +169,8 @@ def measured_hours(
     the job had a core to itself), where recorded, else its wall time; with ``clock="wall"`` its
     wall time. A training or per-epoch scoring job stopped and resumed counts every start with
     ``models_dir`` and ``logs_dir`` (the run's ``models/`` and ``logs/``;
-    ``claims.wall_times``), else its last."""
-    from tapmachine.figures.claims import wall_times
+    ``job_times.wall_times``), else its last."""
+    from tapmachine.figures.job_times import wall_times
 
     if clock not in ("cpu", "wall"):
         raise ValueError(f"clock is 'cpu' or 'wall', not {clock!r}")

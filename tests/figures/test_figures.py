@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import tiny_harvest
 
-from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7
+from tapmachine.figures import common, fig3, fig4, fig5, fig6, fig7, job_times
 from tapmachine.figures import free_energy_shape as fes
 from tapmachine.io.data import load_dataset
 from tapmachine.tap_paper import embed
@@ -790,7 +790,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     header = "s\th:m:s\tmax_rss\tcpu_time\n"
     (bench / "train" / "bmnist_h100.tsv").write_text(header + "120.5\t0:02:00\t700.0\t118.0\n")
     (bench / "train" / "bmnist_h25.tsv").write_text(header + "30.25\t0:00:30\t500.0\t29.0\n")
-    times = claims_report.wall_times(bench)
+    times = job_times.wall_times(bench)
     assert list(times["job"]) == ["train/bmnist_h100", "train/bmnist_h25"]
     assert times["seconds"].sum() == pytest.approx(150.75) and not times["resumed"].any()
     out = tmp_path / "docs" / "claims.md"
@@ -815,7 +815,7 @@ def test_claims_report_collects_every_figure(tmp_path):
                 "epoch_cpu_seconds": cpu,
             }
         ).to_csv(models / name / "metrics.csv", index=False)
-    times = claims_report.wall_times(bench, models).set_index("job")
+    times = job_times.wall_times(bench, models).set_index("job")
     assert times.loc["train/bmnist_h100", "seconds"] == pytest.approx(190.0)
     assert times.loc["train/bmnist_h100", "resumed"] and np.isnan(
         times.loc["train/bmnist_h100", "cpu_seconds"]
@@ -838,7 +838,7 @@ def test_claims_report_collects_every_figure(tmp_path):
         resume_message(Path("ckpt/epoch_1.pt"), 1) + "\nepoch 2/2: 100%\r\n"
     )
     (logs / "train" / "bmnist_h25.log").write_text("epoch 1/1: 100%\n")
-    times = claims_report.wall_times(bench, models, logs).set_index("job")
+    times = job_times.wall_times(bench, models, logs).set_index("job")
     assert times.loc["train/bmnist_h100", "seconds"] == pytest.approx(220.5)
     assert times.loc["train/bmnist_h100", ["resumed", "exact"]].tolist() == [True, True]
     assert times.loc["train/bmnist_h25", "seconds"] == pytest.approx(30.25)
@@ -849,11 +849,11 @@ def test_claims_report_collects_every_figure(tmp_path):
     pd.DataFrame(
         {"epoch": [1, 2], "epoch_seconds": [100.0, 90.0], "epoch_cpu_seconds": [95.0, 80.0]}
     ).to_csv(models / "bmnist_h100" / "metrics.csv", index=False)
-    assert claims_report.wall_times(bench, models).set_index("job").loc[
+    assert job_times.wall_times(bench, models).set_index("job").loc[
         "train/bmnist_h100", "cpu_seconds"
     ] == pytest.approx(175.0)
     # exact: epoch 1's 95 s of CPU + the last start's 118 s
-    assert claims_report.wall_times(bench, models, logs).set_index("job").loc[
+    assert job_times.wall_times(bench, models, logs).set_index("job").loc[
         "train/bmnist_h100", "cpu_seconds"
     ] == pytest.approx(213.0)
     # stopped part-way through epoch 2 as well: the 40 s (35 CPU s) of it trained before the
@@ -867,7 +867,7 @@ def test_claims_report_collects_every_figure(tmp_path):
     (logs / "train" / "bmnist_h25.log").write_text(
         resume_within_message(1, 7, 12.0, 11.0) + "\nepoch 1/1: 100%\n"
     )
-    times = claims_report.wall_times(bench, models, logs).set_index("job")
+    times = job_times.wall_times(bench, models, logs).set_index("job")
     assert times.loc["train/bmnist_h100", ["seconds", "cpu_seconds"]].tolist() == pytest.approx(
         [260.5, 248.0]
     )
@@ -904,7 +904,6 @@ def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
     from tiny_models import random_machine
 
     from tapmachine.core.priors import Spin
-    from tapmachine.figures import claims as claims_report
     from tapmachine.io.modelfile import ModelFile
     from tapmachine.io.runlog import resume_message
 
@@ -928,14 +927,14 @@ def test_wall_times_count_a_resumed_dbm_job_from_its_model_history(tmp_path):
     (logs / f"{job}.log").write_text(
         resume_message(Path("ckpt/epoch_2.pt"), 2) + "\nepoch 3/3: 100%\n"
     )
-    times = claims_report.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs", dbm)
+    times = job_times.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs", dbm)
     row = times.set_index("job").loc[f"ucd/dbm/{job}"]
     assert row["seconds"] == pytest.approx(100.0 + 200.0 + 310.0)
     assert row["cpu_seconds"] == pytest.approx(90.0 + 180.0 + 280.0)
     assert row["resumed"] and row["exact"]
     scored = times.set_index("job").loc[f"ucd/dbm/{score}"]
     assert scored["seconds"] == pytest.approx(42.0) and not scored["resumed"]
-    without = claims_report.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs")
+    without = job_times.wall_times(tmp_path / "benchmarks", None, tmp_path / "logs")
     assert without.set_index("job").loc[f"ucd/dbm/{job}", "seconds"] == pytest.approx(310.0)
 
 
@@ -944,7 +943,6 @@ def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
     part-way resumes: its benchmark times the last start, whose log names the kept epochs; their
     rows' own seconds count too. The exact curve's rows record CPU seconds only (exact part and
     AIS), which count as the least wall time they took."""
-    from tapmachine.figures import claims as claims_report
     from tapmachine.io.runlog import kept_message
 
     bench, logs = tmp_path / "benchmarks" / "likelihood", tmp_path / "logs" / "likelihood"
@@ -972,7 +970,7 @@ def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
     (logs / "exact_curve_h25.log").write_text(kept_message("h25", 1) + "\nh25 epoch 2: exact\n")
     (logs / "score_epochs_h100.log").write_text(kept_message("h100", 2) + "\n")
     (logs / "score_final_h500.log").write_text(kept_message("h500", 1) + "\n")
-    times = claims_report.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
+    times = job_times.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
     times = times.set_index("job")
     h500 = times.loc["likelihood/score_epochs_h500"]
     assert [h500["seconds"], h500["cpu_seconds"]] == pytest.approx([300 + 210, 250 + 185])
@@ -985,9 +983,9 @@ def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
     final = times.loc["likelihood/score_final_h500"]  # starts over when rerun: its last start
     assert final["seconds"] == pytest.approx(80.0) and not final["resumed"]
     # without the logs (or the run's results) nothing says which rows were kept
-    alone = claims_report.wall_times(tmp_path / "benchmarks", models).set_index("job")
+    alone = job_times.wall_times(tmp_path / "benchmarks", models).set_index("job")
     assert alone.loc["likelihood/score_epochs_h500", "seconds"] == pytest.approx(300.0)
-    text = claims_report.wall_times_markdown(times.reset_index())
+    text = job_times.wall_times_markdown(times.reset_index())
     assert "| likelihood/score_epochs_h500 (resumed) | 510 | 435 | 900 |" in text
     assert "| likelihood/exact_curve_h25 (resumed, at least) | 84 | 79 | 700 |" in text
     assert "A scoring job or harvest marked resumed" in text
@@ -1006,7 +1004,7 @@ def test_wall_times_count_the_epochs_a_resumed_scoring_job_kept(tmp_path):
         + kept_chunk_message(2, 5, 31.0, 30.0)
         + "\nharvest h100 epoch 5: 12 unique solutions\n"
     )
-    times = claims_report.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
+    times = job_times.wall_times(tmp_path / "benchmarks", models, tmp_path / "logs")
     harvested = times.set_index("job").loc["harvest/h100/epoch_5"]
     assert [harvested["seconds"], harvested["cpu_seconds"]] == pytest.approx([121.5, 114.0])
     assert harvested["resumed"] and harvested["exact"]

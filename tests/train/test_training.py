@@ -767,7 +767,8 @@ def test_a_job_stopped_mid_epoch_resumes_at_its_batch_bit_for_bit(tmp_path, caps
     resumed, resumed_history = run(tmp_path / "stopped", lambda step, _: resumed_steps.append(step))
     err = capsys.readouterr().err
     assert "resuming epoch 2 after its batch 4" in err
-    # the log names the seconds of epoch 2 trained before this start (claims.wall_times adds them)
+    # the log names the seconds of epoch 2 trained before this start (job_times.wall_times
+    # adds them)
     assert resumed_epoch(err) == 1
     assert resumed_within(err) == pytest.approx((part.seconds, part.cpu_seconds), abs=0.05)
     # the kept state is that after batch 4 (written before batch 5's update was offered again)

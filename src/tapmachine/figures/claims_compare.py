@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-from tapmachine.figures.claims import _blank, _cell, collect, row_labels, side_by_side
+from tapmachine.figures.claims import collect, row_labels, side_by_side
+from tapmachine.figures.common import blank, markdown_cell
 
 __all__ = ["KINDS", "LABELS", "change", "compare", "compare_markdown", "kind"]
 
@@ -25,8 +26,8 @@ def change(before, after, in_before: bool = True, in_after: bool = True) -> str:
     """How a claim row's verdict moved: '' for a context row (no verdict in either run),
     'new' / 'gone' for a row only one run has, the verdict where both runs give the same one,
     else 'B -> A' with 'no verdict' for a blank side."""
-    b = "" if _blank(before) else str(before)
-    a = "" if _blank(after) else str(after)
+    b = "" if blank(before) else str(before)
+    a = "" if blank(after) else str(after)
     if not (b or a):
         return ""
     if not in_before:
@@ -97,7 +98,10 @@ def compare_markdown(
     which = row_labels(table, LABELS)  # over every row: a context row can share a claim
     for i, r in judged.iterrows():
         row = which[i]
-        sides = [f"{_cell(r[f'value {k}'])} ({_cell(r[f'held {k}']) or '-'})" for k in LABELS]
+        sides = [
+            f"{markdown_cell(r[f'value {k}'])} ({markdown_cell(r[f'held {k}']) or '-'})"
+            for k in LABELS
+        ]
         cells = [r["figure"], r["claim"], r["model"], row, *sides, r["change"]]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

@@ -35,6 +35,8 @@ __all__ = [
     "STYLE",
     "FigureError",
     "FigureResult",
+    "blank",
+    "markdown_cell",
     "ModelInfo",
     "new_figure",
     "model_info",
@@ -312,3 +314,26 @@ def save(result: FigureResult, png, pdf, csv) -> list[Path]:
             p.unlink(missing_ok=True)
         raise
     return written
+
+
+def blank(v) -> bool:
+    """Whether a table value is empty: None, NaN or empty text."""
+    return v is None or (isinstance(v, float) and math.isnan(v)) or str(v) == ""
+
+
+def markdown_cell(v) -> str:
+    """A value as markdown table text: numbers to 4 significant digits, '|' escaped."""
+    if blank(v):
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int | float):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "n/a" if math.isnan(v) else str(v)
+        if float(v).is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.4g}"
+    try:
+        return markdown_cell(float(v))
+    except (TypeError, ValueError):
+        return str(v).replace("|", "\\|").replace("\n", " ")

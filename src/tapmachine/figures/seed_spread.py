@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import os
 
-from tapmachine.figures.claims import _cell, collect, row_labels, side_by_side
-from tapmachine.figures.common import FigureError
+from tapmachine.figures.claims import collect, row_labels, side_by_side
+from tapmachine.figures.common import FigureError, markdown_cell
 
 __all__ = ["spread", "spread_markdown", "verdict_over_seeds"]
 
@@ -89,10 +89,15 @@ def spread_markdown(table, title: str | None = None, level: int = 2) -> str:
     ]
     for i, r in judged.iterrows():
         row = which[i]
-        seeds = [f"{_cell(r[f'value {k}'])} ({_cell(r[f'held {k}']) or '-'})" for k in labels]
+        seeds = [
+            f"{markdown_cell(r[f'value {k}'])} ({markdown_cell(r[f'held {k}']) or '-'})"
+            for k in labels
+        ]
         head = [r["figure"], r["claim"], r["model"], *([row] if shown else [])]
         cells = [*head, *seeds, r["mean"], r["std"], r["verdict"]]
-        out.append("| " + " | ".join(c if isinstance(c, str) else _cell(c) for c in cells) + " |")
+        out.append(
+            "| " + " | ".join(c if isinstance(c, str) else markdown_cell(c) for c in cells) + " |"
+        )
     return "\n".join(out) + "\n"
 
 

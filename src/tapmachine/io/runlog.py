@@ -40,7 +40,7 @@ def resumed_epoch(log_text: str) -> int:
     """The epoch a training job's log says its start resumed from; 0 for a fresh start.
 
     Snakemake writes a job's log anew at each start, so the log of a finished job is its last
-    start's, the one its benchmark file times (``figures.claims.wall_times``). The resume line
+    start's, the one its benchmark file times (``figures.job_times.wall_times``). The resume line
     is the first thing training writes; lines before it from elsewhere (unreadable checkpoints
     skipped; a tracking library's notices) are passed over, up to the first epoch's output.
     """

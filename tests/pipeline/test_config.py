@@ -637,3 +637,30 @@ def test_jobs_read_only_checkpoints_that_checkpoint_every_keeps():
     validate(plain, SCHEMA)
     with pytest.raises(ConfigError, match=r"models\.a\.checkpoint_every: 0 is less than"):
         validate({**config(), "models": {"a": {**model, "checkpoint_every": 0}}}, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "overlay, dataset",
+    [
+        ("paper_binary_mnist.yaml", "binary_mnist"),
+        ("paper_real_mnist.yaml", "real_mnist"),
+        ("paper_faces.yaml", "real_faces"),
+    ],
+)
+def test_one_dataset_overlays_draw_figs_3_to_7_of_that_dataset_only(overlay, dataset):
+    """Each one-dataset overlay, after the paper-size run's files, keeps in Figs. 3-7 exactly the
+    models of paper.yaml's lists that train on its dataset, and changes no model."""
+    run = [
+        "workflow/config/paper.yaml",
+        "workflow/config/sm_cd25_anchor.yaml",
+        "workflow/config/paper_cpu.yaml",
+        "workflow/config/faces_substitute.yaml",
+    ]
+    whole = validate(load(*run), SCHEMA)
+    one = validate(load(*run, f"workflow/config/{overlay}"), SCHEMA)
+    assert one["models"] == whole["models"]
+    for fig in ("fig3", "fig4", "fig5", "fig6", "fig7"):
+        kept = [m for m in whole["figures"][fig]["models"] if whole["models"][m]["dataset"] == dataset]
+        assert one["figures"][fig]["models"] == kept, fig
+    exact = (one["figures"]["fig3"].get("exact") or {}).get("models", [])
+    assert all(one["models"][m]["dataset"] == dataset for m in exact)

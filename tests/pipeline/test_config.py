@@ -660,7 +660,8 @@ def test_one_dataset_overlays_draw_figs_3_to_7_of_that_dataset_only(overlay, dat
     one = validate(load(*run, f"workflow/config/{overlay}"), SCHEMA)
     assert one["models"] == whole["models"]
     for fig in ("fig3", "fig4", "fig5", "fig6", "fig7"):
-        kept = [m for m in whole["figures"][fig]["models"] if whole["models"][m]["dataset"] == dataset]
+        listed = whole["figures"][fig]["models"]
+        kept = [m for m in listed if whole["models"][m]["dataset"] == dataset]
         assert one["figures"][fig]["models"] == kept, fig
     exact = (one["figures"]["fig3"].get("exact") or {}).get("models", [])
     assert all(one["models"][m]["dataset"] == dataset for m in exact)

@@ -572,3 +572,24 @@ def test_progress_names_the_jobs_the_newest_run_lost_apart_from_those_it_stopped
     ]
     assert "2 job(s) went down with the stopped run" in out and "dmesg" in out
     assert running_jobs.format_failed([]) == ""
+
+
+def test_a_checkpoint_removed_between_listing_and_reading_is_listed_again(tmp_path, monkeypatch):
+    """Training removes each checkpoint it does not keep (checkpoint_every) once the next is
+    written: progress that listed it and finds it gone reads the newest one instead."""
+    from tapmachine.io import modelfile
+
+    model_dir = tmp_path / "m"
+    with pytest.raises(Stop):
+        _train(model_dir, epochs=5, stop_after=3)
+    ckpts = model_dir / "checkpoints"
+    listed = iter([ckpts / "epoch_7.pt"])  # listed, then removed by the training beside it
+    real = modelfile.latest_checkpoint
+    monkeypatch.setattr(modelfile, "latest_checkpoint", lambda d: next(listed, None) or real(d))
+    row = progress.model_progress(model_dir)
+    assert row["epochs_done"] == 3
+    # a file that is there but unreadable stays an error
+    monkeypatch.setattr(modelfile, "latest_checkpoint", real)
+    (ckpts / "epoch_3.pt").write_bytes(b"cut off")
+    with pytest.raises(modelfile.ModelFileError):
+        progress.model_progress(model_dir)

@@ -200,7 +200,7 @@ def model_progress(
     ``ckpt_dir``: read the checkpoints there instead of ``model_dir``'s, and no ``model.pt``
     (a deep model's pretraining layer, ``pretraining_progress``).
     """
-    from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_dir, latest_checkpoint
+    from tapmachine.io.modelfile import ModelFile, checkpoint_dir
 
     model_dir = Path(model_dir)
     final = model_dir / "model.pt"
@@ -211,13 +211,12 @@ def model_progress(
         history, total, finished = record.history, record.n_epochs, True
         settings = record.spec
     else:
-        latest = latest_checkpoint(kept)
-        if latest is None:  # perhaps part-way through its first epoch
+        ckpt = _latest_checkpoint(kept)
+        if ckpt is None:  # perhaps part-way through its first epoch
             ckpt = _first_epoch_in_progress(kept)
             if ckpt is None:
                 return None
         else:
-            ckpt = Checkpoint.load(latest)
             if expected is None:
                 pending = _pending_reevaluation(kept, ckpt)
             else:
@@ -286,6 +285,25 @@ def pretraining_progress(
             stage += f", then {joint_epochs} joint epochs"
         return {**row, "model": Path(model_dir).name, "stage": stage}
     return None
+
+
+def _latest_checkpoint(ckpt_dir: Path, tries: int = 3):
+    """The ``Checkpoint`` of the highest epoch in ``ckpt_dir`` (None if there is none), read
+    beside a training that writes the next one and then removes those it does not keep
+    (``checkpoint_every``): a file listed and gone before it was read is listed again."""
+    from tapmachine.io.modelfile import Checkpoint, ModelFileError, latest_checkpoint
+
+    for _ in range(tries - 1):
+        latest = latest_checkpoint(ckpt_dir)
+        if latest is None:
+            return None
+        try:
+            return Checkpoint.load(latest)
+        except ModelFileError:
+            if latest.exists():
+                raise
+    latest = latest_checkpoint(ckpt_dir)
+    return Checkpoint.load(latest) if latest is not None else None
 
 
 def _kept_in_progress(ckpt_dir: Path):

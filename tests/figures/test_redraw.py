@@ -6,10 +6,12 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import tiny_harvest
 
-from tapmachine.figures import common, likelihood_table, redraw, ucd_dbm
+from tapmachine.figures import common, fig3, likelihood_table, redraw, ucd_dbm
 from tapmachine.pipeline import cli
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "ucd_cpu"
@@ -99,8 +101,8 @@ def test_a_table_whose_drawn_rows_lack_a_read_column_is_not_redrawn(drawn_tables
     table = redraw.read_table(csv).drop(columns=["classifier_accuracy"])
     with pytest.raises(common.FigureError, match="classifier_accuracy"):
         redraw.redraw(table, "ucd_table2")
-    with pytest.raises(common.FigureError, match="no table named 'fig3'"):
-        redraw.table_name(csv.with_name("fig3.csv"))
+    with pytest.raises(common.FigureError, match="no table named 'fig7'"):
+        redraw.table_name(csv.with_name("fig7.csv"))
 
 
 def test_claim_differences_find_a_changed_value_verdict_and_row():
@@ -110,6 +112,12 @@ def test_claim_differences_find_a_changed_value_verdict_and_row():
 
     a = table([("c", 1.0, "m", "", None, True), ("d", math.nan, "m"), ("e", 2.0)])
     assert redraw.claim_differences(a, a.copy()) == ([], [])  # NaN equals NaN
+    last_bits = table([("c", 1.0 + 4e-16, "m", "", None, True), ("d", math.nan, "m"), ("e", 2.0)])
+    assert redraw.claim_differences(a, last_bits) == ([], [])  # another summation order
+    fitted_otherwise = table([("c", 1.0 + 1e-6, "m", "", None, True), ("d", math.nan, "m")])
+    assert redraw.claim_differences(a, fitted_otherwise)[0] == [
+        "c [m]: value 1.0 -> 1.000001, verdict 'held' -> 'held'"
+    ]
     b = table([("c", 1.0, "m", "", None, False), ("d", 0.5, "m"), ("f", 2.0)])
     changed, only = redraw.claim_differences(a, b)
     assert changed == [
@@ -142,6 +150,14 @@ def test_redraw_table_command_writes_png_and_csv_and_refuses_other_verdicts(
     assert cli.main(argv) == 2
     assert "removal_worsens_fid" in capsys.readouterr().err
     assert not elsewhere.exists()
+    # judged again: the current verdict is written and named; a value that differs still refused
+    assert cli.main(argv + ["--rejudge"]) == 0
+    assert "removal_worsens_fid" in capsys.readouterr().out
+    assert (elsewhere / "ucd_table2.csv").read_text() == csv.read_text()
+    table.loc[row, "value"] = float(table.loc[row, "value"]) + 1.0
+    table.to_csv(forged, index=False)
+    assert cli.main(argv + ["--rejudge"]) == 2
+    assert "removal_worsens_fid" in capsys.readouterr().err
     renamed = tmp_path / "table.csv"
     renamed.write_text(csv.read_text())
     argv = ["redraw-table", "--csv", str(renamed), "--out", str(out), "--table", "ucd_table2"]
@@ -235,3 +251,46 @@ def test_claims_rejudge_judges_the_tables_again_from_their_csvs(drawn_tables):
 
     assert verdict(claims_report.collect(csv.parent)) != truth
     assert verdict(claims_report.collect(csv.parent, rejudge=True)) == truth
+
+
+def test_fig3_redrawn_from_its_csv_draws_the_same_curves_and_verdicts(tmp_path):
+    """Fig. 3 of a tiny trained model with an exact curve (AIS included), redrawn from its CSV
+    alone: the same models, datasets, substitute and hidden units, the same drawn rows and claim
+    rows; a CSV without the standard errors is refused."""
+    run = tiny_harvest.build(
+        tmp_path / "run", epochs=(tiny_harvest.EPOCHS,), n_init=20, substitute="made-up faces"
+    )
+    epochs = pd.read_csv(run["metrics"])["epoch"].to_numpy(int)
+    chosen = [int(epochs[0]), int(epochs[-1])]
+    exact_csv = tmp_path / "exact.csv"
+    pd.DataFrame(
+        {"model": "tiny", "epoch": chosen, "exact_ll": [-0.5, -0.25], "exact_ll_stderr": 0.01}
+    ).assign(ais_z=[0.5, -1.5]).to_csv(exact_csv, index=False)
+    made = fig3.make([run["metrics"]], [run["model"]], [exact_csv])
+    csv = tmp_path / "figures" / "fig3.csv"
+    common.save(made, csv.with_suffix(".png"), None, csv)
+    table = redraw.read_table(csv)
+
+    infos, curves, exact = fig3.from_table(table)
+    assert [(i.name, i.dataset, i.substitute, i.sizes[1]) for i in infos] == [
+        (m.name, m.dataset, m.substitute, m.sizes[1]) for m in made.models
+    ]
+    assert curves[0]["epoch"].tolist() == epochs.tolist()
+    assert exact["tiny"]["epoch"].tolist() == chosen
+    assert exact["tiny"]["ais_z"].tolist() == [0.5, -1.5]
+
+    again = redraw.redraw(table, "fig3")
+    assert redraw.claim_differences(table, again.table) == ([], [])
+    assert {"exact_ll_increase_first_to_last", "ais_vs_exact"} <= set(again.table["claim"])
+    drawn = [t[t["kind"] == "drawn"].reset_index(drop=True) for t in (made.table, again.table)]
+    for column in ("epoch", "tap_ll", "tap_ll_stderr", "exact_ll", "ais_z", "hidden_units"):
+        assert np.allclose(
+            drawn[0][column].astype(float), drawn[1][column].astype(float), equal_nan=True
+        ), column
+    assert again.figure.get_suptitle() == made.figure.get_suptitle()
+
+    out = tmp_path / "redrawn"
+    assert cli.main(["redraw-table", "--csv", str(csv), "--out", str(out)]) == 0
+    assert (out / "fig3.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(common.FigureError, match="tap_ll_stderr"):
+        redraw.redraw(table.drop(columns=["tap_ll_stderr"]), "fig3")

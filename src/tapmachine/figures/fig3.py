@@ -60,7 +60,16 @@ from tapmachine.figures.common import (
 from tapmachine.figures.solutions import PAPER_SIZES
 from tapmachine.train.tap_gradient import CONVERGED_STEP_SHARE
 
-__all__ = ["make", "rejudge", "breakpoint_epoch", "segment_fit", "size_line", "DIAGNOSTICS"]
+__all__ = [
+    "make",
+    "draw",
+    "from_table",
+    "rejudge",
+    "breakpoint_epoch",
+    "segment_fit",
+    "size_line",
+    "DIAGNOSTICS",
+]
 
 #: Per-epoch columns of metrics.csv carried into the CSV when present (NaN otherwise).
 DIAGNOSTICS = (
@@ -124,7 +133,6 @@ def _title_note(infos, curves) -> str:
     return f"\n{note}" if note else ""
 
 
-@styled
 def make(metrics_files: list, model_files: list, exact_files=(), palette=()) -> FigureResult:
     """Fig. 3 for the models whose ``metrics.csv`` and ``model.pt`` are given (same order), with
     the exact curves of ``exact_files`` (CSVs of ``likelihood.exact_curve``, any of the models);
@@ -144,6 +152,17 @@ def make(metrics_files: list, model_files: list, exact_files=(), palette=()) -> 
         infos.append(info)
         curves.append(df.sort_values("epoch"))
     exact = _read_exact(exact_files, [i.name for i in infos])
+    result = draw(infos, curves, exact, palette)
+    result.params = {"metrics_files": [str(Path(f)) for f in metrics_files]}
+    return result
+
+
+@styled
+def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
+    """Fig. 3 from each model's ``ModelInfo`` and per-epoch curve (same order; ``epoch``,
+    ``tap_ll``, ``tap_ll_stderr`` and any of ``DIAGNOSTICS``, sorted by epoch), with the exact
+    curves of ``exact`` (model name -> ``epoch``, ``exact_ll``, ``exact_ll_stderr`` and, with AIS,
+    ``ais_z``): what ``make`` reads from the run's files, or ``from_table`` from the CSV."""
     colours = model_colours([*palette, *(i.name for i in infos)])
 
     datasets = list(dict.fromkeys(i.dataset for i in infos))
@@ -219,12 +238,44 @@ def make(metrics_files: list, model_files: list, exact_files=(), palette=()) -> 
     fig.align_ylabels(grid[:, 0])
     _legend(fig, grid[0])
     fig.suptitle("Fig. 3: normalised TAP log-likelihood over training" + _title_note(infos, curves))
-    return FigureResult(
-        fig,
-        table(drawn, claims + substitute_claims(infos)),
-        infos,
-        params={"metrics_files": [str(Path(f)) for f in metrics_files]},
-    )
+    return FigureResult(fig, table(drawn, claims + substitute_claims(infos)), infos)
+
+
+def from_table(figure_table) -> tuple[list, list, dict]:
+    """What ``draw`` draws, read back from a Fig. 3 table (its CSV, read by pandas; a run whose
+    ``metrics.csv`` files are gone): each model's ``ModelInfo`` (name, dataset, substitute and
+    hidden units, from its drawn rows), its curve (the drawn rows' epochs, estimates and
+    diagnostics) and, where its rows carry them, its exact values at their epochs."""
+    drawn = figure_table[figure_table["kind"] == "drawn"]
+    missing = sorted({"model", "dataset", "epoch", "tap_ll", "tap_ll_stderr"} - set(drawn))
+    if missing:
+        raise FigureError(f"the table's drawn rows lack {missing}: it cannot be redrawn")
+    infos, curves, exact = [], [], {}
+    for model, rows in drawn.groupby("model", sort=False):
+        rows = rows.sort_values("epoch").reset_index(drop=True)
+        first = rows.iloc[0]
+        substitute = first.get("substitute")
+        hidden = pd.to_numeric(first.get("hidden_units"), errors="coerce")
+        infos.append(
+            ModelInfo(
+                str(model),
+                str(first["dataset"]),
+                substitute if isinstance(substitute, str) else "",
+                sizes=(None, int(hidden)) if np.isfinite(hidden) else (),
+            )
+        )
+        columns = ["epoch", "tap_ll", "tap_ll_stderr", *(c for c in DIAGNOSTICS if c in rows)]
+        curves.append(rows[columns].astype({"epoch": int}))
+        if "exact_ll" in rows and rows["exact_ll"].notna().any():
+            known = rows[rows["exact_ll"].notna()]
+            columns = [
+                "epoch",
+                "exact_ll",
+                "exact_ll_stderr",
+                *(["ais_z"] if "ais_z" in rows else []),
+            ]
+            exact[str(model)] = known[columns].astype({"epoch": int}).reset_index(drop=True)
+    return infos, curves, exact
 
 
 def _read_exact(files, models: list[str]) -> dict[str, pd.DataFrame]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tapmachine.figures import likelihood_table
+from tapmachine.figures import fig3, likelihood_table
 from tapmachine.figures.common import FigureError, FigureResult
 from tapmachine.figures.ucd_dbm import tables
 
@@ -30,6 +30,7 @@ __all__ = [
     "redraw",
     "read_table",
     "table_name",
+    "verdict_changes",
 ]
 
 #: The columns a figure table adds to its drawn rows (``common.table``, ``common.claim``): not
@@ -147,27 +148,52 @@ def _blank(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
+#: Relative difference within which two claim values are the same: a value fitted from the
+#: drawn numbers (Fig. 3's least-squares slopes) can differ in its last bits between machines
+#: and numpy builds, which sum in other orders (1e-15 relative, measured on the committed
+#: paper-size Fig. 3).
+SAME_VALUE_RTOL = 1e-9
+
+
 def _same_value(a, b) -> bool:
     try:
         a, b = float(a), float(b)
     except (TypeError, ValueError):
         return str(a) == str(b)
-    return (math.isnan(a) and math.isnan(b)) or a == b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=SAME_VALUE_RTOL, abs_tol=0.0)
 
 
-def claim_differences(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+def claim_differences(
+    old: pd.DataFrame, new: pd.DataFrame, verdicts: bool = True
+) -> tuple[list[str], list[str]]:
     """The claim rows of two tables compared, keyed by claim, model and epoch: (rows in both
-    whose value or verdict differ, rows in only one of them), each a line of text. Values must
-    be equal (NaN equals NaN): a redraw computes them from the same numbers in the same way."""
+    whose value or, with ``verdicts``, verdict differ, rows in only one of them), each a line of
+    text. Values must be equal to ``SAME_VALUE_RTOL`` (NaN equals NaN): a redraw computes them
+    from the same numbers in the same way. Without ``verdicts`` a row whose value is the same
+    and whose verdict the current code gives otherwise (a committed run judged again) is not a
+    difference; ``verdict_changes`` lists them."""
     a, b = _claim_rows(old), _claim_rows(new)
     changed = []
     for key in a.keys() & b.keys():
         (va, ha), (vb, hb) = a[key], b[key]
-        if not _same_value(va, vb) or ha != hb:
+        if not _same_value(va, vb) or (verdicts and ha != hb):
             changed.append(f"{_label(key)}: value {va!r} -> {vb!r}, verdict {ha!r} -> {hb!r}")
     only = [f"only in the CSV: {_label(k)}" for k in a.keys() - b.keys()]
     only += [f"only in the redraw: {_label(k)}" for k in b.keys() - a.keys()]
     return sorted(changed), sorted(only)
+
+
+def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """The claim rows in both tables with the same value and another verdict, each a line of
+    text: what the current code judges otherwise than the code that wrote ``old``."""
+    a, b = _claim_rows(old), _claim_rows(new)
+    return sorted(
+        f"{_label(key)}: verdict {a[key][1]!r} -> {b[key][1]!r} (value {a[key][0]!r})"
+        for key in a.keys() & b.keys()
+        if _same_value(a[key][0], b[key][0]) and a[key][1] != b[key][1]
+    )
 
 
 def _label(key) -> str:
@@ -182,4 +208,5 @@ TABLES = {
     "ucd_table1": (_ucd_scores, tables.table1_from_scores),
     "ucd_table2": (_ucd_scores, tables.table2_from_scores),
     "likelihood_table": (_likelihood_rows, likelihood_table.from_rows),
+    "fig3": (fig3.from_table, fig3.draw),
 }

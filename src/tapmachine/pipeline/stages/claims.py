@@ -70,44 +70,53 @@ def claims_compare(args) -> None:
 
 
 def redraw_table(args) -> None:
-    """``tapmachine redraw-table``: a table drawn again by the current code from its CSV alone
-    (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under ``--out``, named
-    as the CSV; refused, nothing written, when a claim row's value or verdict differs from the
-    CSV's."""
+    """``tapmachine redraw-table``: a table or Fig. 3 drawn again by the current code from its CSV
+    alone (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under ``--out``,
+    named as the CSV; refused, nothing written, when a claim row's value or (without
+    ``--rejudge``) verdict differs from the CSV's."""
     from tapmachine.figures import common, redraw
     from tapmachine.figures.common import FigureError
 
     table = redraw.read_table(args.csv)
     name = args.table or redraw.table_name(args.csv)
     result = redraw.redraw(table, name)
-    changed, only = redraw.claim_differences(table, result.table)
+    changed, only = redraw.claim_differences(table, result.table, verdicts=not args.rejudge)
     if changed:
         raise FigureError(
             f"{args.csv}: the redrawn claim rows differ from the CSV's, nothing written: "
             + "; ".join(changed)
         )
+    if args.rejudge:
+        only = redraw.verdict_changes(table, result.table) + only
     out, stem = Path(args.out), Path(args.csv).stem
     pdf = out / f"{stem}.pdf" if args.pdf else None
     paths = common.save(result, out / f"{stem}.png", pdf, out / f"{stem}.csv")
     for line in only:
         print(line)
-    print(f"wrote {', '.join(str(p) for p in paths)} ({name}, claim rows as in {args.csv})")
+    judged = "verdicts of the current code" if args.rejudge else f"claim rows as in {args.csv}"
+    print(f"wrote {', '.join(str(p) for p in paths)} ({name}, {judged})")
 
 
 def register(subparsers) -> None:
     r = subparsers.add_parser(
         "redraw-table",
-        help="draw a table (ucd_table1, ucd_table2, likelihood_table) again from its CSV alone",
+        help="draw a table (ucd_table1, ucd_table2, likelihood_table) or Fig. 3 again from its CSV",
     )
     r.add_argument("--csv", required=True, help="the table's CSV (a figure table)")
     r.add_argument("--out", required=True, help="folder to write <csv name>.png and .csv to")
     r.add_argument(
         "--table",
         default=None,
-        choices=["ucd_table1", "ucd_table2", "likelihood_table"],
+        choices=["ucd_table1", "ucd_table2", "likelihood_table", "fig3"],
         help="which table the CSV holds (default: the CSV's file name)",
     )
     r.add_argument("--pdf", action="store_true", help="also write <csv name>.pdf")
+    r.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="write the current code's verdicts where they differ from the CSV's (a committed "
+        "run judged again; each such row is printed); values must still agree",
+    )
     r.set_defaults(func=redraw_table)
     spread = subparsers.add_parser(
         "claims-spread",

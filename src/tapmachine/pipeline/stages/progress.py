@@ -26,6 +26,8 @@ every epoch whose checkpoint was evaluated otherwise than the config's settings 
 (``train.expected_signature``) is then counted, started or not. The config also gives each
 model's epochs: a finished model that an overlay trains on (more epochs than its ``model.pt``
 holds, as ``faces_substitute.yaml`` does) is counted to the config's epochs, not as finished.
+
+One module: every part reads the same checkpoints and history rows to price what is left.
 """
 
 from __future__ import annotations
@@ -293,17 +295,16 @@ def _latest_checkpoint(ckpt_dir: Path, tries: int = 3):
     (``checkpoint_every``): a file listed and gone before it was read is listed again."""
     from tapmachine.io.modelfile import Checkpoint, ModelFileError, latest_checkpoint
 
-    for _ in range(tries - 1):
+    for attempt in range(tries):
         latest = latest_checkpoint(ckpt_dir)
         if latest is None:
             return None
         try:
             return Checkpoint.load(latest)
         except ModelFileError:
-            if latest.exists():
+            if latest.exists() or attempt == tries - 1:
                 raise
-    latest = latest_checkpoint(ckpt_dir)
-    return Checkpoint.load(latest) if latest is not None else None
+    return None
 
 
 def _kept_in_progress(ckpt_dir: Path):

@@ -151,6 +151,44 @@ def test_fig3_diagnostics_and_a_falling_curve(run, tmp_path):
     assert claims(table, "training_steps_converged")["held"].iloc[0] == "held"
 
 
+def test_fig3_draws_the_scored_epochs_and_counts_every_epochs_training_steps(run, tmp_path):
+    """A model scored every other epoch (``eval.every`` 2: its other rows have no ``n_unique``):
+    the curve and its claims take the scored epochs, with no gap counted; the CSV keeps every
+    epoch with ``evaluated`` 0 or 1, the training steps' claims count every epoch, and the
+    claims judged again from the CSV are the same rows."""
+    df = pd.read_csv(run["metrics"])
+    n = len(df)
+    skipped = df["epoch"] % 2 == 1
+    evaluation = [c for c in df.columns if c.startswith(("tap_", "n_", "log_z", "mean_it"))]
+    evaluation += ["retry_tol"] if "retry_tol" in df else []
+    df.loc[skipped, evaluation] = math.nan
+    df["train_unconverged_steps"] = [0] * (n - 1) + [3]
+    df["train_converged_step_share"] = [0.5] + [1.0] * (n - 1)
+    metrics = tmp_path / "metrics.csv"
+    df.to_csv(metrics, index=False)
+    table = _save(fig3.make([metrics], [run["model"]]), tmp_path, "fig3")
+    drawn = table[table["kind"] == "drawn"].sort_values("epoch")
+    assert list(drawn["epoch"]) == list(df["epoch"])
+    assert list(drawn["evaluated"]) == list((~skipped).astype(float))
+    assert claims(table, "epochs_without_solution").empty
+    scored = df[~skipped]
+    rise = claims(table, "ll_increase_first_to_last")["value"].iloc[0]
+    assert rise == pytest.approx(scored["tap_ll"].iloc[-1] - scored["tap_ll"].iloc[0])
+    converged = claims(table, "training_steps_converged")
+    assert converged["value"].iloc[0] == pytest.approx(1 - 0.5 / n)  # epoch 1 was not scored
+    assert f"over {n} epochs" in converged["detail"].iloc[0]
+    steps = claims(table, "epochs_with_unconverged_training_steps")["detail"].iloc[0]
+    assert steps.startswith(f"of {n};") and steps.endswith(f"from epoch {n}")
+    again = fig3.rejudge(table)
+    mine, theirs = (
+        t[t["kind"] == "claim"][["claim", "value", "held"]].fillna("").reset_index(drop=True)
+        for t in (table, again)
+    )
+    pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+    infos, curves, _ = fig3.from_table(table)
+    assert list(curves[0]["evaluated"]) == list((~skipped).astype(float))
+
+
 def test_fig3_exact_curve_judges_the_rise_on_the_exact_values(run, tmp_path):
     """An exact curve that falls while TAP's estimate rises: the exact rows say not held, the
     TAP excess is the largest difference at a shared epoch, the CSV carries the exact values

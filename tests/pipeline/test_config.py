@@ -573,8 +573,8 @@ def test_the_cpu_overlay_leaves_out_two_trainings_and_compares_fig10_at_epoch_42
 def test_the_faces_substitute_overlay_scales_the_faces_epochs_by_the_update_ratio():
     """faces_substitute.yaml after paper.yaml: faces_h256 trains the substitute's 80 images for
     the paper's number of updates (500 epochs of 2,429 CBCL faces at batch 20 against 80 at 20:
-    30 times the epochs) and is harvested and drawn at 30 times the paper's epochs; nothing else
-    changes."""
+    30 times the epochs) and is harvested, scored and drawn at 30 times the paper's epochs; nothing
+    else changes."""
     files = [ROOT / "workflow/config/paper.yaml"]
     paper = validate(load_config(files, default=ROOT / "config.yaml", schema=SCHEMA), SCHEMA)
     files.append(ROOT / "workflow/config/faces_substitute.yaml")
@@ -585,6 +585,7 @@ def test_the_faces_substitute_overlay_scales_the_faces_epochs_by_the_update_rati
     expected = copy.deepcopy(paper)
     expected["models"]["faces_h256"]["epochs"] *= scale
     expected["models"]["faces_h256"]["checkpoint_every"] = scale  # the harvested epochs only
+    expected["models"]["faces_h256"]["eval"]["every"] = scale  # one score per paper epoch
     harvest = expected["harvest"]["faces_h256"]
     harvest["epochs"] = [e * scale for e in harvest["epochs"]]
     for fig in ("fig6", "fig7"):

@@ -157,6 +157,21 @@ def test_progress_counts_a_running_reevaluation_pass(tmp_path, capsys):
     assert "evaluating 2 earlier epochs again first" in capsys.readouterr().out
 
 
+def test_a_run_scored_every_other_epoch_has_no_pass_until_one_begins(tmp_path):
+    """eval_every 2 (epochs 2 and 4 scored of 5): the unscored epochs are no sign of a pass under
+    way; once a pass has rewritten the oldest scored checkpoint, the scored epochs after it are
+    still to evaluate, the unscored ones are not."""
+    model_dir = tmp_path / "results" / "paper" / "models" / "m"
+    with pytest.raises(Stop):
+        _train(model_dir, epochs=6, stop_after=5, eval_every=2)
+    assert progress.model_progress(model_dir)["reevaluating"] == 0
+    second = model_dir / "checkpoints" / "epoch_2.pt"
+    ckpt = Checkpoint.load(second)
+    ckpt.settings["retry_damping"] = None
+    ckpt.save(second)
+    assert progress.model_progress(model_dir)["reevaluating"] == 1  # epoch 4
+
+
 def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, monkeypatch):
     """A job that will evaluate its epochs again when it starts (its config's second pass differs
     from its checkpoints') shows nothing pending from the checkpoints alone; with the run's config

@@ -229,7 +229,7 @@ def test_checkpoints_of_other_numerics_are_not_resumed(tmp_path, monkeypatch):
 def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     """Every setting enters the resume fingerprint except the converged mode's keys in a
     fixed-iteration run, the evaluation's second pass, ``fuse``, the CUDA graphs' keys,
-    ``checkpoint_every`` and, at a constant step size, the number of epochs."""
+    ``checkpoint_every``, ``eval_every`` and, at a constant step size, the number of epochs."""
     x = bars_and_stripes()
     m = build_machine(SPEC, x, 0.01, seeded_generator(7, "fp"))
     base = settings()
@@ -245,6 +245,7 @@ def test_the_fingerprint_leaves_out_only_what_changes_no_training_number():
     captured = dataclasses.replace(base, cuda_graphs=False, cuda_graph_sweeps=3)
     assert fingerprint(m, x, captured) == fp
     assert fingerprint(m, x, dataclasses.replace(base, checkpoint_every=4)) == fp
+    assert fingerprint(m, x, dataclasses.replace(base, eval_every=5)) == fp
     assert fingerprint(m, x, dataclasses.replace(base, epochs=base.epochs + 5)) == fp
     decaying = dataclasses.replace(base, learning_rate={"start": 0.1, "end": 0.01})
     assert fingerprint(m, x, dataclasses.replace(decaying, epochs=9)) != fingerprint(m, x, decaying)
@@ -324,6 +325,77 @@ def test_checkpoint_every_keeps_its_multiples_and_the_last_epoch_and_changes_no_
     assert [h["tap_ll"] for h in history] == [h["tap_ll"] for h in whole_history]
     with pytest.raises(TrainingError, match="checkpoint_every must be a positive integer, not 0"):
         settings(checkpoint_every=0)
+
+
+def test_eval_every_scores_its_multiples_and_the_last_epoch_and_changes_no_number(tmp_path):
+    """eval_every 3 over 7 epochs scores epochs 3, 6 and 7 (the others record their training
+    numbers only), each as a run scoring every epoch does, and trains the same model bit for
+    bit. A run scored every epoch for 4 epochs resumes with eval_every 3: epochs 1-4 keep their
+    scores, epoch 5 has none."""
+    x = bars_and_stripes()
+
+    def run(folder, **kw):
+        g = seeded_generator(6, "eval-every")
+        m = build_machine(SPEC, x, 0.01, g)
+        return train(m, x, settings(**kw), g, checkpoint_dir=folder, progress=False)
+
+    every, every_history = run(tmp_path / "every", epochs=7)
+    sparse, sparse_history = run(tmp_path / "sparse", epochs=7, eval_every=3)
+    for a, b in zip(sparse.weights, every.weights, strict=True):
+        assert torch.equal(a, b)
+    scored = [h["epoch"] for h in sparse_history if "tap_ll" in h]
+    assert scored == [3, 6, 7]
+    assert [h["epoch"] for h in sparse_history] == list(range(1, 8))
+    for h in sparse_history:
+        assert "w_norm" in h and "epoch_seconds" in h  # the training numbers of every epoch
+        if "tap_ll" in h:
+            assert h["tap_ll"] == every_history[h["epoch"] - 1]["tap_ll"]
+        else:
+            assert "n_unique" not in h and "log_z_tap" not in h
+
+    changed = tmp_path / "changed"
+    run(changed, epochs=4)
+    _, history = run(changed, epochs=7, eval_every=3)
+    assert [h["epoch"] for h in history if "tap_ll" in h] == [1, 2, 3, 4, 6, 7]
+    assert [h["tap_ll"] for h in history if "tap_ll" in h] == [
+        every_history[e - 1]["tap_ll"] for e in (1, 2, 3, 4, 6, 7)
+    ]
+    with pytest.raises(TrainingError, match="eval.every must be a positive integer, not 0"):
+        settings(eval_every=0)
+    assert TrainSettings.from_spec({"eval": {"every": 30, "n_samples": 5}}).eval_every == 30
+
+
+def test_a_changed_second_pass_evaluates_again_only_the_epochs_that_were_scored(
+    tmp_path, monkeypatch
+):
+    """With eval_every 2 over 3 epochs (epochs 2 and 3 scored), a resume with another
+    retry_damping scores epochs 2 and 3 again and leaves epoch 1 unscored; the history is the
+    one a run with that value throughout records at eval_every 2."""
+    x = bars_and_stripes().repeat(3, 1)
+    s = settings(epochs=3, max_iter=12, tol=1e-14, retry_damping=None, eval_every=2)
+
+    def run(ckpt, epochs, retry):
+        g = seeded_generator(3, "retry-every")
+        m = build_machine(SPEC, x, 0.01, g)
+        s_run = dataclasses.replace(s, epochs=epochs, retry_damping=retry)
+        return train(m, x, s_run, g, checkpoint_dir=ckpt, progress=False)[1]
+
+    throughout = run(tmp_path / "a", 4, 0.0)
+    run(tmp_path / "b", 3, 0.3)
+    real = evaluate_tap_log_likelihood
+    counted = []
+    for module in (loop, resume):
+        monkeypatch.setattr(
+            module, "evaluate_tap_log_likelihood", lambda *a: counted.append(1) or real(*a)
+        )
+    resumed = run(tmp_path / "b", 4, 0.0)
+    assert len(counted) == 3  # epochs 2 and 3 again, then epoch 4
+    assert [h["epoch"] for h in resumed if "tap_ll" in h] == [2, 3, 4]
+    keys = ["tap_ll", "n_converged_retry", "n_unique"]
+    scored = [h for h in resumed if "tap_ll" in h]
+    assert [[h[k] for k in keys] for h in scored[::2]] == [
+        [h[k] for k in keys] for h in throughout if "tap_ll" in h
+    ]
 
 
 def test_rho_steps_stay_in_the_unit_interval_and_follow_the_gradient():

@@ -8,7 +8,9 @@ midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of
 over the late segment (near 1: constant slope). An epoch whose evaluation found no TAP solution
 (``tap_ll`` NaN) is a gap in the curve, counted in the table, and left out of the fits. "Then at
 a near-constant slope" is judged as the curve still rising after the breakpoint (late slope > 0);
-the epoch of the curve's peak is given beside it.
+the epoch of the curve's peak is given beside it. A model trained with ``eval.every`` > 1 has a
+curve point only at its evaluated epochs; its CSV keeps every epoch (``evaluated`` 0 or 1), and
+the training steps' rows count them all.
 
 Where ``metrics.csv`` has them (``DIAGNOSTICS``), the CSV carries per epoch: the TAP-validity
 diagnostic of the evaluation's solutions (``tap_validity``, the largest over the unique
@@ -82,6 +84,12 @@ DIAGNOSTICS = (
     "tap_ll_first_pass",
     "n_unique_retry_only",
 )
+
+
+#: Fig. 3's per-epoch column that says whether training evaluated the epoch (1) or skipped its
+#: evaluation (0, ``eval.every``): the curve and its claims take the evaluated epochs, the
+#: training steps' claims every epoch.
+EVALUATED = "evaluated"
 
 
 def breakpoint_epoch(last_epoch: int) -> tuple[int, str]:
@@ -175,18 +183,17 @@ def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
             if info.dataset != dataset:
                 continue
             substitute = substitute or info.substitute
-            e = df["epoch"].to_numpy(float)
-            m = df["tap_ll"].to_numpy(float)
-            s = df["tap_ll_stderr"].to_numpy(float)
+            ev = _evaluated(df)
+            e_all, extra_all = df["epoch"].to_numpy(float), _diagnostics(df)
+            e = e_all[ev]
+            m = df["tap_ll"].to_numpy(float)[ev]
+            s = df["tap_ll_stderr"].to_numpy(float)[ev]
             nh = info.sizes[1] if len(info.sizes) > 1 else "?"
             (line,) = ax.plot(
                 e, m, color=colours[info.name], marker="." if len(e) < 30 else None, label=info.name
             )
             ax.fill_between(e, m - s, m + s, color=line.get_color(), alpha=0.25, linewidth=0)
-            extra = {
-                c: df[c].to_numpy(float) if c in df else np.full(len(e), np.nan)
-                for c in DIAGNOSTICS
-            }
+            extra = {c: v[ev] for c, v in extra_all.items()}
             first = extra["tap_ll_first_pass"]
             if np.isfinite(first).any() and not np.allclose(first, m, equal_nan=True):
                 ax.plot(e, first, color=line.get_color(), ls="--", lw=0.9)
@@ -195,8 +202,8 @@ def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
             if np.isfinite(extra["tap_validity"]).any():
                 low.plot(e, extra["tap_validity"], color=line.get_color(), ls=":", lw=0.8)
             ex = exact.get(info.name)
-            ex_ll, ex_se = _exact_at(ex, e)
-            ais_z = _exact_column(ex, e, "ais_z")
+            ex_ll, ex_se = _exact_at(ex, e_all)
+            ais_z = _exact_column(ex, e_all, "ais_z")
             if ex is not None:
                 ax.errorbar(
                     ex["epoch"],
@@ -207,7 +214,8 @@ def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
                     ls="none",
                     label=f"{info.name} exact",
                 )
-            for i, (ei, mi, si) in enumerate(zip(e, m, s, strict=True)):
+            ll_all, se_all = (df[c].to_numpy(float) for c in ("tap_ll", "tap_ll_stderr"))
+            for i, ei in enumerate(e_all):
                 drawn.append(
                     {
                         "model": info.name,
@@ -215,18 +223,16 @@ def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
                         "substitute": info.substitute,
                         "hidden_units": nh,
                         "epoch": int(ei),
-                        "tap_ll": mi,
-                        "tap_ll_stderr": si,
-                        **{c: extra[c][i] for c in DIAGNOSTICS},
+                        "tap_ll": ll_all[i],
+                        "tap_ll_stderr": se_all[i],
+                        EVALUATED: float(ev[i]),
+                        **{c: extra_all[c][i] for c in DIAGNOSTICS},
                         "exact_ll": ex_ll[i],
                         "exact_ll_stderr": ex_se[i],
                         "ais_z": ais_z[i],
                     }
                 )
-            claims += _claims(info.name, e, m)
-            claims += _diagnostic_claims(info.name, e, m, extra)
-            if ex is not None:
-                claims += _exact_claims(info.name, e, m, ex)
+            claims += _model_claims(info.name, df, ex)
         ax.set_title(dataset_label(dataset, substitute))
         ax.grid(alpha=0.3)
         low.axhline(1.0, color="0.4", lw=0.8, ls=":")
@@ -264,7 +270,8 @@ def from_table(figure_table) -> tuple[list, list, dict]:
                 sizes=(None, int(hidden)) if np.isfinite(hidden) else (),
             )
         )
-        columns = ["epoch", "tap_ll", "tap_ll_stderr", *(c for c in DIAGNOSTICS if c in rows)]
+        carried = (EVALUATED, *DIAGNOSTICS)
+        columns = ["epoch", "tap_ll", "tap_ll_stderr", *(c for c in carried if c in rows)]
         curves.append(rows[columns].astype({"epoch": int}))
         if "exact_ll" in rows and rows["exact_ll"].notna().any():
             known = rows[rows["exact_ll"].notna()]
@@ -413,8 +420,45 @@ def _converged_steps_claim(model: str, epochs: np.ndarray, share: np.ndarray) ->
     ]
 
 
-def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict) -> list[dict]:
-    """Context rows from the per-epoch diagnostics a metrics.csv has (none for older ones)."""
+def _evaluated(curve: pd.DataFrame) -> np.ndarray:
+    """Which epochs of a curve (a model's metrics.csv, or its drawn rows) were evaluated:
+    those with ``n_unique`` (every evaluation records it) or ``EVALUATED`` set; all epochs of a
+    curve with neither column (evaluated every epoch)."""
+    if EVALUATED in curve:
+        return curve[EVALUATED].to_numpy(float) > 0
+    if "n_unique" in curve:
+        return curve["n_unique"].notna().to_numpy()
+    return np.ones(len(curve), dtype=bool)
+
+
+def _diagnostics(curve: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each of ``DIAGNOSTICS`` per epoch of ``curve``, NaN where it has none."""
+    return {
+        c: curve[c].to_numpy(float) if c in curve else np.full(len(curve), np.nan)
+        for c in DIAGNOSTICS
+    }
+
+
+def _model_claims(model: str, curve: pd.DataFrame, exact: pd.DataFrame | None) -> list[dict]:
+    """A model's claim rows from its curve (every epoch; those training evaluated carry the
+    TAP log-likelihood and its diagnostics, ``_evaluated``) and its exact values, if any: the
+    curve's claims over the evaluated epochs, the training steps' over all."""
+    ev = _evaluated(curve)
+    e_all, extra_all = curve["epoch"].to_numpy(float), _diagnostics(curve)
+    e, m = e_all[ev], curve["tap_ll"].to_numpy(float)[ev]
+    extra = {c: v[ev] for c, v in extra_all.items()}
+    rows = _claims(model, e, m) + _diagnostic_claims(model, e, m, extra, (e_all, extra_all))
+    if exact is not None:
+        rows += _exact_claims(model, e, m, exact)
+    return rows
+
+
+def _diagnostic_claims(
+    model: str, epochs: np.ndarray, ll: np.ndarray, extra: dict, trained: tuple
+) -> list[dict]:
+    """Context rows from the per-epoch diagnostics a metrics.csv has (none for older ones):
+    those of the evaluation over the evaluated ``epochs`` (``ll``, ``extra``), those of the
+    training steps over every epoch (``trained``: epochs and diagnostics)."""
     rows = []
     for key, what in (
         (
@@ -447,19 +491,22 @@ def _diagnostic_claims(model: str, epochs: np.ndarray, ll: np.ndarray, extra: di
                 f"of {len(epochs)}" + (f", from epoch {int(over.min())}" if over.size else ""),
             ),
         ]
-    steps = extra["train_unconverged_steps"]
+    every_epoch, every_extra = trained
+    steps = every_extra["train_unconverged_steps"]
     if np.isfinite(steps).any():
-        hit = epochs[steps > 0]
+        hit = every_epoch[steps > 0]
         rows.append(
             claim(
                 "epochs_with_unconverged_training_steps",
                 int(hit.size),
                 model,
-                f"of {len(epochs)}; {int(np.nansum(steps))} steps in all used every row as it "
-                "stood at train_max_iter" + (f", from epoch {int(hit.min())}" if hit.size else ""),
+                f"of {len(every_epoch)}; {int(np.nansum(steps))} steps in all used every row as "
+                "it stood at train_max_iter"
+                + (f", from epoch {int(hit.min())}" if hit.size else ""),
             )
         )
-    rows += _converged_steps_claim(model, epochs, extra["train_converged_step_share"])
+    share = every_extra["train_converged_step_share"]
+    rows += _converged_steps_claim(model, every_epoch, share)
     first = extra["tap_ll_first_pass"]
     retry = extra["n_unique_retry_only"]
     if np.isfinite(retry).any():
@@ -554,15 +601,10 @@ def rejudge(figure_table):
     claims = []
     for model, curve in drawn.groupby("model", sort=False):
         curve = curve.sort_values("epoch")
-        e, m = curve["epoch"].to_numpy(float), curve["tap_ll"].to_numpy(float)
-        extra = {
-            c: curve[c].to_numpy(float) if c in curve else np.full(len(e), np.nan)
-            for c in DIAGNOSTICS
-        }
-        claims += _claims(model, e, m) + _diagnostic_claims(model, e, m, extra)
+        known = None
         if "exact_ll" in curve and curve["exact_ll"].notna().any():
-            known = curve[curve["exact_ll"].notna()]
-            claims += _exact_claims(model, e, m, known.reset_index(drop=True))
+            known = curve[curve["exact_ll"].notna()].reset_index(drop=True)
+        claims += _model_claims(model, curve, known)
     infos = [
         ModelInfo(str(model), str(c["dataset"].iloc[0]), str(c["substitute"].iloc[0]))
         for model, c in drawn.groupby("model", sort=False)

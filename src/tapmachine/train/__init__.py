@@ -14,8 +14,10 @@ one training loop, built from one epoch, ``run_epoch``, on a ``Carried`` state),
 from tapmachine.train.build import build_machine, load_model
 from tapmachine.train.evaluation import (
     evaluate_tap_log_likelihood,
+    evaluated,
     evaluation_signature,
     expected_signature,
+    latest_evaluation,
 )
 from tapmachine.train.job import Prepared, initial_machine, prepare, train_from_spec
 from tapmachine.train.loop import Carried, run_epoch, train
@@ -35,6 +37,8 @@ __all__ = [
     "evaluate_tap_log_likelihood",
     "evaluation_signature",
     "expected_signature",
+    "evaluated",
+    "latest_evaluation",
     "train",
     "Carried",
     "run_epoch",

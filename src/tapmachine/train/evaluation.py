@@ -16,6 +16,9 @@ __all__ = [
     "pass_and_validity",
     "evaluation_signature",
     "expected_signature",
+    "evaluation_due",
+    "evaluated",
+    "latest_evaluation",
     "weight_stats",
 ]
 
@@ -114,6 +117,23 @@ def expected_signature(solver: tap.SolverSettings) -> tuple:
     """``evaluation_signature`` of an evaluation made now by ``solver`` (a training run's or a
     score's ``solver_settings``)."""
     return solver.retry_damping, solver.retry_tol
+
+
+def evaluation_due(epoch: int, every: int, last_epoch: int) -> bool:
+    """Whether epoch ``epoch`` is evaluated when a run evaluates every ``every``-th epoch: its
+    multiples and the run's last epoch ``last_epoch`` (its final model is always scored)."""
+    return epoch % every == 0 or epoch == last_epoch
+
+
+def evaluated(row: dict) -> bool:
+    """Whether a history row records an evaluation (every evaluation records ``n_unique``; an
+    epoch between two evaluated ones records its training numbers only)."""
+    return "n_unique" in row
+
+
+def latest_evaluation(history: list[dict]) -> dict:
+    """The last row of ``history`` that records an evaluation; ``{}`` when none does."""
+    return next((row for row in reversed(history) if evaluated(row)), {})
 
 
 def weight_stats(machine: BoltzmannMachine) -> dict:

@@ -36,7 +36,11 @@ from tapmachine.io.modelfile import (
 )
 from tapmachine.io.runlog import SKIPPED, resume_message, resume_within_message
 from tapmachine.train import graphs
-from tapmachine.train.evaluation import evaluate_tap_log_likelihood, weight_stats
+from tapmachine.train.evaluation import (
+    evaluate_tap_log_likelihood,
+    evaluation_due,
+    weight_stats,
+)
 from tapmachine.train.methods import method
 from tapmachine.train.resume import (
     evaluated_alike,
@@ -321,8 +325,9 @@ def run_epoch(
     minibatches of ``batch_size`` rows drawn from ``generator`` (each drawn anew with
     ``settings.resample``: ``present``), the method's gradient and the update per batch (as
     captured CUDA graphs where ``train.graphs.steps_for`` gives steps), then the evaluation
-    (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default ``eval_rows``), weight
-    statistics and timings; returns the epoch's metrics, also appended to ``carried.history``.
+    (``settings.evaluate``: the TAP log-likelihood of ``x_eval``, default ``eval_rows``, after
+    every ``eval_every``-th epoch and the last, ``evaluation_due``), weight statistics and
+    timings; returns the epoch's metrics, also appended to ``carried.history``.
 
     ``within``: the epoch is continued after the batches it has done (its order, tallies and
     times; ``carried`` and ``generator`` already hold the state after them). ``pause(machine,
@@ -384,7 +389,8 @@ def run_epoch(
     metrics = _epoch_metrics(epoch, lr, time.perf_counter() - t0, step_stats)
     if scheduled_k:
         metrics["sampling_steps"] = k
-    if settings.evaluate:
+    evaluates = settings.evaluate and evaluation_due(epoch, settings.eval_every, settings.epochs)
+    if evaluates:
         metrics.update(
             evaluate_tap_log_likelihood(
                 machine, x_eval, settings.solver_settings, settings.dedup_tol
@@ -398,7 +404,7 @@ def run_epoch(
     metrics["torch_threads"] = torch.get_num_threads()
     carried.machine, carried.epoch = machine, epoch
     carried.history.append(metrics)
-    if settings.evaluate:
+    if evaluates:
         print(_evaluation_line(epoch, metrics, x_eval.shape[0]), file=sys.stderr)
     return metrics
 

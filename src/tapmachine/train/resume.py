@@ -21,8 +21,10 @@ from tapmachine.io.modelfile import (
 from tapmachine.io.runlog import SKIPPED
 from tapmachine.train.evaluation import (
     evaluate_tap_log_likelihood,
+    evaluated,
     evaluation_signature,
     expected_signature,
+    latest_evaluation,
 )
 from tapmachine.train.methods import method
 from tapmachine.train.settings import TrainingError, TrainSettings
@@ -68,8 +70,8 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
     (compiled or eager sweeps: the same iterates up to rounding; leaving it out also keeps the
     checkpoints written before the key existed), and ``cuda_graphs``, ``cuda_graph_sweeps``
     (captured or eager steps, ``train.graphs``: the same numbers up to rounding), and
-    ``checkpoint_every`` (which checkpoints stay on disk; so a run can change it and resume).
-    The keys of
+    ``checkpoint_every`` (which checkpoints stay on disk; so a run can change it and resume) and
+    ``eval_every`` (which epochs are evaluated; the rows already recorded stay). The keys of
     ``_LATER_KEYS`` enter only when set (off, they train as before them, and the checkpoints
     written before them still resume).
     """
@@ -86,7 +88,7 @@ def fingerprint(machine: BoltzmannMachine, x_train: Tensor, settings: TrainSetti
         for key in ("train_tol", "train_max_iter", "train_unique"):
             fields.pop(key)
     fields.pop("retry_damping")
-    for key in ("fuse", "cuda_graphs", "cuda_graph_sweeps", "checkpoint_every"):
+    for key in ("fuse", "cuda_graphs", "cuda_graph_sweeps", "checkpoint_every", "eval_every"):
         fields.pop(key)
     for key, off in _LATER_KEYS.items():
         if fields[key] == off:
@@ -151,9 +153,12 @@ def save_checkpoint(ckpt: Checkpoint, path: Path) -> None:
 
 
 def evaluated_alike(ckpt: Checkpoint, settings: TrainSettings) -> bool:
-    """Whether a checkpoint's latest evaluation is the one ``settings`` would make now. Every
-    other evaluation setting is in the fingerprint."""
-    row = ckpt.history[-1] if ckpt.history else {}
+    """Whether a checkpoint's latest evaluation (``latest_evaluation``: the epochs between two
+    evaluated ones record none) is the one ``settings`` would make now; True when its history
+    records none. Every other evaluation setting is in the fingerprint."""
+    row = latest_evaluation(ckpt.history)
+    if not row:
+        return True
     return evaluation_signature(ckpt.settings, row) == expected_signature(settings.solver_settings)
 
 
@@ -173,7 +178,9 @@ def reevaluate_history(
     device), and the checkpoint is rewritten with the new row and settings, one epoch at a time,
     so an interrupted pass resumes where it stopped and Fig. 12's reuse of an epoch's record
     (``likelihood.recorded_tap_partition``) sees the new one. The timing columns stay those of
-    the original epoch. Epochs without a readable checkpoint keep their rows.
+    the original epoch. Epochs without a readable checkpoint keep their rows. An epoch that was
+    not evaluated (``TrainSettings.eval_every``) stays so; its checkpoint is rewritten with the
+    history so far, whose evaluated rows are the new ones.
     """
     from tqdm import tqdm
 
@@ -192,19 +199,21 @@ def reevaluate_history(
             history[i] = dict(ckpt.history[-1])  # possibly evaluated again by an earlier pass
         else:
             stale.append((i, path, ckpt))
-    if stale:
+    again = sum(evaluated(history[i]) for i, _, _ in stale)
+    if again:
         print(
-            f"evaluating {len(stale)} epochs again: the evaluation's second pass changed "
+            f"evaluating {again} epochs again: the evaluation's second pass changed "
             "(retry_damping or its tolerance)",
             file=sys.stderr,
         )
     for i, path, ckpt in tqdm(stale, desc="re-evaluating", file=sys.stderr, disable=not progress):
-        earlier = ckpt.machine(machine.device, machine.dtype)
-        history[i].update(
-            evaluate_tap_log_likelihood(
-                earlier, x_eval, settings.solver_settings, settings.dedup_tol
+        if evaluated(history[i]):
+            earlier = ckpt.machine(machine.device, machine.dtype)
+            history[i].update(
+                evaluate_tap_log_likelihood(
+                    earlier, x_eval, settings.solver_settings, settings.dedup_tol
+                )
             )
-        )
         ckpt.history = history[: i + 1]
         ckpt.settings = dataclasses.asdict(settings)
         ckpt.save(path)

@@ -117,6 +117,9 @@ class TrainSettings:
     retry_damping: float | None = _TAP["retry_damping"]
     dedup_tol: float = _TAP["dedup_tol"]
     eval_samples: int = _RBM["eval"]["n_samples"]
+    #: Evaluate every N-th epoch and the last (``evaluation.evaluation_due``); the config key
+    #: ``eval.every`` has no default, so that models that leave it out keep their specs.
+    eval_every: int = 1
     #: The DBM methods' switches and settings (``ucd.dbm.DBMOptions``; config ``ucd:``).
     ucd: dict | None = None
     #: Run the per-epoch TAP evaluation (off for the DBMs, which ``ucd score`` scores).
@@ -143,12 +146,17 @@ class TrainSettings:
         plain.update({k: v for k, v in spec.get("tap", {}).items() if k in keys})
         if "n_samples" in spec.get("eval", {}):
             plain["eval_samples"] = spec["eval"]["n_samples"]
+        if "every" in spec.get("eval", {}):
+            plain["eval_every"] = spec["eval"]["every"]
         return cls(**plain)
 
     def __post_init__(self):
         every = self.checkpoint_every
         if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
             raise TrainingError(f"checkpoint_every must be a positive integer, not {every!r}")
+        every = self.eval_every
+        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
+            raise TrainingError(f"eval.every must be a positive integer, not {every!r}")
         it = self.train_iterations
         if not (it == "converge" or (isinstance(it, int) and not isinstance(it, bool) and it >= 1)):
             raise TrainingError(

@@ -56,18 +56,21 @@ PACE_EPOCHS = 5
 def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
     whose checkpoint's evaluation (``train.evaluation_signature``: retry_damping and its
-    tolerance) is not the one the pass has written into epoch 1's."""
+    tolerance) is not the one the pass has written into the oldest evaluated checkpoint's."""
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
-    from tapmachine.train import evaluation_signature
+    from tapmachine.train import evaluation_signature, latest_evaluation
 
     def value(ckpt):
-        return evaluation_signature(ckpt.settings, ckpt.history[-1] if ckpt.history else {})
+        return evaluation_signature(ckpt.settings, latest_evaluation(ckpt.history))
 
     epochs = checkpoint_epochs(ckpt_dir)
-    if len(epochs) < 2:
-        return []
-    first = Checkpoint.load(ckpt_dir / f"epoch_{epochs[0]}.pt")
-    if value(first) == value(latest):
+    first = None  # the oldest checkpoint that records an evaluation (eval.every skips some)
+    for epoch in epochs[:-1]:
+        ckpt = Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
+        if latest_evaluation(ckpt.history):
+            first = ckpt
+            break
+    if first is None or value(first) == value(latest):
         return []  # no pass under way (one rewrites the latest checkpoint last)
     return _stale_epochs(ckpt_dir, latest, value(first))
 
@@ -76,14 +79,14 @@ def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
     """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
     ``train.expected_signature`` of the run's config): those its job evaluates again."""
     from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
-    from tapmachine.train import evaluation_signature
+    from tapmachine.train import evaluated, evaluation_signature
 
     rows = {row["epoch"]: row for row in latest.history}
     stale = []
     for epoch in checkpoint_epochs(ckpt_dir):
         ckpt = latest if epoch == latest.epoch else Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
         row = ckpt.history[-1] if ckpt.history else {}
-        if evaluation_signature(ckpt.settings, row) != expected:
+        if evaluated(row) and evaluation_signature(ckpt.settings, row) != expected:
             stale.append(rows.get(epoch, {}))
     return stale
 

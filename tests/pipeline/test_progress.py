@@ -608,3 +608,27 @@ def test_a_checkpoint_removed_between_listing_and_reading_is_listed_again(tmp_pa
     (ckpts / "epoch_3.pt").write_bytes(b"cut off")
     with pytest.raises(modelfile.ModelFileError):
         progress.model_progress(model_dir)
+
+
+def test_an_older_checkpoint_removed_between_listing_and_reading_is_passed_over(
+    tmp_path, monkeypatch
+):
+    """The newest checkpoint stays until the next is written; progress that lists the epochs in
+    between and finds an older one gone (not kept by checkpoint_every) passes over it."""
+    from tapmachine.io import modelfile
+
+    model_dir = tmp_path / "m"
+    with pytest.raises(Stop):
+        _train(model_dir, epochs=5, stop_after=3)
+    real = modelfile.checkpoint_epochs
+    monkeypatch.setattr(modelfile, "checkpoint_epochs", lambda d: sorted({0, *real(d)}))
+    row = progress.model_progress(model_dir)
+    assert row["epochs_done"] == 3 and row["reevaluating"] == 0
+    assert [
+        r["epoch"]
+        for r in progress._stale_epochs(
+            model_dir / "checkpoints",
+            modelfile.Checkpoint.load(model_dir / "checkpoints" / "epoch_3.pt"),
+            ("other",),
+        )
+    ] == [1, 2, 3]

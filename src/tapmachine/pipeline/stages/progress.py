@@ -57,7 +57,7 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     """History rows of the epochs a running re-evaluation pass has still to evaluate again: those
     whose checkpoint's evaluation (``train.evaluation_signature``: retry_damping and its
     tolerance) is not the one the pass has written into the oldest evaluated checkpoint's."""
-    from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.io.modelfile import checkpoint_epochs
     from tapmachine.train import evaluation_signature, latest_evaluation
 
     def value(ckpt):
@@ -66,8 +66,8 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
     epochs = checkpoint_epochs(ckpt_dir)
     first = None  # the oldest checkpoint that records an evaluation (eval.every skips some)
     for epoch in epochs[:-1]:
-        ckpt = Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
-        if latest_evaluation(ckpt.history):
+        ckpt = _checkpoint_if_kept(ckpt_dir / f"epoch_{epoch}.pt")
+        if ckpt is not None and latest_evaluation(ckpt.history):
             first = ckpt
             break
     if first is None or value(first) == value(latest):
@@ -78,13 +78,17 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
 def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
     """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
     ``train.expected_signature`` of the run's config): those its job evaluates again."""
-    from tapmachine.io.modelfile import Checkpoint, checkpoint_epochs
+    from tapmachine.io.modelfile import checkpoint_epochs
     from tapmachine.train import evaluated, evaluation_signature
 
     rows = {row["epoch"]: row for row in latest.history}
     stale = []
     for epoch in checkpoint_epochs(ckpt_dir):
-        ckpt = latest if epoch == latest.epoch else Checkpoint.load(ckpt_dir / f"epoch_{epoch}.pt")
+        ckpt = (
+            latest if epoch == latest.epoch else _checkpoint_if_kept(ckpt_dir / f"epoch_{epoch}.pt")
+        )
+        if ckpt is None:
+            continue
         row = ckpt.history[-1] if ckpt.history else {}
         if evaluated(row) and evaluation_signature(ckpt.settings, row) != expected:
             stale.append(rows.get(epoch, {}))
@@ -308,6 +312,20 @@ def _latest_checkpoint(ckpt_dir: Path, tries: int = 3):
             if latest.exists() or attempt == tries - 1:
                 raise
     return None
+
+
+def _checkpoint_if_kept(path: Path):
+    """The ``Checkpoint`` at ``path``; None where training removed it after it was listed (the
+    newest checkpoint is kept until the next is written, then dropped unless ``checkpoint_every``
+    keeps it)."""
+    from tapmachine.io.modelfile import Checkpoint, ModelFileError
+
+    try:
+        return Checkpoint.load(path)
+    except ModelFileError:
+        if path.exists():
+            raise
+        return None
 
 
 def _kept_in_progress(ckpt_dir: Path):

@@ -254,6 +254,22 @@ def test_fig3_slopes():
     assert math.isnan(fig3.segment_fit(e[:1], ll[:1])[0])
 
 
+def test_fig3_breakpoint_of_a_run_longer_than_the_papers_sits_at_the_same_share_of_training():
+    """The faces substitute trains 15,000 epochs for CBCL's 500: the paper's epoch 20 is its
+    epoch 600, and the early slope is fitted over the scored epochs before it."""
+    b, rule = fig3.breakpoint_epoch(15000, 500)
+    assert b == 600 and "scaled" in rule
+    assert fig3.breakpoint_epoch(500, 500) == (20, "epoch 20 (paper)")
+    e = np.arange(30, 15001, 30, dtype=float)
+    ll = np.where(e <= 600, 0.01 * e, 6.0 + 0.0001 * (e - 600))
+    rows = {r["claim"]: r for r in fig3._claims("faces", e, ll, 500)}
+    assert rows["breakpoint_epoch"]["value"] == 600
+    assert rows["slope_before_breakpoint"]["value"] == pytest.approx(0.01)
+    assert rows["slope_after_breakpoint"]["value"] == pytest.approx(0.0001)
+    assert rows["slope_ratio_early_over_late"]["held"] == "held"
+    assert fig3.breakpoint_epoch(200)[0] == 40  # binary MNIST at twice the paper's epochs
+
+
 def test_fig4(run, tmp_path):
     result = fig4.make([run["model"]], [run["data"]], n_images=100, per_group=4)
     table = _save(result, tmp_path, "fig4")

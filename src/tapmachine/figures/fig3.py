@@ -3,8 +3,10 @@
 Drawn from each model's ``metrics.csv`` (``tap_ll`` and its standard error ``tap_ll_stderr``
 over the evaluated training images). Claim (docs/claims.md): the log-likelihood rises fast, then
 grows at a near-constant slope after about epoch 20. The table gives, per model, least-squares
-slopes before and after a breakpoint -- epoch 20 when the run has at least 40 epochs, else the
-midpoint epoch (the ``detail`` column says which) -- their ratio, and the R^2 of a straight line
+slopes before and after a breakpoint -- epoch 20 when the run has at least 40 epochs, scaled
+by its epochs over the paper's when it is longer than the paper's run (the faces substitute's
+15,000 epochs for CBCL's 500: epoch 600), else the midpoint epoch (the ``detail`` column says
+which) -- their ratio, and the R^2 of a straight line
 over the late segment (near 1: constant slope). An epoch whose evaluation found no TAP solution
 (``tap_ll`` NaN) is a gap in the curve, counted in the table, and left out of the fits. "Then at
 a near-constant slope" is judged as the curve still rising after the breakpoint (late slope > 0);
@@ -92,11 +94,28 @@ DIAGNOSTICS = (
 EVALUATED = "evaluated"
 
 
-def breakpoint_epoch(last_epoch: int) -> tuple[int, str]:
-    """The epoch separating the fast rise from the constant-slope phase, and the rule used."""
+def breakpoint_epoch(last_epoch: int, paper_epochs: int = PAPER_EPOCHS) -> tuple[int, str]:
+    """The epoch separating the fast rise from the constant-slope phase, and the rule used.
+
+    The paper's epoch 20 in a run of at least 40 epochs; in a run longer than the paper's
+    ``paper_epochs`` (the faces substitute trains CBCL's number of updates in 30 times its 500
+    epochs) the paper's epoch 20 scaled by ``last_epoch / paper_epochs``, so that the break sits
+    at the same share of training; in a run of fewer than 40 epochs its midpoint.
+    """
+    if last_epoch > paper_epochs:
+        b = max(1, round(20 * last_epoch / paper_epochs))
+        return (
+            b,
+            f"epoch {b}: the paper's epoch 20 of {paper_epochs}, scaled to {last_epoch} epochs",
+        )
     if last_epoch >= 40:
         return 20, "epoch 20 (paper)"
     return max(1, last_epoch // 2), f"midpoint epoch {max(1, last_epoch // 2)} of a short run"
+
+
+def _paper_epochs(dataset: str) -> int:
+    """The paper's epochs for ``dataset`` (Table 1: 100, the faces 500)."""
+    return PAPER_SIZES.get(dataset, (PAPER_EPOCHS, None))[0]
 
 
 def segment_fit(epochs: np.ndarray, values: np.ndarray) -> tuple[float, float]:
@@ -120,7 +139,7 @@ def size_line(runs: list[tuple[str, int]]) -> str:
     """
     short: dict[int, list[tuple[str, int]]] = {}
     for dataset, epochs in runs:
-        paper = PAPER_SIZES.get(dataset, (PAPER_EPOCHS, None))[0]
+        paper = _paper_epochs(dataset)
         if epochs < paper:
             short.setdefault(paper, []).append((dataset, epochs))
     parts = []
@@ -232,7 +251,7 @@ def draw(infos: list, curves: list, exact: dict, palette=()) -> FigureResult:
                         "ais_z": ais_z[i],
                     }
                 )
-            claims += _model_claims(info.name, df, ex)
+            claims += _model_claims(info.name, df, ex, _paper_epochs(info.dataset))
         ax.set_title(dataset_label(dataset, substitute))
         ax.grid(alpha=0.3)
         low.axhline(1.0, color="0.4", lw=0.8, ls=":")
@@ -439,15 +458,20 @@ def _diagnostics(curve: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
-def _model_claims(model: str, curve: pd.DataFrame, exact: pd.DataFrame | None) -> list[dict]:
+def _model_claims(
+    model: str, curve: pd.DataFrame, exact: pd.DataFrame | None, paper_epochs: int = PAPER_EPOCHS
+) -> list[dict]:
     """A model's claim rows from its curve (every epoch; those training evaluated carry the
     TAP log-likelihood and its diagnostics, ``_evaluated``) and its exact values, if any: the
-    curve's claims over the evaluated epochs, the training steps' over all."""
+    curve's claims over the evaluated epochs (breakpoint on the scale of the paper's
+    ``paper_epochs``), the training steps' over all."""
     ev = _evaluated(curve)
     e_all, extra_all = curve["epoch"].to_numpy(float), _diagnostics(curve)
     e, m = e_all[ev], curve["tap_ll"].to_numpy(float)[ev]
     extra = {c: v[ev] for c, v in extra_all.items()}
-    rows = _claims(model, e, m) + _diagnostic_claims(model, e, m, extra, (e_all, extra_all))
+    rows = _claims(model, e, m, paper_epochs) + _diagnostic_claims(
+        model, e, m, extra, (e_all, extra_all)
+    )
     if exact is not None:
         rows += _exact_claims(model, e, m, exact)
     return rows
@@ -528,7 +552,9 @@ def _diagnostic_claims(
     return rows
 
 
-def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
+def _claims(
+    model: str, epochs: np.ndarray, ll: np.ndarray, paper_epochs: int = PAPER_EPOCHS
+) -> list[dict]:
     """The claims over the epochs that have a TAP log-likelihood (NaN: no solution converged),
     with a row counting the others when there are any."""
     found = np.isfinite(ll)
@@ -546,7 +572,7 @@ def _claims(model: str, epochs: np.ndarray, ll: np.ndarray) -> list[dict]:
     if len(epochs) == 0:
         return gaps
     last = int(epochs.max())
-    b, rule = breakpoint_epoch(last)
+    b, rule = breakpoint_epoch(last, paper_epochs)
     early = epochs <= b
     late = epochs >= b
     s_early, _ = segment_fit(epochs[early], ll[early])
@@ -604,7 +630,7 @@ def rejudge(figure_table):
         known = None
         if "exact_ll" in curve and curve["exact_ll"].notna().any():
             known = curve[curve["exact_ll"].notna()].reset_index(drop=True)
-        claims += _model_claims(model, curve, known)
+        claims += _model_claims(model, curve, known, _paper_epochs(str(curve["dataset"].iloc[0])))
     infos = [
         ModelInfo(str(model), str(c["dataset"].iloc[0]), str(c["substitute"].iloc[0]))
         for model, c in drawn.groupby("model", sort=False)

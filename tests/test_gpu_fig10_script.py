@@ -48,7 +48,7 @@ def test_the_fig10_gpu_script_trains_closes_and_packs(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_fig10.sh"), str(out), str(specs)]
-        + ["quick:100", "long:150"],
+        + ["quick:60", "long:50"],
         env=env,
         capture_output=True,
         text=True,

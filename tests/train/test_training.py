@@ -327,6 +327,80 @@ def test_checkpoint_every_keeps_its_multiples_and_the_last_epoch_and_changes_no_
         settings(checkpoint_every=0)
 
 
+def test_an_epoch_checkpoint_that_is_not_kept_is_written_only_when_its_seconds_are_due(
+    tmp_path, monkeypatch
+):
+    """checkpoint_every 3 over 7 epochs writes epochs 3, 6 and 7 only where unkept epochs are
+    never due (their state held in memory, not pickled), every epoch where they are always due,
+    and the model is the same either way."""
+    from tapmachine.train import loop
+
+    x = bars_and_stripes()
+    written = []
+    real = loop.save_checkpoint
+    monkeypatch.setattr(
+        loop, "save_checkpoint", lambda ckpt, path: (written.append(path.name), real(ckpt, path))
+    )
+
+    def run(folder, seconds):
+        g = seeded_generator(5, "unkept")
+        m = build_machine(SPEC, x, 0.01, g)
+        s = settings(epochs=7, checkpoint_every=3)
+        machine, _ = train(
+            m, x, s, g, checkpoint_dir=folder, progress=False, unkept_checkpoint_seconds=seconds
+        )
+        return machine, sorted(int(p.stem[6:]) for p in folder.glob("epoch_*.pt"))
+
+    held, kept = run(tmp_path / "held", math.inf)
+    assert written == ["epoch_3.pt", "epoch_6.pt", "epoch_7.pt"] and kept == [3, 6, 7]
+    written.clear()
+    each, kept = run(tmp_path / "each", 0.0)
+    assert written == [f"epoch_{e}.pt" for e in range(1, 8)] and kept == [3, 6, 7]
+    for a, b in zip(held.weights, each.weights, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_job_stopped_mid_epoch_after_an_unwritten_epoch_resumes_at_its_batch_bit_for_bit(
+    tmp_path, capsys
+):
+    """Epoch 1's checkpoint is not kept (checkpoint_every 3) and not yet due: it is held in
+    memory, and written before the part-way state of epoch 2, so a job stopped at epoch 2's
+    5th batch resumes there and ends as an uninterrupted run."""
+    x = bars_and_stripes().repeat(4, 1)  # 12 batches of 10 an epoch
+    s = settings(epochs=3, checkpoint_every=3, train_iterations="converge")
+
+    def run(folder, on_step=None):
+        g = seeded_generator(4, "held-epoch")
+        m = build_machine(SPEC, x, 0.5, g)
+        return train(
+            m, x, s, g, checkpoint_dir=folder, progress=False, on_step=on_step,
+            in_progress_seconds=0.0, unkept_checkpoint_seconds=math.inf,
+        )  # fmt: skip
+
+    whole, history = run(tmp_path / "whole")
+
+    on_disk = []
+
+    def stop_in_epoch_2(step, metrics):  # a kill: what is on disk when it comes
+        if step == 12 + 5:
+            on_disk.extend(sorted(p.name for p in (tmp_path / "stopped").glob("*.pt")))
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        run(tmp_path / "stopped", stop_in_epoch_2)
+    assert on_disk == ["epoch_1.pt", "in_progress.pt"]
+    capsys.readouterr()
+    resumed, resumed_history = run(tmp_path / "stopped")
+    assert "resuming epoch 2 after its batch 4" in capsys.readouterr().err
+    for a, b in zip(whole.weights, resumed.weights, strict=True):
+        assert torch.equal(a, b)
+    timing = ("train_seconds", "epoch_seconds", "epoch_cpu_seconds")
+    assert [{k: v for k, v in h.items() if k not in timing} for h in history] == [
+        {k: v for k, v in h.items() if k not in timing} for h in resumed_history
+    ]
+    assert sorted(p.name for p in (tmp_path / "stopped").glob("epoch_*.pt")) == ["epoch_3.pt"]
+
+
 def test_eval_every_scores_its_multiples_and_the_last_epoch_and_changes_no_number(tmp_path):
     """eval_every 3 over 7 epochs scores epochs 3, 6 and 7 (the others record their training
     numbers only), each as a run scoring every epoch does, and trains the same model bit for

@@ -3,11 +3,13 @@
 Training writes ``checkpoints/epoch_{e}.pt`` after every epoch, each with the history so far; the
 latest is what a stopped job resumes from. A model trained for many short epochs (the faces
 substitute's 15,000) would keep thousands, their size growing with the epoch. With
-``checkpoint_every`` N the loop removes epoch e - 1's checkpoint once epoch e's is written,
+``checkpoint_every`` N the loop removes the checkpoint it wrote before once the next is written,
 unless ``kept`` says otherwise: what stays is every N-th epoch, the model's last epoch and the
-latest. The jobs that read checkpoints (harvests, Fig. 3's exact curve, Fig. 12's scores, the
-deep curves) find only those; the config check names an epoch one of them would ask for in vain
-(``unkept``). Torch-free: the workflow's config check imports it.
+latest. An epoch it does not keep is written at most once a minute
+(``train.loop.UNKEPT_CHECKPOINT_SECONDS``), its state held in memory in between. The jobs that
+read checkpoints (harvests, Fig. 3's exact curve, Fig. 12's scores, the deep curves) find only
+those; the config check names an epoch one of them would ask for in vain (``unkept``).
+Torch-free: the workflow's config check imports it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ the method's state, the history) that a caller may also hold and continue one ep
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import sys
@@ -61,12 +62,28 @@ from tapmachine.train.update import (
     sampling_steps_at,
 )
 
-__all__ = ["Carried", "train", "run_epoch", "present", "eval_rows", "IN_PROGRESS_SECONDS"]
+__all__ = [
+    "Carried",
+    "train",
+    "run_epoch",
+    "present",
+    "eval_rows",
+    "IN_PROGRESS_SECONDS",
+    "UNKEPT_CHECKPOINT_SECONDS",
+]
 
 #: Seconds of training between two writes of the state part-way through an epoch: a late
 #: real-MNIST epoch of the paper-size run takes most of an hour on a shared core, and a job
 #: stopped mid-epoch would otherwise train it again from its start.
 IN_PROGRESS_SECONDS = 600.0
+
+#: Seconds between two writes of an epoch checkpoint that ``checkpoint_every`` does not keep.
+#: Each checkpoint carries the whole history, which a model of many short epochs (the faces
+#: substitute's 15,000 of under a second) would pickle again every epoch: 7% of its epoch time
+#: at epoch 4,900, growing with the history. The newest state not yet written is held in memory
+#: and written before any later state (a stop, the part-way state), so a stopped job resumes
+#: where it stopped; a killed one trains these seconds again.
+UNKEPT_CHECKPOINT_SECONDS = 60.0
 
 
 @dataclasses.dataclass
@@ -121,6 +138,7 @@ def train(
     carried: Carried | None = None,
     until: int | None = None,
     in_progress_seconds: float | None = None,
+    unkept_checkpoint_seconds: float | None = None,
 ) -> tuple[BoltzmannMachine, list[dict]]:
     """Train ``machine`` on the rows of ``x_train``; returns the final machine and metrics.
 
@@ -129,7 +147,9 @@ def train(
     training rows, ``eval_rows``), weight statistics and timings. With ``checkpoint_dir``, the
     full state (machine, momentum, the method's state, generator, metrics) is saved after every
     epoch and a later call resumes from the last one, giving results identical to an
-    uninterrupted run. Part-way through an epoch the state is also kept, at the first batch
+    uninterrupted run; an epoch whose checkpoint ``checkpoint_every`` will not keep is saved
+    at most every ``unkept_checkpoint_seconds`` (default ``UNKEPT_CHECKPOINT_SECONDS``;
+    ``_EpochCheckpoints``). Part-way through an epoch the state is also kept, at the first batch
     boundary after every ``in_progress_seconds`` of training (default ``IN_PROGRESS_SECONDS``;
     ``EpochInProgress`` in ``checkpoints/in_progress.pt``), so that a job stopped mid-epoch
     resumes at that batch, again with identical results (the epoch's timings add the parts).
@@ -182,32 +202,39 @@ def train(
     job = eta.Progress(last_epoch, f"training {settings.method}", 0.0, carried.epoch)
     if progress and carried.epoch < last_epoch:
         job.begin()
-    pause = None
+    pause = epochs = None
     with StopRequests() if ckpt_dir is not None else contextlib.nullcontext() as stop:
         if ckpt_dir is not None:
+            seconds = UNKEPT_CHECKPOINT_SECONDS
+            seconds = seconds if unkept_checkpoint_seconds is None else unkept_checkpoint_seconds
+            epochs = _EpochCheckpoints(ckpt_dir, settings, seconds, carried.epoch)
             every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
-            pause = _InProgressWriter(ckpt_dir, identity, settings, carried, generator, every, stop)
-        while carried.epoch < last_epoch:
-            metrics = run_epoch(
-                carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
+            pause = _InProgressWriter(
+                ckpt_dir, identity, settings, carried, generator, every, stop, epochs
             )
-            within = None
-            if ckpt_dir is not None:
-                checkpoint = _checkpoint(carried, carried.machine, generator, identity, settings)
-                path = ckpt_dir / f"epoch_{carried.epoch}.pt"
-                save_checkpoint(checkpoint, path)
-                in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
-                previous = carried.epoch - 1
-                if previous >= 1 and not retention.kept(
-                    previous, settings.checkpoint_every, settings.epochs
-                ):
-                    (ckpt_dir / f"epoch_{previous}.pt").unlink(missing_ok=True)
-            if on_epoch is not None:
-                on_epoch(carried.epoch, metrics, carried.machine)
-            if progress:
-                job.advance()
-            if stop is not None and stop.requested is not None:
-                raise StoppedBySignal(stop.requested, _stopped_message(carried.epoch, path))
+        try:
+            while carried.epoch < last_epoch:
+                metrics = run_epoch(
+                    carried, x_train, settings, generator, x_eval, progress, on_step, within, pause
+                )
+                within = None
+                stopping = stop is not None and stop.requested is not None
+                if epochs is not None:
+                    checkpoint = _checkpoint(
+                        carried, carried.machine, generator, identity, settings
+                    )
+                    epochs.after_epoch(checkpoint, force=stopping)
+                    in_progress_path(ckpt_dir).unlink(missing_ok=True)  # its epoch is done
+                if on_epoch is not None:
+                    on_epoch(carried.epoch, metrics, carried.machine)
+                if progress:
+                    job.advance()
+                if stopping:
+                    path = ckpt_dir / f"epoch_{carried.epoch}.pt"
+                    raise StoppedBySignal(stop.requested, _stopped_message(carried.epoch, path))
+        finally:
+            if epochs is not None:
+                epochs.flush()  # the newest epoch, also when an error ends the job
     return carried.machine, carried.history
 
 
@@ -243,15 +270,67 @@ def _restore(carried, ckpt: Checkpoint, generator, gradient) -> None:
         carried.state = gradient.load_state(ckpt.state, machine.device)
 
 
+class _EpochCheckpoints:
+    """Writes each epoch's ``Checkpoint`` to ``ckpt_dir/epoch_{e}.pt``: at once where
+    ``checkpoint_every`` keeps it (``retention.kept``) or when forced (a stop), else once
+    ``every`` seconds have passed since the last write, holding a copy of the newest unwritten
+    one until then or until ``flush`` (before the part-way state is written on top of it, and at
+    the end). After each write it removes the epoch written before, unless that one is kept."""
+
+    def __init__(self, ckpt_dir: Path, settings: TrainSettings, every: float, written: int):
+        self.dir, self.settings, self.every = ckpt_dir, settings, every
+        self.written = written  # the newest epoch on disk (resumed from), or 0
+        self.pending: Checkpoint | None = None
+        self.last = time.perf_counter()
+
+    def after_epoch(self, checkpoint: Checkpoint, force: bool = False) -> None:
+        s = self.settings
+        due = retention.kept(checkpoint.epoch, s.checkpoint_every, s.epochs)
+        if due or force or time.perf_counter() - self.last >= self.every:
+            self._write(checkpoint)
+        else:
+            self.pending = _held(checkpoint)
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self._write(self.pending)
+
+    def _write(self, checkpoint: Checkpoint) -> None:
+        save_checkpoint(checkpoint, self.dir / f"epoch_{checkpoint.epoch}.pt")
+        before, s = self.written, self.settings
+        if 1 <= before < checkpoint.epoch and not retention.kept(
+            before, s.checkpoint_every, s.epochs
+        ):
+            (self.dir / f"epoch_{before}.pt").unlink(missing_ok=True)
+        self.written, self.pending, self.last = checkpoint.epoch, None, time.perf_counter()
+
+
+def _held(checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` with its own copies of what training goes on changing in place (the
+    tensors, the method's state, the history list; the history's rows stay as they are)."""
+    return dataclasses.replace(
+        checkpoint,
+        machine_state=copy.deepcopy(checkpoint.machine_state),
+        velocity=[v.clone() for v in checkpoint.velocity],
+        history=list(checkpoint.history),
+        state=copy.deepcopy(checkpoint.state),
+    )
+
+
 class _InProgressWriter:
     """``run_epoch``'s ``pause``: writes ``EpochInProgress`` once ``every`` seconds have passed
     since the last write (or since the writer began), and at once when ``stop`` (a
-    ``StopRequests``) has noted a signal, then raises ``StoppedBySignal``."""
+    ``StopRequests``) has noted a signal, then raises ``StoppedBySignal``. ``epochs`` (an
+    ``_EpochCheckpoints``): the epoch the part-way state starts from is written first, if it is
+    held unwritten (resuming reads that epoch's checkpoint, then the part-way state)."""
 
-    def __init__(self, ckpt_dir, identity, settings, carried, generator, every, stop=None):
+    def __init__(
+        self, ckpt_dir, identity, settings, carried, generator, every, stop=None, epochs=None
+    ):
         self.path = in_progress_path(ckpt_dir)
         self.identity, self.settings, self.every = identity, settings, every
         self.carried, self.generator, self.stop = carried, generator, stop
+        self.epochs = epochs
         self.last = time.perf_counter()
 
     def __call__(self, machine, batches, order, step_stats, seconds, cpu_seconds) -> None:
@@ -262,6 +341,8 @@ class _InProgressWriter:
             self.carried, machine, self.generator, self.identity, self.settings
         )
         record = EpochInProgress(checkpoint, batches, order, step_stats, seconds, cpu_seconds)
+        if self.epochs is not None:
+            self.epochs.flush()
         save_checkpoint(record, self.path)
         self.last = time.perf_counter()
         if stopping:

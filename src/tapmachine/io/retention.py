@@ -6,10 +6,10 @@ substitute's 15,000) would keep thousands, their size growing with the epoch. Wi
 ``checkpoint_every`` N the loop removes the checkpoint it wrote before once the next is written,
 unless ``kept`` says otherwise: what stays is every N-th epoch, the model's last epoch and the
 latest. An epoch it does not keep is written at most once a minute
-(``train.loop.UNKEPT_CHECKPOINT_SECONDS``), its state held in memory in between. The jobs that
-read checkpoints (harvests, Fig. 3's exact curve, Fig. 12's scores, the deep curves) find only
-those; the config check names an epoch one of them would ask for in vain (``unkept``).
-Torch-free: the workflow's config check imports it.
+(``train.checkpointing.UNKEPT_CHECKPOINT_SECONDS``), its state held in memory in between. The
+jobs that read checkpoints (harvests, Fig. 3's exact curve, Fig. 12's scores, the deep curves)
+find only those; the config check names an epoch one of them would ask for in vain
+(``unkept``). Torch-free: the workflow's config check imports it.
 """
 
 from __future__ import annotations

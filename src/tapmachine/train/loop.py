@@ -3,8 +3,9 @@ PCD-k, and the DBM methods of the second paper (UCD-LMI and its PCD baselines).
 
 The loop owns everything around the gradient: minibatches, the update of Alg. 2
 (``train.update``), per-epoch evaluation (``train.evaluation``), checkpoints that make an
-interrupted run resume with identical results (``train.resume``), a stop on a signal that keeps
-the state first (``train.stopping``) and divergence checks. It knows nothing of tracking:
+interrupted run resume with identical results (written by ``train.checkpointing``, read back by
+``train.resume``), a stop on a signal that keeps the state first (``train.stopping``) and
+divergence checks. It knows nothing of tracking:
 callers pass callbacks. ``train`` runs ``run_epoch`` on a ``Carried`` state (machine, momentum,
 the method's state, the history) that a caller may also hold and continue one epoch at a time
 (the estimators' ``partial_fit``, ``tapmachine.learn``).
@@ -13,7 +14,6 @@ the method's state, the history) that a caller may also hold and continue one ep
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 import sys
@@ -26,17 +26,23 @@ from torch import Tensor
 from tapmachine.core import eta
 from tapmachine.core.errors import StoppedBySignal
 from tapmachine.core.machine import BoltzmannMachine
-from tapmachine.io import retention
 from tapmachine.io.files import remove_temporaries
 from tapmachine.io.modelfile import (
-    Checkpoint,
     EpochInProgress,
-    ModelFileError,
     in_progress_path,
-    machine_state,
 )
-from tapmachine.io.runlog import SKIPPED, resume_message, resume_within_message
+from tapmachine.io.runlog import resume_message
 from tapmachine.train import graphs
+from tapmachine.train.checkpointing import (
+    IN_PROGRESS_SECONDS,
+    UNKEPT_CHECKPOINT_SECONDS,
+    EpochCheckpoints,
+    InProgressWriter,
+    restore,
+    resume_in_progress,
+    stopped_message,
+    training_checkpoint,
+)
 from tapmachine.train.evaluation import (
     evaluate_tap_log_likelihood,
     evaluation_due,
@@ -48,7 +54,6 @@ from tapmachine.train.resume import (
     fingerprint,
     reevaluate_history,
     resume_checkpoint,
-    save_checkpoint,
 )
 from tapmachine.train.settings import TrainSettings
 from tapmachine.train.stopping import StopRequests
@@ -71,19 +76,6 @@ __all__ = [
     "IN_PROGRESS_SECONDS",
     "UNKEPT_CHECKPOINT_SECONDS",
 ]
-
-#: Seconds of training between two writes of the state part-way through an epoch: a late
-#: real-MNIST epoch of the paper-size run takes most of an hour on a shared core, and a job
-#: stopped mid-epoch would otherwise train it again from its start.
-IN_PROGRESS_SECONDS = 600.0
-
-#: Seconds between two writes of an epoch checkpoint that ``checkpoint_every`` does not keep.
-#: Each checkpoint carries the whole history, which a model of many short epochs (the faces
-#: substitute's 15,000 of under a second) would pickle again every epoch: 7% of its epoch time
-#: at epoch 4,900, growing with the history. The newest state not yet written is held in memory
-#: and written before any later state (a stop, the part-way state), so a stopped job resumes
-#: where it stopped; a killed one trains these seconds again.
-UNKEPT_CHECKPOINT_SECONDS = 60.0
 
 
 @dataclasses.dataclass
@@ -149,7 +141,7 @@ def train(
     epoch and a later call resumes from the last one, giving results identical to an
     uninterrupted run; an epoch whose checkpoint ``checkpoint_every`` will not keep is saved
     at most every ``unkept_checkpoint_seconds`` (default ``UNKEPT_CHECKPOINT_SECONDS``;
-    ``_EpochCheckpoints``). Part-way through an epoch the state is also kept, at the first batch
+    ``EpochCheckpoints``). Part-way through an epoch the state is also kept, at the first batch
     boundary after every ``in_progress_seconds`` of training (default ``IN_PROGRESS_SECONDS``;
     ``EpochInProgress`` in ``checkpoints/in_progress.pt``), so that a job stopped mid-epoch
     resumes at that batch, again with identical results (the epoch's timings add the parts).
@@ -180,7 +172,7 @@ def train(
         found = resume_checkpoint(ckpt_dir, identity)
         if found is not None:
             last, ckpt = found
-            _restore(carried, ckpt, generator, gradient)
+            restore(carried, ckpt, generator, gradient)
             carried.history = ckpt.history
             carried.epoch = ckpt.epoch
             print(resume_message(last, ckpt.epoch), file=sys.stderr)
@@ -207,9 +199,9 @@ def train(
         if ckpt_dir is not None:
             seconds = UNKEPT_CHECKPOINT_SECONDS
             seconds = seconds if unkept_checkpoint_seconds is None else unkept_checkpoint_seconds
-            epochs = _EpochCheckpoints(ckpt_dir, settings, seconds, carried.epoch)
+            epochs = EpochCheckpoints(ckpt_dir, settings, seconds, carried.epoch)
             every = IN_PROGRESS_SECONDS if in_progress_seconds is None else in_progress_seconds
-            pause = _InProgressWriter(
+            pause = InProgressWriter(
                 ckpt_dir, identity, settings, carried, generator, every, stop, epochs
             )
         try:
@@ -220,7 +212,7 @@ def train(
                 within = None
                 stopping = stop is not None and stop.requested is not None
                 if epochs is not None:
-                    checkpoint = _checkpoint(
+                    checkpoint = training_checkpoint(
                         carried, carried.machine, generator, identity, settings
                     )
                     epochs.after_epoch(checkpoint, force=stopping)
@@ -231,124 +223,11 @@ def train(
                     job.advance()
                 if stopping:
                     path = ckpt_dir / f"epoch_{carried.epoch}.pt"
-                    raise StoppedBySignal(stop.requested, _stopped_message(carried.epoch, path))
+                    raise StoppedBySignal(stop.requested, stopped_message(carried.epoch, path))
         finally:
             if epochs is not None:
                 epochs.flush()  # the newest epoch, also when an error ends the job
     return carried.machine, carried.history
-
-
-def _stopped_message(epoch: int, path: Path, batches: int | None = None) -> str:
-    where = f"epoch {epoch}" if batches is None else f"batch {batches} of epoch {epoch}"
-    return f"training state after {where} kept in {path}: run the job again to resume it there"
-
-
-def _checkpoint(carried, machine, generator, identity: str, settings) -> Checkpoint:
-    """The training state: ``machine`` with ``carried``'s momentum, method state, history and
-    epochs done, and the stream ``generator`` is at."""
-    state = carried.state
-    return Checkpoint(
-        machine_state=machine_state(machine),
-        epoch=carried.epoch,
-        history=carried.history,
-        velocity=[v.cpu() for v in carried.velocity],
-        generator=generator.get_state(),
-        fingerprint=identity,
-        settings=dataclasses.asdict(settings),
-        state=None if state is None else method(settings.method).save_state(state),
-    )
-
-
-def _restore(carried, ckpt: Checkpoint, generator, gradient) -> None:
-    """Load ``ckpt``'s machine, momentum, method state and stream into ``carried`` and
-    ``generator`` (on the device and dtype of ``carried``'s machine)."""
-    machine = carried.machine
-    carried.machine = ckpt.machine(machine.device, machine.dtype)
-    carried.velocity = [v.to(machine.device) for v in ckpt.velocity]
-    generator.set_state(ckpt.generator)
-    if ckpt.state is not None:
-        carried.state = gradient.load_state(ckpt.state, machine.device)
-
-
-class _EpochCheckpoints:
-    """Writes each epoch's ``Checkpoint`` to ``ckpt_dir/epoch_{e}.pt``: at once where
-    ``checkpoint_every`` keeps it (``retention.kept``) or when forced (a stop), else once
-    ``every`` seconds have passed since the last write, holding a copy of the newest unwritten
-    one until then or until ``flush`` (before the part-way state is written on top of it, and at
-    the end). After each write it removes the epoch written before, unless that one is kept."""
-
-    def __init__(self, ckpt_dir: Path, settings: TrainSettings, every: float, written: int):
-        self.dir, self.settings, self.every = ckpt_dir, settings, every
-        self.written = written  # the newest epoch on disk (resumed from), or 0
-        self.pending: Checkpoint | None = None
-        self.last = time.perf_counter()
-
-    def after_epoch(self, checkpoint: Checkpoint, force: bool = False) -> None:
-        s = self.settings
-        due = retention.kept(checkpoint.epoch, s.checkpoint_every, s.epochs)
-        if due or force or time.perf_counter() - self.last >= self.every:
-            self._write(checkpoint)
-        else:
-            self.pending = _held(checkpoint)
-
-    def flush(self) -> None:
-        if self.pending is not None:
-            self._write(self.pending)
-
-    def _write(self, checkpoint: Checkpoint) -> None:
-        save_checkpoint(checkpoint, self.dir / f"epoch_{checkpoint.epoch}.pt")
-        before, s = self.written, self.settings
-        if 1 <= before < checkpoint.epoch and not retention.kept(
-            before, s.checkpoint_every, s.epochs
-        ):
-            (self.dir / f"epoch_{before}.pt").unlink(missing_ok=True)
-        self.written, self.pending, self.last = checkpoint.epoch, None, time.perf_counter()
-
-
-def _held(checkpoint: Checkpoint) -> Checkpoint:
-    """``checkpoint`` with its own copies of what training goes on changing in place (the
-    tensors, the method's state, the history list; the history's rows stay as they are)."""
-    return dataclasses.replace(
-        checkpoint,
-        machine_state=copy.deepcopy(checkpoint.machine_state),
-        velocity=[v.clone() for v in checkpoint.velocity],
-        history=list(checkpoint.history),
-        state=copy.deepcopy(checkpoint.state),
-    )
-
-
-class _InProgressWriter:
-    """``run_epoch``'s ``pause``: writes ``EpochInProgress`` once ``every`` seconds have passed
-    since the last write (or since the writer began), and at once when ``stop`` (a
-    ``StopRequests``) has noted a signal, then raises ``StoppedBySignal``. ``epochs`` (an
-    ``_EpochCheckpoints``): the epoch the part-way state starts from is written first, if it is
-    held unwritten (resuming reads that epoch's checkpoint, then the part-way state)."""
-
-    def __init__(
-        self, ckpt_dir, identity, settings, carried, generator, every, stop=None, epochs=None
-    ):
-        self.path = in_progress_path(ckpt_dir)
-        self.identity, self.settings, self.every = identity, settings, every
-        self.carried, self.generator, self.stop = carried, generator, stop
-        self.epochs = epochs
-        self.last = time.perf_counter()
-
-    def __call__(self, machine, batches, order, step_stats, seconds, cpu_seconds) -> None:
-        stopping = self.stop is not None and self.stop.requested is not None
-        if not stopping and time.perf_counter() - self.last < self.every:
-            return
-        checkpoint = _checkpoint(
-            self.carried, machine, self.generator, self.identity, self.settings
-        )
-        record = EpochInProgress(checkpoint, batches, order, step_stats, seconds, cpu_seconds)
-        if self.epochs is not None:
-            self.epochs.flush()
-        save_checkpoint(record, self.path)
-        self.last = time.perf_counter()
-        if stopping:
-            epoch = self.carried.epoch + 1
-            message = _stopped_message(epoch, self.path, batches)
-            raise StoppedBySignal(self.stop.requested, message)
 
 
 def _say_if_threads_changed(history: list[dict]) -> None:
@@ -363,31 +242,6 @@ def _say_if_threads_changed(history: list[dict]) -> None:
             "not bit for bit the one it would have been without the stop",
             file=sys.stderr,
         )
-
-
-def resume_in_progress(ckpt_dir: Path, identity: str, carried: Carried, generator, gradient):
-    """The ``EpochInProgress`` of the epoch after ``carried.epoch`` kept in ``ckpt_dir``, with
-    its state loaded into ``carried`` and ``generator``; None (and the file removed) where there
-    is none, or it is of another run or epoch, or cannot be read."""
-    path = in_progress_path(ckpt_dir)
-    if not path.exists():
-        return None
-    try:
-        within = EpochInProgress.load(path)
-    except ModelFileError as err:
-        print(f"{SKIPPED}{err}", file=sys.stderr)
-        path.unlink(missing_ok=True)
-        return None
-    ckpt = within.checkpoint
-    if ckpt.fingerprint != identity or ckpt.epoch != carried.epoch:
-        path.unlink(missing_ok=True)
-        return None
-    _restore(carried, ckpt, generator, gradient)
-    message = resume_within_message(
-        ckpt.epoch + 1, within.batches, within.seconds, within.cpu_seconds
-    )
-    print(message, file=sys.stderr)
-    return within
 
 
 def run_epoch(

@@ -2,12 +2,12 @@
 
 A scheduler ends a job with SIGTERM (SLURM at its time limit, then SIGKILL after ``KillWait``,
 30 s by default; ``scancel``), a user with Ctrl-C. Ended at once, a job loses what it trained
-since its state was last kept, up to ``loop.IN_PROGRESS_SECONDS``. Inside ``StopRequests`` the
-first of ``STOP_SIGNALS`` is only noted: the loop keeps the state at the next minibatch boundary
-(or, in an epoch's evaluation, in that epoch's checkpoint) and then raises ``StoppedBySignal``,
-so a stop costs at most the minibatch under way and the job resumes where it stopped. A second
-signal gets what it would have got without (the handler before): a job in a long step or
-evaluation can still be ended at once.
+since its state was last kept, up to ``checkpointing.IN_PROGRESS_SECONDS``. Inside
+``StopRequests`` the first of ``STOP_SIGNALS`` is only noted: the loop keeps the state at the
+next minibatch boundary (or, in an epoch's evaluation, in that epoch's checkpoint) and then
+raises ``StoppedBySignal``, so a stop costs at most the minibatch under way and the job resumes
+where it stopped. A second signal gets what it would have got without (the handler before): a
+job in a long step or evaluation can still be ended at once.
 """
 
 from __future__ import annotations

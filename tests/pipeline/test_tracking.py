@@ -1,6 +1,7 @@
 """The MLflow store: created once, runs land in their experiments, failures never lose results."""
 
 import json
+import math
 import multiprocessing as mp
 import time
 
@@ -66,6 +67,31 @@ def test_run_logs_params_metrics_artifacts(store, tmp_path):
     )
     assert sorted(m.step for m in history) == [1, 2, 3]
     assert (tmp_path / "mlflow" / "artifacts" / "train").exists()
+
+
+def test_many_steps_are_logged_in_batches_of_a_thousand_values(store, monkeypatch):
+    """A resumed job's earlier epochs (here 250 steps of 6 values, one NaN dropped each) go to
+    the store in 2 writes, not 250, and every step is there once."""
+    import mlflow
+
+    manifest, info = store
+    steps = {e: {"tap_ll": -1.0 / e, "a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "x": math.nan}
+             for e in range(1, 251)}  # fmt: skip
+    writes = []
+    with tracking.start_run(manifest, "train", "resumed") as run:
+        real = run._client.log_batch
+        monkeypatch.setattr(
+            run._client, "log_batch", lambda *a, **k: (writes.append(1), real(*a, **k))[1]
+        )
+        run.log_steps(steps)
+    assert len(writes) == 2  # 1,250 values
+    (found,) = _runs(info, "train")
+    history = mlflow.MlflowClient(info["tracking_uri"]).get_metric_history(
+        found.info.run_id, "tap_ll"
+    )
+    assert sorted(m.step for m in history) == list(range(1, 251))
+    assert {m.step: m.value for m in history}[4] == pytest.approx(-0.25)
+    assert "x" not in found.data.metrics
 
 
 def test_failure_marks_run_failed(store):

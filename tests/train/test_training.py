@@ -75,6 +75,32 @@ def test_resume_gives_identical_results(tmp_path, capsys):
     assert all(0 < h["epoch_cpu_seconds"] for h in hist_b)
 
 
+def test_a_resume_hands_the_epochs_trained_before_to_on_history_at_once(tmp_path):
+    """Extended from 3 to 5 epochs, a job gets the 3 rows it trained before in one
+    ``on_history`` call and ``on_epoch`` for epochs 4 and 5 only; without ``on_history`` the
+    3 rows come to ``on_epoch`` one by one, as before."""
+    x = bars_and_stripes()
+
+    def run(folder, epochs, **callbacks):
+        g = seeded_generator(9, "history")
+        m = build_machine(SPEC, x, 0.01, g)
+        return train(m, x, settings(epochs=epochs), g, checkpoint_dir=folder, progress=False,
+                     **callbacks)  # fmt: skip
+
+    run(tmp_path / "a", 3)
+    run(tmp_path / "b", 3)
+    calls = []
+    run(
+        tmp_path / "a", 5,
+        on_history=lambda rows, machine: calls.append([r["epoch"] for r in rows]),
+        on_epoch=lambda epoch, row, machine: calls.append(epoch),
+    )  # fmt: skip
+    assert calls == [[1, 2, 3], 4, 5]
+    calls.clear()
+    run(tmp_path / "b", 5, on_epoch=lambda epoch, row, machine: calls.append(epoch))
+    assert calls == [1, 2, 3, 4, 5]
+
+
 def test_a_resume_on_other_torch_threads_says_so_in_the_log(tmp_path, capsys):
     """Each epoch records its torch threads; a start that resumes on another number writes a
     line saying its run parts from an uninterrupted one (their matrix products sum otherwise),

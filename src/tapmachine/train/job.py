@@ -118,6 +118,7 @@ def train_from_spec(
     dtype: str = "float32",
     on_start=None,
     on_epoch=None,
+    on_history=None,
     on_pretrain_epoch=None,
     on_step=None,
     extras=None,
@@ -130,8 +131,9 @@ def train_from_spec(
     ``on_start(params, tags, job)`` is called once the initial machine is built, before the
     first epoch, with a description of the run and the ``Prepared`` job; it may return the run's
     id, stored in model.pt as its provenance. ``on_epoch(epoch, metrics, machine)`` is called
-    after every epoch and ``on_step(step, metrics)`` after every update with the method's
-    per-step numbers (``train.loop``). A model with ``pretrain:`` settings (a deep TAP machine)
+    after every epoch, ``on_history(rows, machine)`` once with the epochs a resumed job trained
+    before, and ``on_step(step, metrics)`` after every update with the method's per-step
+    numbers (``train.loop``). A model with ``pretrain:`` settings (a deep TAP machine)
     is first pretrained greedily (Alg. 4, ``pretrain.pretrain_from_spec``), calling
     ``on_pretrain_epoch(layer, epoch, metrics)`` after each greedy RBM epoch. ``extras(history)``
     gives what model.pt keeps besides (``ModelFile.extras``). ``n_train``: as ``prepare``.
@@ -161,6 +163,7 @@ def train_from_spec(
         on_epoch=on_epoch,
         progress=progress,
         on_step=on_step,
+        on_history=on_history,
     )
     ModelFile.from_machine(
         machine,

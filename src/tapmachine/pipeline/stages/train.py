@@ -44,6 +44,10 @@ def train_model(
         def log_epoch(epoch, metrics, machine):
             run.log({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch, keep=False)
 
+        def log_history(rows, machine):
+            steps = {row["epoch"]: {k: v for k, v in row.items() if k != "epoch"} for row in rows}
+            run.log_steps(steps, keep=False)
+
         def log_pretrain_epoch(layer, epoch, metrics):
             run.log(pretrain.prefixed(layer, metrics), step=epoch)
 
@@ -57,6 +61,7 @@ def train_model(
             dtype=dtype,
             on_start=run.start,
             on_epoch=log_epoch,
+            on_history=log_history,
             on_pretrain_epoch=log_pretrain_epoch,
         )
     return machine

@@ -138,10 +138,16 @@ class Recorder:
         return self.run.run_id
 
     def log(self, metrics: Mapping[str, float], step: int | None = None, keep=True) -> None:
+        self.log_steps({step: metrics}, keep=keep)
+
+    def log_steps(self, steps: Mapping[int | None, Mapping[str, float]], keep=True) -> None:
+        """``log`` for several steps at once (step -> metrics), in as few store writes as the
+        values allow."""
         if keep:
-            self.record.add_metrics(metrics, step)
-            self.logged.setdefault(step, set()).update(metrics)
-        self.run.log_metrics(metrics, step=step)
+            for step, metrics in steps.items():
+                self.record.add_metrics(metrics, step)
+                self.logged.setdefault(step, set()).update(metrics)
+        self.run.log_steps(steps)
 
     def log_artifact(self, path, folder: str | None = None) -> None:
         """Log a file now (e.g. an image per epoch) and keep it among the record's artifacts."""

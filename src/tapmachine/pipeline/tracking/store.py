@@ -288,6 +288,11 @@ class Run:
             self._failed("log_params", err)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        self.log_steps({step: metrics})
+
+    def log_steps(self, steps: Mapping[int | None, Mapping[str, float]]) -> None:
+        """The metrics of several steps (step -> {name: value}) in batches of 1,000 values: a
+        store write per batch, not per step (a resumed job's thousands of epochs)."""
         if not self.active:
             return
         try:
@@ -296,6 +301,7 @@ class Run:
             stamp = int(time.time() * 1000)
             items = [
                 Metric(k, float(v), stamp, step or 0)
+                for step, metrics in steps.items()
                 for k, v in metrics.items()
                 if v is not None and math.isfinite(float(v))
             ]

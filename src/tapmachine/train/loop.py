@@ -5,10 +5,10 @@ The loop owns everything around the gradient: minibatches, the update of Alg. 2
 (``train.update``), per-epoch evaluation (``train.evaluation``), checkpoints that make an
 interrupted run resume with identical results (written by ``train.checkpointing``, read back by
 ``train.resume``), a stop on a signal that keeps the state first (``train.stopping``) and
-divergence checks. It knows nothing of tracking:
-callers pass callbacks. ``train`` runs ``run_epoch`` on a ``Carried`` state (machine, momentum,
-the method's state, the history) that a caller may also hold and continue one epoch at a time
-(the estimators' ``partial_fit``, ``tapmachine.learn``).
+divergence checks. It knows nothing of tracking: callers pass callbacks. ``train`` runs
+``run_epoch`` on a ``Carried`` state (machine, momentum, the method's state, the history) that a
+caller may also hold and continue one epoch at a time (the estimators' ``partial_fit``,
+``tapmachine.learn``).
 """
 
 from __future__ import annotations

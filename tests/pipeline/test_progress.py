@@ -183,7 +183,18 @@ def test_progress_with_the_config_counts_a_pass_not_yet_begun(tmp_path, capsys, 
     assert progress.model_progress(model_dir)["reevaluating"] == 0
     trained = TrainSettings(epochs=6, batch_size=10, eval_samples=20)
     same = expected_signature(trained.solver_settings)
+    from tapmachine.io import modelfile
+
+    loaded = []
+    real_load = modelfile.Checkpoint.load
+    monkeypatch.setattr(
+        modelfile.Checkpoint,
+        "load",
+        lambda path: (loaded.append(Path(path).name), real_load(path))[1],
+    )
     assert progress.model_progress(model_dir, same)["reevaluating"] == 0
+    assert loaded == ["epoch_3.pt"]  # the latest alone: its job reads no other to decide
+    monkeypatch.undo()
     other = expected_signature(trained.solver_settings.replace(retry_damping=None))
     row = progress.model_progress(model_dir, other)
     assert row["reevaluating"] == 3 and row["remaining_hours"] > 0

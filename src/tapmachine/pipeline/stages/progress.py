@@ -77,10 +77,16 @@ def _pending_reevaluation(ckpt_dir: Path, latest) -> list[dict]:
 
 def _stale_epochs(ckpt_dir: Path, latest, expected: tuple) -> list[dict]:
     """History rows of the epochs whose checkpoint's evaluation is not ``expected`` (the
-    ``train.expected_signature`` of the run's config): those its job evaluates again."""
+    ``train.expected_signature`` of the run's config): those its job evaluates again. None
+    where the latest checkpoint's is ``expected``: its job reads only that one
+    (``train.resume.evaluated_alike``: a pass rewrites the latest last), so the others, a
+    thinned run's hundreds, are not read."""
     from tapmachine.io.modelfile import checkpoint_epochs
-    from tapmachine.train import evaluated, evaluation_signature
+    from tapmachine.train import evaluated, evaluation_signature, latest_evaluation
 
+    last = latest_evaluation(latest.history)
+    if not last or evaluation_signature(latest.settings, last) == expected:
+        return []
     rows = {row["epoch"]: row for row in latest.history}
     stale = []
     for epoch in checkpoint_epochs(ckpt_dir):

@@ -370,6 +370,32 @@ def test_test_log_likelihood_normalises():
     )
 
 
+def _log_partition_by_both_layers(m) -> float:
+    """ln Z summed over every joint configuration of both layers (eq. 36's weight)."""
+    values = [[-1.0, 1.0] if isinstance(p, Spin) else [0.0, 1.0] for p in m.priors]
+    v = torch.tensor(list(itertools.product(values[0], repeat=m.sizes[0])), dtype=m.W.dtype)
+    h = torch.tensor(list(itertools.product(values[1], repeat=m.sizes[1])), dtype=m.W.dtype)
+    log_w = (
+        m.priors[0].log_prob(v).sum(-1)[:, None]
+        + m.priors[1].log_prob(h).sum(-1)[None, :]
+        + v @ m.W @ h.T
+    )
+    return float(torch.logsumexp(log_w.flatten(), 0))
+
+
+@pytest.mark.parametrize("prior", [Bernoulli, Spin])
+@pytest.mark.parametrize("nv, nh", [(6, 1), (6, 3), (5, 9)])
+@pytest.mark.parametrize("chunk", [1, 2, 5, 1 << 12])
+def test_exact_log_partition_split_into_low_and_high_states_is_the_joint_sum(prior, nv, nh, chunk):
+    """Every split of the enumerated layer's states into chunks (low bits) and high bits,
+    down to one state a chunk, and either layer enumerated (the smaller: nh = 9 > nv = 5
+    enumerates the visible layer), against the sum over both layers' joint states."""
+    m = _random_rbm(nv, nh, 0.8, seed=nv + nh, prior=prior, dtype=torch.float64)
+    assert float(est.exact_log_partition(m, chunk=chunk)) == pytest.approx(
+        _log_partition_by_both_layers(m), abs=1e-12
+    )
+
+
 def test_exact_log_partition_float32_chunks_and_unit_guard():
     """float32 chunks (summed in float64) against float64 throughout on an RBM with strong
     couplings (ln Z in the hundreds); more units than ``max_units`` is refused by name."""

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import tiny_harvest
 
-from tapmachine.figures import common, fig3, likelihood_table, redraw, ucd_dbm
+from tapmachine.figures import common, fig3, fig12, likelihood_table, redraw, ucd_dbm
 from tapmachine.pipeline import cli
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "ucd_cpu"
@@ -294,3 +294,136 @@ def test_fig3_redrawn_from_its_csv_draws_the_same_curves_and_verdicts(tmp_path):
     assert (out / "fig3.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(common.FigureError, match="tap_ll_stderr"):
         redraw.redraw(table.drop(columns=["tap_ll_stderr"]), "fig3")
+
+
+def _fig12_scores(path: Path) -> Path:
+    """A ``scores.csv`` of six epochs as ``tapmachine score --epochs`` writes it: the test split
+    rises in all three measures; the training split's pseudo-likelihood wobbles (so that its
+    measures do not rise together) and it has no per-unit TAP column."""
+    e = np.arange(1, 7)
+    base = -150.0 + 8.0 * np.log(e)
+    rows = {
+        "model": "tiny",
+        "epoch": e,
+        "log_z_ais": -base,
+        "log_z_ais_stderr": 0.05 * e,
+        "log_z_tap": 1.5 - base,
+        "ais_n_betas": 1451,
+        "ais_description": "Salakhutdinov, thinned schedule, 1451 betas, 100 runs",
+        "pl_sites": 10,
+        "pl_sites_drawn_for": "every block of images",
+    }
+    for split, shift in (("test", 0.0), ("train", 2.0)):
+        rows[f"tap_ll_{split}"] = base + 5.0 + shift
+        rows[f"ais_ll_{split}"] = base + shift
+        rows[f"ais_ll_{split}_lower"] = base + shift - 0.3
+        rows[f"ais_ll_{split}_upper"] = base + shift + 0.25
+        rows[f"n_{split}_images"] = 40 if split == "test" else 60
+    rows["pl_test"] = base + 10.0
+    rows["pl_train"] = base[::-1] + 12.0 + np.cos(e)
+    rows["tap_ll_per_unit_test"] = (base + 5.0) / 44
+    pd.DataFrame(rows).iloc[::-1].to_csv(path, index=False)  # make sorts the epochs
+    return path
+
+
+@pytest.fixture(scope="module")
+def fig12_drawn(tmp_path_factory):
+    """Fig. 12 drawn by ``make`` from a tiny scores.csv and a tiny trained model on a substitute
+    dataset, saved as the workflow saves it: (the result, its CSV)."""
+    root = tmp_path_factory.mktemp("fig12")
+    run = tiny_harvest.build(root / "run", epochs=(), substitute="made-up faces")
+    made = fig12.make(_fig12_scores(root / "scores.csv"), run["model"])
+    csv = root / "figures" / "fig12.csv"
+    common.save(made, csv.with_suffix(".png"), None, csv)
+    return made, csv
+
+
+def test_fig12_redrawn_from_its_csv_draws_the_same_curves_and_verdicts(fig12_drawn, tmp_path):
+    """Fig. 12 of a tiny model, redrawn from its CSV alone: the same model, dataset, substitute
+    and visible units, the same scores per epoch, the same drawn rows, claim rows (verdicts both
+    ways) and title."""
+    made, csv = fig12_drawn
+    table = redraw.read_table(csv)
+    info, scores = fig12.from_table(table)
+    (model,) = made.models
+    assert (info.name, info.dataset, info.substitute) == ("tiny", "synth", "made-up faces")
+    assert (info.name, info.dataset, info.substitute, info.sizes[0]) == (
+        model.name,
+        model.dataset,
+        model.substitute,
+        model.sizes[0],
+    )
+    written = pd.read_csv(csv.parent.parent / "scores.csv").sort_values("epoch", ignore_index=True)
+    assert scores["epoch"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert set(written.columns) - set(scores.columns) == {"model"}  # which draw does not read
+    for column in scores:
+        got = scores[column]
+        if column not in written:  # the training split's per-unit TAP: NaN, as make draws it
+            assert column == "tap_ll_per_unit_train" and got.isna().all()
+        elif column in ("ais_description", "pl_sites_drawn_for"):
+            assert got.tolist() == written[column].tolist()
+        else:
+            assert np.allclose(got.astype(float), written[column].astype(float)), column
+    assert made.params == {
+        "scores_csv": str(csv.parent.parent / "scores.csv"),
+        "ais": "Salakhutdinov, thinned schedule, 1451 betas, 100 runs",
+        "pl_sites": 10,
+    }
+
+    again = redraw.redraw(table, "fig12")
+    assert redraw.claim_differences(table, again.table) == ([], [])
+    claims = again.table[again.table["kind"] == "claim"]
+    held = dict(zip(claims["claim"], claims["held"].fillna(""), strict=True))
+    assert (held["rise_together.test"], held["rise_together.train"]) == ("held", "not held")
+    assert "substitute_data" in held
+    detail = dict(zip(claims["claim"], claims["detail"], strict=True))["pl_sites"]
+    assert "10 random sites of 36, drawn for every block of images" in detail
+    drawn = [t[t["kind"] == "drawn"].reset_index(drop=True) for t in (made.table, again.table)]
+    assert list(drawn[0].columns) == list(drawn[1].columns)
+    for column in drawn[0]:
+        made_column, redrawn = drawn[0][column], drawn[1][column]
+        if pd.api.types.is_numeric_dtype(made_column):
+            assert np.allclose(made_column, redrawn.astype(float), equal_nan=True), column
+        else:
+            assert made_column.fillna("").tolist() == redrawn.fillna("").tolist(), column
+    assert again.figure.get_suptitle() == made.figure.get_suptitle()
+
+    out = tmp_path / "redrawn"
+    assert cli.main(["redraw-table", "--csv", str(csv), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fig12.csv", "fig12.png"]
+    assert redraw.claim_differences(table, pd.read_csv(out / "fig12.csv")) == ([], [])
+
+
+@pytest.mark.parametrize(
+    "column", ["dataset", "ais_n_betas", "pl_sites", "pl_sites_drawn_for", "visible_units"]
+)
+def test_a_fig12_table_without_a_column_its_redraw_reads_is_refused(fig12_drawn, column):
+    """A Fig. 12 CSV without a column ``from_table`` reads (as the committed paper-size one,
+    written before the drawn rows carried the model and scoring settings) is refused by name."""
+    _, csv = fig12_drawn
+    older = redraw.read_table(csv).drop(columns=[column])
+    with pytest.raises(common.MissingColumns, match=column):
+        redraw.redraw(older, "fig12")
+
+
+def test_claims_rejudge_keeps_a_fig12_written_before_its_settings_were_carried(
+    fig12_drawn, tmp_path
+):
+    """``claims --rejudge``: a Fig. 12 CSV with all its columns is judged again by the current
+    code (a turned verdict is turned back); one without them keeps its rows as written."""
+    from tapmachine.figures import claims as claims_report
+
+    _, csv = fig12_drawn
+    table = pd.read_csv(csv)
+    row = table.index[table["claim"] == "rise_together.train"][0]
+    table.loc[row, "held"] = "held"
+    for name, frame in (("full", table), ("older", table.drop(columns=["dataset"]))):
+        (tmp_path / name).mkdir()
+        frame.to_csv(tmp_path / name / "fig12.csv", index=False)
+
+    def verdict(folder):
+        rows = claims_report.collect(tmp_path / folder, rejudge=True)
+        return rows[rows["claim"] == "rise_together.train"]["held"].iloc[0]
+
+    assert verdict("full") == "not held"
+    assert verdict("older") == "held"

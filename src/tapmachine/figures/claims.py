@@ -74,11 +74,12 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
     CSV is an error (the run has not drawn its figures). With ``rejudge``, a figure whose module
     has a ``rejudge`` function (``REJUDGED``) or a table ``figures.redraw`` draws again has its
     claim rows computed again by the current code from the CSV's own drawn rows: the verdicts of
-    a committed run whose inputs are gone, as the code now words them.
+    a committed run whose inputs are gone, as the code now words them; a table whose drawn rows
+    lack what its redraw reads (``common.MissingColumns``: a Fig. 12 written before they carried
+    its settings) keeps its rows as written.
     """
     import importlib
 
-    import matplotlib.pyplot as plt
     import pandas as pd
 
     from tapmachine.figures import redraw
@@ -95,9 +96,7 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
             module = importlib.import_module(f"tapmachine.figures.{path.stem}")
             table = module.rejudge(table)
         elif rejudge and path.stem in redraw.TABLES:
-            result = redraw.redraw(table, path.stem)
-            plt.close(result.figure)
-            table = result.table
+            table = _redrawn(table, path.stem)
         rows = table[table["kind"] == "claim"].copy()
         rows.insert(0, "figure", path.stem)
         for col in COLUMNS:
@@ -112,6 +111,22 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
         for held, detail in zip(rows["held"], rows["detail"], strict=True)
     ]
     return rows
+
+
+def _redrawn(figure_table, name: str):
+    """Table ``name`` as ``figures.redraw`` draws it again from its CSV (``figure_table``), or the
+    CSV as it is when its drawn rows lack what the redraw reads (``MissingColumns``)."""
+    import matplotlib.pyplot as plt
+
+    from tapmachine.figures import redraw
+    from tapmachine.figures.common import MissingColumns
+
+    try:
+        result = redraw.redraw(figure_table, name)
+    except MissingColumns:
+        return figure_table
+    plt.close(result.figure)
+    return result.table
 
 
 #: A claim row's identity across runs of one config. One claim of one model can have several

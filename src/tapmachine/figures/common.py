@@ -35,11 +35,13 @@ __all__ = [
     "STYLE",
     "FigureError",
     "FigureResult",
+    "MissingColumns",
     "blank",
     "markdown_cell",
     "ModelInfo",
     "new_figure",
     "model_info",
+    "require_columns",
     "claim",
     "table",
     "describe",
@@ -62,6 +64,19 @@ PAGE = 7.0
 
 class FigureError(TapmachineError):
     """A figure cannot be drawn from its inputs (missing, inconsistent or empty files)."""
+
+
+class MissingColumns(FigureError):
+    """A figure table (its CSV) whose drawn rows lack columns that drawing it again from the CSV
+    reads (``figures.redraw``): written before its figure carried them."""
+
+
+def require_columns(drawn, columns) -> None:
+    """Raise ``MissingColumns`` naming those of ``columns`` that a figure table's ``drawn`` rows
+    lack (nothing when they have them all)."""
+    missing = sorted(set(columns) - set(drawn))
+    if missing:
+        raise MissingColumns(f"the table's drawn rows lack {missing}: it cannot be redrawn")
 
 
 @dataclasses.dataclass

@@ -13,6 +13,11 @@ the epoch, the Spearman correlation of each pair across epochs, the sign of ever
 epoch-to-epoch change (drawn rows ``sign_*``) and the fraction of steps on which the three
 signs agree, and a verdict ``rise_together`` (1 when every measure rises from the first to the
 last epoch and every pairwise Spearman correlation is positive).
+
+The drawn rows carry, beside each split's curves, what the title and the claim rows read from
+the model and the scoring settings (``dataset``, ``substitute``, ``visible_units`` and
+``SETTINGS``), so that ``from_table`` reads ``draw``'s inputs back from the CSV alone
+(``figures.redraw``); a CSV written before they were carried cannot be redrawn.
 """
 
 from __future__ import annotations
@@ -26,17 +31,20 @@ from tapmachine.figures.common import (
     PAGE,
     FigureError,
     FigureResult,
+    ModelInfo,
     claim,
     dataset_label,
     model_info,
     new_figure,
+    require_columns,
     size_note,
     styled,
     substitute_claims,
     table,
 )
+from tapmachine.tap_paper.likelihood.settings import PL_SITES_DRAWN_FOR
 
-__all__ = ["make", "agreement", "MEASURES"]
+__all__ = ["make", "draw", "from_table", "agreement", "MEASURES", "SETTINGS"]
 
 #: column prefix -> label, colour
 MEASURES = {
@@ -45,6 +53,14 @@ MEASURES = {
     "pl": ("pseudo-likelihood", "C2"),
 }
 _SPLIT_STYLE = {"test": "-", "train": "--"}
+
+#: The columns of ``scores.csv`` that say how the epochs were scored (the same on every row):
+#: the AIS schedule in words and its number of betas, the pseudo-likelihood's random sites and
+#: what each draw of them served (``"every image"``; older runs drew them per block of images).
+SETTINGS = ("ais_description", "ais_n_betas", "pl_sites", "pl_sites_drawn_for")
+
+#: Per-epoch columns of ``scores.csv`` shared by the splits (the log partition function).
+_SHARED = ("log_z_ais", "log_z_ais_stderr", "log_z_tap")
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -89,10 +105,16 @@ def agreement(epochs: np.ndarray, curves: dict[str, np.ndarray]) -> dict:
     return out
 
 
-@styled
 def make(scores_csv, model_file) -> FigureResult:
     """Fig. 12 from a model's per-epoch ``scores.csv`` and its ``model.pt``."""
     info = model_info(model_file)
+    result = draw(info, _read_scores(scores_csv))
+    result.params = {"scores_csv": str(scores_csv), **result.params}
+    return result
+
+
+def _read_scores(scores_csv) -> pd.DataFrame:
+    """A ``scores.csv`` sorted by epoch, checked to hold epochs, ln Z and a scored split."""
     df = pd.read_csv(scores_csv)
     if df.empty:
         raise FigureError(f"{scores_csv}: no epochs scored")
@@ -100,15 +122,49 @@ def make(scores_csv, model_file) -> FigureResult:
     missing = need - set(df.columns)
     if missing:
         raise FigureError(f"{scores_csv}: missing columns {sorted(missing)}")
-    df = df.sort_values("epoch").reset_index(drop=True)
-    splits = [
-        s for s in ("test", "train") if f"ais_ll_{s}" in df and df[f"ais_ll_{s}"].notna().any()
-    ]
-    if not splits:
+    if not _splits(df):
         raise FigureError(f"{scores_csv}: neither test nor train images were scored")
-    epochs = df["epoch"].to_numpy(float)
-    description = str(df["ais_description"].iloc[0]) if "ais_description" in df else "AIS"
-    pl_sites = int(df["pl_sites"].iloc[0]) if "pl_sites" in df else -1
+    return df.sort_values("epoch").reset_index(drop=True)
+
+
+def _splits(scores: pd.DataFrame) -> list[str]:
+    """The splits (test, train) whose AIS log-likelihood was computed at some epoch."""
+    return [
+        s
+        for s in ("test", "train")
+        if f"ais_ll_{s}" in scores and scores[f"ais_ll_{s}"].notna().any()
+    ]
+
+
+def _settings(scores: pd.DataFrame) -> dict:
+    """``SETTINGS`` of a scoring, from its first row (a scores.csv without them: "AIS", NaN betas
+    and -1 sites)."""
+    return {
+        "ais_description": (
+            str(scores["ais_description"].iloc[0]) if "ais_description" in scores else "AIS"
+        ),
+        "ais_n_betas": (
+            float(scores["ais_n_betas"].iloc[0]) if "ais_n_betas" in scores else math.nan
+        ),
+        "pl_sites": int(scores["pl_sites"].iloc[0]) if "pl_sites" in scores else -1,
+        "pl_sites_drawn_for": (
+            str(scores["pl_sites_drawn_for"].iloc[0])
+            if "pl_sites_drawn_for" in scores
+            else PL_SITES_DRAWN_FOR
+        ),
+    }
+
+
+@styled
+def draw(info: ModelInfo, scores: pd.DataFrame) -> FigureResult:
+    """Fig. 12 of the model ``info`` from its per-epoch scores (the columns of ``scores.csv``,
+    sorted by epoch): what ``make`` reads from the run's files, or ``from_table`` from the CSV."""
+    splits = _splits(scores)
+    if not splits:
+        raise FigureError(f"{info.name}: neither test nor train images were scored")
+    epochs = scores["epoch"].to_numpy(float)
+    settings = _settings(scores)
+    description, pl_sites = settings["ais_description"], settings["pl_sites"]
     nv = info.sizes[0] if info.sizes else "?"
 
     fig = new_figure(PAGE, 3.0)
@@ -116,21 +172,21 @@ def make(scores_csv, model_file) -> FigureResult:
     drawn, claims, key_entries = [], [], []
     for split in splits:
         style = _SPLIT_STYLE[split]
-        n_images = int(df[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in df else -1
+        n_images = int(scores[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in scores else -1
         curves = {}
         for key, (label, colour) in MEASURES.items():
             col = f"{key}_{split}"
-            if col not in df or df[col].isna().all():
+            if col not in scores or scores[col].isna().all():
                 continue
-            y = df[col].to_numpy(float)
+            y = scores[col].to_numpy(float)
             curves[key] = y
             kw = {"color": colour, "linestyle": style, "marker": "." if len(y) < 30 else None}
             (line,) = ax_abs.plot(epochs, y, label=f"{label}, {split} ({n_images} images)", **kw)
             key_entries.append((list(MEASURES).index(key), splits.index(split), line))
             ax_gain.plot(epochs, y - y[0], label=f"{label}, {split}", **kw)
             if key == "ais_ll":
-                lo = df[f"ais_ll_{split}_lower"].to_numpy(float)
-                hi = df[f"ais_ll_{split}_upper"].to_numpy(float)
+                lo = scores[f"ais_ll_{split}_lower"].to_numpy(float)
+                hi = scores[f"ais_ll_{split}_upper"].to_numpy(float)
                 ax_abs.fill_between(epochs, lo, hi, color=colour, alpha=0.25, linewidth=0)
                 ax_gain.fill_between(
                     epochs, lo - y[0], hi - y[0], color=colour, alpha=0.25, linewidth=0
@@ -148,43 +204,50 @@ def make(scores_csv, model_file) -> FigureResult:
                         marker="." if len(ais) < 30 else None,
                         label=f"{label} - AIS, {split}",
                     )
-            half = 0.5 * (df[f"ais_ll_{split}_upper"] - df[f"ais_ll_{split}_lower"]).to_numpy(float)
+            band = scores[f"ais_ll_{split}_upper"] - scores[f"ais_ll_{split}_lower"]
+            half = 0.5 * band.to_numpy(float)
             ax_gap.fill_between(epochs, -half, half, color=MEASURES["ais_ll"][1], alpha=0.25, lw=0)
         stats = agreement(epochs, curves)
         for i, e in enumerate(epochs):
-            row = {"model": info.name, "split": split, "epoch": int(e), "n_images": n_images}
+            row = {
+                "model": info.name,
+                "dataset": info.dataset,
+                "substitute": info.substitute,
+                "split": split,
+                "epoch": int(e),
+                "n_images": n_images,
+            }
             for key, y in curves.items():
                 row[key] = y[i]
                 row[f"sign_{key}"] = stats["signs"][key][i - 1] if i > 0 else math.nan
-            row["ais_ll_lower"] = df[f"ais_ll_{split}_lower"].iloc[i]
-            row["ais_ll_upper"] = df[f"ais_ll_{split}_upper"].iloc[i]
+            row["ais_ll_lower"] = scores[f"ais_ll_{split}_lower"].iloc[i]
+            row["ais_ll_upper"] = scores[f"ais_ll_{split}_upper"].iloc[i]
             per_unit = f"tap_ll_per_unit_{split}"
-            row["tap_ll_per_unit"] = df[per_unit].iloc[i] if per_unit in df else math.nan
-            row["log_z_ais"] = df["log_z_ais"].iloc[i]
-            row["log_z_ais_stderr"] = df["log_z_ais_stderr"].iloc[i]
-            row["log_z_tap"] = df["log_z_tap"].iloc[i] if "log_z_tap" in df else math.nan
+            row["tap_ll_per_unit"] = scores[per_unit].iloc[i] if per_unit in scores else math.nan
+            row["log_z_ais"] = scores["log_z_ais"].iloc[i]
+            row["log_z_ais_stderr"] = scores["log_z_ais_stderr"].iloc[i]
+            row["log_z_tap"] = scores["log_z_tap"].iloc[i] if "log_z_tap" in scores else math.nan
+            row["visible_units"] = info.sizes[0] if info.sizes else math.nan
+            row.update(settings)
             if i > 0:
                 signs = [stats["signs"][k][i - 1] for k in curves]
                 row["signs_agree"] = float(len(set(signs)) == 1)
             drawn.append(row)
         claims += _claims(info.name, split, stats)
     first, last = int(epochs[0]), int(epochs[-1])
-    claims.append(
-        claim("ais_n_betas", float(df["ais_n_betas"].iloc[0]), info.name, description)
-        if "ais_n_betas" in df
-        else claim("ais_n_betas", math.nan, info.name, description)
-    )
+    claims.append(claim("ais_n_betas", settings["ais_n_betas"], info.name, description))
     claims.append(
         claim(
             "pl_sites",
             float(pl_sites),
             info.name,
-            f"pseudo-likelihood over {pl_sites} random sites of {nv}, drawn for every image, "
+            f"pseudo-likelihood over {pl_sites} random sites of {nv}, drawn for "
+            f"{settings['pl_sites_drawn_for']}, "
             f"scaled by {nv}/{pl_sites}: nats per image",
         )
     )
     for split in splits:
-        n = int(df[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in df else -1
+        n = int(scores[f"n_{split}_images"].iloc[0]) if f"n_{split}_images" in scores else -1
         claims.append(
             claim(
                 f"n_images.{split}",
@@ -197,7 +260,7 @@ def make(scores_csv, model_file) -> FigureResult:
     claims.append(
         claim(
             "ais_log_z_stderr_max",
-            float(df["log_z_ais_stderr"].max()),
+            float(scores["log_z_ais_stderr"].max()),
             info.name,
             "largest AIS standard error of ln Z over the epochs (the band is +- 3 of them)",
         )
@@ -237,8 +300,73 @@ def make(scores_csv, model_file) -> FigureResult:
         fig,
         table(drawn, claims + substitute_claims([info])),
         [info],
-        params={"scores_csv": str(scores_csv), "ais": description, "pl_sites": pl_sites},
+        params={"ais": description, "pl_sites": pl_sites},
     )
+
+
+def from_table(figure_table: pd.DataFrame) -> tuple[ModelInfo, pd.DataFrame]:
+    """What ``draw`` draws, read back from a Fig. 12 table (its CSV, read by pandas; a run whose
+    ``scores.csv`` and ``model.pt`` are gone): the model's ``ModelInfo`` (name, dataset,
+    substitute and visible units) and its per-epoch scores in the columns of ``scores.csv``, each
+    split's curves from its drawn rows, ln Z and ``SETTINGS`` from any of them."""
+    drawn = figure_table[figure_table["kind"] == "drawn"]
+    require_columns(
+        drawn,
+        (
+            "model",
+            "dataset",
+            "substitute",
+            "visible_units",
+            "split",
+            "epoch",
+            "n_images",
+            "ais_ll",
+            "ais_ll_lower",
+            "ais_ll_upper",
+            "log_z_ais",
+            "log_z_ais_stderr",
+            *SETTINGS,
+        ),
+    )
+    models = list(dict.fromkeys(drawn["model"]))
+    if len(models) != 1:
+        raise FigureError(f"a Fig. 12 table draws one model, this one {models}")
+    first = drawn.iloc[0]
+    substitute, visible = first["substitute"], pd.to_numeric(first["visible_units"])
+    info = ModelInfo(
+        str(models[0]),
+        str(first["dataset"]),
+        substitute if isinstance(substitute, str) else "",
+        sizes=(int(visible),) if np.isfinite(visible) else (),
+    )
+    return info, _scores(drawn)
+
+
+def _scores(drawn: pd.DataFrame) -> pd.DataFrame:
+    """The columns of ``scores.csv`` that ``draw`` reads, one row per epoch, from Fig. 12's drawn
+    rows (one per split and epoch)."""
+    epochs = sorted({int(e) for e in drawn["epoch"]})
+    scores = pd.DataFrame({"epoch": epochs})
+    by_split = {
+        split: rows.assign(epoch=rows["epoch"].astype(int)).set_index("epoch").reindex(epochs)
+        for split, rows in drawn.groupby("split", sort=False)
+    }
+    for split, rows in by_split.items():
+        for key in MEASURES:
+            if key in rows:
+                scores[f"{key}_{split}"] = rows[key].to_numpy(float)
+        for bound in ("lower", "upper"):
+            scores[f"ais_ll_{split}_{bound}"] = rows[f"ais_ll_{bound}"].to_numpy(float)
+        if "tap_ll_per_unit" in rows:
+            scores[f"tap_ll_per_unit_{split}"] = rows["tap_ll_per_unit"].to_numpy(float)
+        scores[f"n_{split}_images"] = int(rows["n_images"].iloc[0])
+    rows = next(iter(by_split.values()))
+    for column in _SHARED:
+        if column in rows:
+            scores[column] = rows[column].to_numpy(float)
+    for column in SETTINGS:
+        scores[column] = drawn[column].iloc[0]
+    return scores
 
 
 def _claims(model: str, split: str, stats: dict) -> list[dict]:

@@ -1,13 +1,16 @@
 """Tables drawn again from their own CSVs: the second paper's Tables 1-2 (``ucd_table1``,
-``ucd_table2``) and the first paper's likelihood table (``likelihood_table``).
+``ucd_table2``), the first paper's likelihood table (``likelihood_table``) and its Figs. 3 and 12
+(``fig3``, ``fig12``: each module's ``from_table`` reads back what its ``draw`` draws).
 
 A table's CSV keeps, in its drawn rows, every field of the inputs it was drawn from: the score
 JSON of each DBM (Tables 1-2: its fields are the table's columns, and the floor rows that
 ``ucd_dbm.tables`` adds are told apart by their model name) or the row ``likelihood_table.make``
-builds from each model's ``final.csv`` and ``model.pt``. ``inputs`` reads them back, ``redraw``
-draws the table with the current code, and ``claim_differences`` compares the claim rows it
-computes with those of the CSV: the same inputs give the same verdicts, so a difference in a
-value or a verdict means the CSV lacks what the table reads, or the code judges differently.
+builds from each model's ``final.csv`` and ``model.pt``, or the curves of Fig. 3 (per model) and
+Fig. 12 (per split) with what their titles and claim rows read from the models and the scoring
+settings. ``inputs`` reads them back, ``redraw`` draws the table with the current code, and
+``claim_differences`` compares the claim rows it computes with those of the CSV: the same inputs
+give the same verdicts, so a difference in a value or a verdict means the CSV lacks what the
+table reads, or the code judges differently.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tapmachine.figures import fig3, likelihood_table
+from tapmachine.figures import fig3, fig12, likelihood_table
 from tapmachine.figures.common import FigureError, FigureResult
 from tapmachine.figures.ucd_dbm import tables
 
@@ -114,7 +117,8 @@ def _likelihood_rows(figure_table: pd.DataFrame) -> tuple[list[dict], bool]:
 def inputs(figure_table: pd.DataFrame, name: str):
     """What table ``name`` (a key of ``TABLES``) is drawn from, read back from its CSV
     (``figure_table``): Tables 1-2, the score rows (a DataFrame, one row per DBM); the
-    likelihood table, its computed rows and whether the published row was drawn."""
+    likelihood table, its computed rows and whether the published row was drawn; Figs. 3 and
+    12, the arguments of their ``draw`` (``fig3.from_table``, ``fig12.from_table``)."""
     if name not in TABLES:
         raise FigureError(f"no table named {name!r} to redraw (one of {', '.join(TABLES)})")
     return TABLES[name][0](figure_table)
@@ -209,4 +213,5 @@ TABLES = {
     "ucd_table2": (_ucd_scores, tables.table2_from_scores),
     "likelihood_table": (_likelihood_rows, likelihood_table.from_rows),
     "fig3": (fig3.from_table, fig3.draw),
+    "fig12": (fig12.from_table, fig12.draw),
 }

@@ -70,9 +70,9 @@ def claims_compare(args) -> None:
 
 
 def redraw_table(args) -> None:
-    """``tapmachine redraw-table``: a table or Fig. 3 drawn again by the current code from its CSV
-    alone (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under ``--out``,
-    named as the CSV; refused, nothing written, when a claim row's value or (without
+    """``tapmachine redraw-table``: a table, Fig. 3 or Fig. 12 drawn again by the current code
+    from its CSV alone (``figures.redraw``), written as PNG and CSV (and PDF with ``--pdf``) under
+    ``--out``, named as the CSV; refused, nothing written, when a claim row's value or (without
     ``--rejudge``) verdict differs from the CSV's."""
     from tapmachine.figures import common, redraw
     from tapmachine.figures.common import FigureError
@@ -100,14 +100,15 @@ def redraw_table(args) -> None:
 def register(subparsers) -> None:
     r = subparsers.add_parser(
         "redraw-table",
-        help="draw a table (ucd_table1, ucd_table2, likelihood_table) or Fig. 3 again from its CSV",
+        help="draw a table (ucd_table1, ucd_table2, likelihood_table), Fig. 3 or Fig. 12 again "
+        "from its CSV",
     )
     r.add_argument("--csv", required=True, help="the table's CSV (a figure table)")
     r.add_argument("--out", required=True, help="folder to write <csv name>.png and .csv to")
     r.add_argument(
         "--table",
         default=None,
-        choices=["ucd_table1", "ucd_table2", "likelihood_table", "fig3"],
+        choices=["ucd_table1", "ucd_table2", "likelihood_table", "fig3", "fig12"],
         help="which table the CSV holds (default: the CSV's file name)",
     )
     r.add_argument("--pdf", action="store_true", help="also write <csv name>.pdf")
@@ -178,8 +179,9 @@ def register(subparsers) -> None:
     c.add_argument(
         "--rejudge",
         action="store_true",
-        help="compute the claim rows of fig3, fig4, fig5 and the tables (ucd_table1, ucd_table2, "
-        "likelihood_table) again from their CSVs' drawn rows (the current verdicts of a run "
-        "whose inputs are gone, e.g. docs/results/paper)",
+        help="compute the claim rows of fig3, fig4, fig5, fig12 and the tables (ucd_table1, "
+        "ucd_table2, likelihood_table) again from their CSVs' drawn rows (the current verdicts "
+        "of a run whose inputs are gone, e.g. docs/results/paper; a Fig. 12 CSV without the "
+        "columns its redraw reads keeps its rows)",
     )
     c.set_defaults(func=claims_report)

@@ -16,7 +16,11 @@ from tapmachine.io.modelfile import Checkpoint, ModelFile, checkpoint_path, mode
 from tapmachine.io.partial import KeptRows, file_digest, settings_digest
 from tapmachine.io.runlog import kept_message
 from tapmachine.tap_paper.likelihood.score import score_machine
-from tapmachine.tap_paper.likelihood.settings import ScoreSettings, schedule_label
+from tapmachine.tap_paper.likelihood.settings import (
+    PL_SITES_DRAWN_FOR,
+    ScoreSettings,
+    schedule_label,
+)
 from tapmachine.tap_paper.likelihood.tap_partition import (
     recorded_final_tap_partition,
     recorded_tap_partition,
@@ -55,6 +59,7 @@ def _settings_columns(settings: ScoreSettings) -> dict:
         "ais_runs": settings.ais_runs,
         "ais_description": schedule_label(settings),
         "pl_sites": settings.pl_sites,
+        "pl_sites_drawn_for": PL_SITES_DRAWN_FOR,
         "tap_inits": settings.tap_inits,
     }
 

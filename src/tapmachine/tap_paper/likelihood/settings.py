@@ -13,6 +13,7 @@ from tapmachine.io.schema import defaults
 __all__ = [
     "FULL_SALAKHUTDINOV",
     "MAX_CURVE_UNITS",
+    "PL_SITES_DRAWN_FOR",
     "SPLITS",
     "ScoreSettings",
     "ais_schedule",
@@ -25,6 +26,10 @@ FULL_SALAKHUTDINOV = 14501
 #: Nh = 25. Each further unit doubles the cost (2^25 states: about 100 CPU-seconds
 #: in float32 chunks, as a job runs them).
 MAX_CURVE_UNITS = 25
+
+#: What each draw of the pseudo-likelihood's random sites serves (``scores.csv``'s
+#: ``pl_sites_drawn_for``): every image its own sites (``estimators.pseudo_log_likelihood``).
+PL_SITES_DRAWN_FOR = "every image"
 _AIS, _SCORING, _TAP = defaults("ais"), defaults("likelihood_scoring"), defaults("model")["tap"]
 
 

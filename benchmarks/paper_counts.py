@@ -7,7 +7,8 @@ checkpoints of the binary-MNIST RBM of the nearest hidden-layer size (``count_so
 CD/PCD baselines and ``bmnist_h500_noiseaug`` (same 784 x 500 RBM), the stochastically binarised
 models (same sizes, data of the same density), Fig. 10's RBMs (784 x 500) and Fig. 11's deep
 machines (the free solve of their first 784 x 500 coupling stands in for the deep solve: no deep
-checkpoints are trained here). Each count runs the model's own settings (solver, tolerances,
+checkpoints are trained here; a run's own greedy RBMs count their pretraining steps,
+``pretrain_source``). Each count runs the model's own settings (solver, tolerances,
 caps, second pass) on those checkpoints, at each of their epochs (early, middle, late), and is
 the mean over them.
 
@@ -39,7 +40,7 @@ from tapmachine.train.loop import eval_rows
 __all__ = [
     "EVAL_ROWS", "HARVEST_ROWS", "PROFILE_ROWS", "RUN_CHECKPOINTS", "SCORE_ROWS", "STEP_BATCHES",
     "count_source", "checkpoint_sets", "harvest_costs", "harvest_rows", "measured_iterations",
-    "run_checkpoint_sets",
+    "pretrain_source", "run_checkpoint_sets",
 ]  # fmt: skip
 
 #: Rows from which iterations are counted on each checkpoint.
@@ -109,18 +110,33 @@ def run_checkpoint_sets(
     ``train`` writes them), for each of ``names`` that has any: ``n_checkpoints`` (default
     ``RUN_CHECKPOINTS``) of the epochs written so far, evenly spaced from the first to the last
     (all of them where fewer exist). A run still training counts only the epochs it reached, so
-    a model's later, costlier epochs are missing from its count."""
+    a model's later, costlier epochs are missing from its count. A deep model's greedy RBMs
+    (``{model}/pretrain/layer_{k}/epoch_{e}.pt``) are sets of their own, ``pretrain_source``."""
     k = n_checkpoints or RUN_CHECKPOINTS
     sets = {}
     for name in names:
-        found = sorted(
-            Path(models_dir, name, "checkpoints").glob("epoch_*.pt"),
-            key=lambda p: int(p.stem.removeprefix("epoch_")),
-        )
+        found = _spaced(Path(models_dir, name, "checkpoints"), k)
         if found:
-            picks = {round(i * (len(found) - 1) / max(1, k - 1)) for i in range(k)}
-            sets[name] = [found[i] for i in sorted(picks)]
+            sets[name] = found
+        for layer_dir in Path(models_dir, name, "pretrain").glob("layer_*"):
+            found = _spaced(layer_dir, k)
+            if found:
+                sets[pretrain_source(name, int(layer_dir.name.removeprefix("layer_")))] = found
     return sets
+
+
+def _spaced(directory: Path, k: int) -> list[Path]:
+    """``k`` of the ``epoch_{e}.pt`` files in ``directory``, evenly spaced over their epochs'
+    order from the first to the last (all of them where fewer exist)."""
+    found = sorted(directory.glob("epoch_*.pt"), key=lambda p: int(p.stem.removeprefix("epoch_")))
+    picks = {round(i * (len(found) - 1) / max(1, k - 1)) for i in range(k)} if found else set()
+    return [found[i] for i in sorted(picks)]
+
+
+def pretrain_source(name: str, layer: int) -> str:
+    """The key, among the checkpoint sets, of deep model ``name``'s greedy RBM ``layer`` (1 for
+    the RBM on the data)."""
+    return f"{name}/pretrain/layer_{layer}"
 
 
 def count_source(name: str, spec: dict, sets: dict) -> str:
@@ -260,6 +276,37 @@ def measured_iterations(
             **{k: _mean([c[k] for c in per_ckpt]) for k in per_ckpt[0]},
         }
         out[name].setdefault("train", None)
+        pretrain = _pretrain_counts(name, spec, settings, sets, x_steps)
+        if pretrain:
+            out[name]["pretrain"] = pretrain
+    return out
+
+
+def _pretrain_counts(name: str, spec: dict, settings, sets: dict, x: torch.Tensor) -> dict:
+    """A deep model's greedy RBMs counted on their own checkpoints where a run has them
+    (``pretrain_source``): per layer k (1-based), ``_step_counts``' means over its checkpoints of
+    a converged step from the rows that RBM trains on, ``x`` for the first and the hidden units
+    of the one below (its last checkpoint; drawn, or their means, as ``pretrain.inputs`` says)
+    for the next. Layers without checkpoints are left out (priced at the deep machine's counts).
+    """
+    from tapmachine.train.pretrain import PretrainSettings, layer_inputs
+
+    if not spec.get("pretrain") or settings.train_iterations != "converge":
+        return {}
+    pre = PretrainSettings.from_spec(spec["pretrain"])
+    rbm_settings = dataclasses.replace(
+        settings, epochs=pre.epochs, learning_rate=pre.learning_rate, inference="tap"
+    )
+    generator = seeded_generator(0, "paper_counts", name, "pretrain")
+    out = {}
+    for layer in range(1, len(spec["hidden"]) + 1):
+        paths = sets.get(pretrain_source(name, layer))
+        if not paths:
+            break
+        rbms = [load_model(path, dtype=torch.float32) for path in paths]
+        counts = [_step_counts(rbm, x, rbm_settings) for rbm in rbms]
+        out[layer] = {k: _mean([c[k] for c in counts]) for k in counts[0]}
+        x = layer_inputs(rbms[-1], x, pre.inputs == "samples", generator)
     return out
 
 

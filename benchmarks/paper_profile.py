@@ -249,8 +249,9 @@ def _solver_label(settings: TrainSettings) -> str:
 
 def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
     """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
-    pretraining (its RBMs' steps at the deep machine's counts, each epoch's evaluation priced
-    as the deep machine's: an upper bound). The evaluation is its rows times its CPU seconds
+    pretraining (each RBM's step at its own counts where a run's checkpoints of it were counted,
+    ``pretrain_counted_on_own``, else at the deep machine's; each epoch's evaluation priced as
+    the deep machine's: an upper bound). The evaluation is its rows times its CPU seconds
     per row timed on the count checkpoints (``eval_seconds_per_row``), else the solve's price
     at the counted iterations."""
     price = meas.training(spec, name)
@@ -268,10 +269,17 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         else:
             evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
     total = settings.epochs * (n_batches * step + evaluation)
-    pretrain = 0.0
-    for rbm_step in price.get("pretrain", []):
-        epochs = spec["pretrain"]["epochs"]
-        pretrain += epochs * (n_batches * _step_seconds(rbm_step, iterations) + evaluation)
+    pretrain, pretrain_counted = 0.0, []
+    for layer, rbm_step in enumerate(price.get("pretrain", []), start=1):
+        own = counts.get("pretrain", {}).get(layer)
+        step_rbm = (
+            _step_seconds(rbm_step, own["train"], own)
+            if own
+            else _step_seconds(rbm_step, iterations)
+        )
+        if own:
+            pretrain_counted.append(layer)
+        pretrain += spec["pretrain"]["epochs"] * (n_batches * step_rbm + evaluation)
     return {
         "seconds": total + pretrain,
         "epochs": settings.epochs,
@@ -287,6 +295,7 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         "seconds_per_step": step,
         "eval_seconds_per_epoch": evaluation,
         "pretrain_seconds": pretrain,
+        "pretrain_counted_on_own": pretrain_counted,
         "counted_on": counts["source"],
         "priced_on": price.get("priced_on"),
         "data": price["data"],

@@ -832,3 +832,83 @@ def test_a_gpu_projection_is_refused_rather_than_priced_on_the_cpu(capsys):
     assert "no cuda projection" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not cuda"):
         paper_profile.bench_paper_profile("cuda", quick=True)
+
+
+def test_a_runs_greedy_rbms_count_the_pretraining_of_its_deep_machine(tmp_path, monkeypatch):
+    """A deep model whose run has written greedy RBM checkpoints (``pretrain/layer_k``) counts
+    each RBM's converged step on them: layer 1 from the model's rows, layer 2 from the hidden
+    means of layer 1's last RBM (``pretrain.inputs``); the training job prices each layer's
+    steps at its own counts and says so, and the layers without checkpoints at the deep
+    machine's."""
+    import torch
+
+    from benchmarks import paper_counts, paper_profile
+    from tapmachine.core.machine import BoltzmannMachine
+    from tapmachine.core.priors import Bernoulli
+    from tapmachine.io.modelfile import ModelFile
+    from tapmachine.train import TrainSettings, load_model
+    from tapmachine.train.pretrain import PretrainSettings, layer_inputs, pretrain
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.bernoulli(torch.full((40, 8), 0.4), generator=g)
+    machine = BoltzmannMachine(
+        tuple(Bernoulli(torch.zeros(n)) for n in (8, 5, 3)),
+        (0.5 * torch.randn(8, 5, generator=g), 0.5 * torch.randn(5, 3, generator=g)),
+    )
+    tap_spec = {"train_iterations": "converge", "train_tol": 1e-8, "train_max_iter": 200,
+                "solver": "newton_sor"}  # fmt: skip
+    spec = {"dataset": "d", "visible": {"prior": "bernoulli"}, "n_solutions": 10,
+            "hidden": [{"prior": "bernoulli", "units": 5}, {"prior": "bernoulli", "units": 3}],
+            "batch_size": 10, "learning_rate": 0.05, "epochs": 2, "tap": tap_spec,
+            "pretrain": {"epochs": 3, "learning_rate": 0.5}, "eval": {"n_samples": 10}}  # fmt: skip
+    models = tmp_path / "models"
+    settings = TrainSettings.from_spec(spec)
+    pre = PretrainSettings.from_spec(spec["pretrain"])
+    stacked, _ = pretrain(machine, x, settings, pre, g, models / "dbm" / "pretrain", progress=False)
+    monkeypatch.setattr(paper_counts, "dataset_rows", lambda name, n=None: (x[:n], name))
+
+    sets = paper_counts.run_checkpoint_sets(models, ["dbm"], n_checkpoints=2)
+    assert {k: [p.stem for p in v] for k, v in sets.items()} == {
+        "dbm/pretrain/layer_1": ["epoch_1", "epoch_3"],
+        "dbm/pretrain/layer_2": ["epoch_1", "epoch_3"],
+    }
+    joint = tmp_path / "joint" / "model.pt"  # the stacked machine stands in for joint training
+    joint.parent.mkdir()
+    ModelFile.from_machine(stacked, "dbm", spec=spec).save(joint)
+    sets["dbm"] = [joint]
+    counts = paper_counts.measured_iterations({"models": {"dbm": spec}}, ["dbm"], sets)["dbm"]
+
+    rbm_settings = TrainSettings.from_spec({**spec, "learning_rate": 0.5, "epochs": 3})
+    steps = x[: 10 * paper_counts.STEP_BATCHES]
+    first = [load_model(p, dtype=torch.float32) for p in sets["dbm/pretrain/layer_1"]]
+    second = [load_model(p, dtype=torch.float32) for p in sets["dbm/pretrain/layer_2"]]
+    inputs = layer_inputs(first[-1], steps)
+    for layer, rbms, rows in ((1, first, steps), (2, second, inputs)):
+        expected = [paper_counts._step_counts(rbm, rows, rbm_settings) for rbm in rbms]
+        mean = sum(c["train"] for c in expected) / len(expected)
+        assert counts["pretrain"][layer]["train"] == pytest.approx(mean)
+        assert counts["pretrain"][layer]["train_sweeps"] == pytest.approx(
+            sum(c["train_sweeps"] for c in expected) / len(expected)
+        )
+    assert counts["pretrain"][1]["train"] != counts["pretrain"][2]["train"]
+
+    class Priced:
+        def __init__(self, own):
+            self.counts = {"dbm": {**counts, "pretrain": own}}
+
+        def training(self, spec, name=None):
+            flat = {"one": 1.0, "per_iter": 0.5}
+            return {"n_rows": 40, "step": dict(flat), "eval": None, "eval_rows": 0,
+                    "data": "stub", "pretrain": [dict(flat), dict(flat)]}  # fmt: skip
+
+    both = paper_profile.train_seconds(Priced(counts["pretrain"]), "dbm", spec)
+    only_first = paper_profile.train_seconds(Priced({1: counts["pretrain"][1]}), "dbm", spec)
+    assert both["pretrain_counted_on_own"] == [1, 2]
+    assert only_first["pretrain_counted_on_own"] == [1]
+
+    def layer_seconds(iterations):
+        return 3 * 4 * (1.0 + 0.5 * (iterations - 1))  # 3 epochs x 4 batches of 10 rows
+
+    own = [layer_seconds(counts["pretrain"][k]["train"]) for k in (1, 2)]
+    assert both["pretrain_seconds"] == pytest.approx(sum(own))
+    assert only_first["pretrain_seconds"] == pytest.approx(own[0] + layer_seconds(counts["train"]))

@@ -99,7 +99,7 @@ def test_table1_from_its_csv_keeps_the_floor_and_the_missing_ais_score(drawn_tab
 def test_a_table_whose_drawn_rows_lack_a_read_column_is_not_redrawn(drawn_tables):
     csv, _ = drawn_tables["ucd_table2"]
     table = redraw.read_table(csv).drop(columns=["classifier_accuracy"])
-    with pytest.raises(common.FigureError, match="classifier_accuracy"):
+    with pytest.raises(common.MissingColumns, match="classifier_accuracy"):
         redraw.redraw(table, "ucd_table2")
     with pytest.raises(common.FigureError, match="no table named 'fig7'"):
         redraw.table_name(csv.with_name("fig7.csv"))
@@ -292,7 +292,7 @@ def test_fig3_redrawn_from_its_csv_draws_the_same_curves_and_verdicts(tmp_path):
     out = tmp_path / "redrawn"
     assert cli.main(["redraw-table", "--csv", str(csv), "--out", str(out)]) == 0
     assert (out / "fig3.png").read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(common.FigureError, match="tap_ll_stderr"):
+    with pytest.raises(common.MissingColumns, match="tap_ll_stderr"):
         redraw.redraw(table.drop(columns=["tap_ll_stderr"]), "fig3")
 
 

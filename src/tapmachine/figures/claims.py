@@ -75,8 +75,8 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
     has a ``rejudge`` function (``REJUDGED``) or a table ``figures.redraw`` draws again has its
     claim rows computed again by the current code from the CSV's own drawn rows: the verdicts of
     a committed run whose inputs are gone, as the code now words them; a table whose drawn rows
-    lack what its redraw reads (``common.MissingColumns``: a Fig. 12 written before they carried
-    its settings) keeps its rows as written.
+    lack what its redraw reads (``common.MissingColumns``: a CSV written before they carried it,
+    e.g. a Fig. 12 without its scoring settings) keeps its rows as written.
     """
     import importlib
 

@@ -57,6 +57,7 @@ from tapmachine.figures.common import (
     model_colours,
     model_info,
     new_figure,
+    require_columns,
     styled,
     substitute_claims,
     table,
@@ -272,9 +273,7 @@ def from_table(figure_table) -> tuple[list, list, dict]:
     hidden units, from its drawn rows), its curve (the drawn rows' epochs, estimates and
     diagnostics) and, where its rows carry them, its exact values at their epochs."""
     drawn = figure_table[figure_table["kind"] == "drawn"]
-    missing = sorted({"model", "dataset", "epoch", "tap_ll", "tap_ll_stderr"} - set(drawn))
-    if missing:
-        raise FigureError(f"the table's drawn rows lack {missing}: it cannot be redrawn")
+    require_columns(drawn, ("model", "dataset", "epoch", "tap_ll", "tap_ll_stderr"))
     infos, curves, exact = [], [], {}
     for model, rows in drawn.groupby("model", sort=False):
         rows = rows.sort_values("epoch").reset_index(drop=True)

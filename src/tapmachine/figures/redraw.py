@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from tapmachine.figures import fig3, fig12, likelihood_table
-from tapmachine.figures.common import FigureError, FigureResult
+from tapmachine.figures.common import FigureError, FigureResult, require_columns
 from tapmachine.figures.ucd_dbm import tables
 
 __all__ = [
@@ -77,9 +77,7 @@ def _ucd_scores(figure_table: pd.DataFrame) -> pd.DataFrame:
     from: its drawn rows without the floor rows (``tables.FLOOR_MODEL``) and without the columns
     the table adds (``TABLE_COLUMNS``, ``tables.AIS_LABEL``: a copy of ``ais_ll``)."""
     drawn = figure_table[figure_table["kind"] == "drawn"]
-    missing = [c for c in UCD_REQUIRED if c not in drawn]
-    if missing:
-        raise FigureError(f"the table's drawn rows lack {missing}: it cannot be redrawn")
+    require_columns(drawn, UCD_REQUIRED)
     scores = drawn[drawn["model"] != tables.FLOOR_MODEL]
     if scores.empty:
         raise FigureError("the table has no DBM rows (only floor rows)")
@@ -100,8 +98,7 @@ def _likelihood_rows(figure_table: pd.DataFrame) -> tuple[list[dict], bool]:
     """The computed models' rows of a likelihood table (``likelihood_table.make``'s, before the
     published row) and whether it drew the published row."""
     drawn = figure_table[figure_table["kind"] == "drawn"]
-    if "computed" not in drawn:
-        raise FigureError("the table's drawn rows lack 'computed': it cannot be redrawn")
+    require_columns(drawn, ("computed",))
     computed = drawn[drawn["computed"] == 1].drop(columns=[c for c in TABLE_COLUMNS if c in drawn])
     if computed.empty:
         raise FigureError("the table has no computed rows")

@@ -137,8 +137,8 @@ def _splits(scores: pd.DataFrame) -> list[str]:
 
 
 def _settings(scores: pd.DataFrame) -> dict:
-    """``SETTINGS`` of a scoring, from its first row (a scores.csv without them: "AIS", NaN betas
-    and -1 sites)."""
+    """``SETTINGS`` of a scoring, from its first row (a scores.csv without them: "AIS", NaN betas,
+    -1 sites, and sites drawn as today's scoring draws them, ``PL_SITES_DRAWN_FOR``)."""
     return {
         "ais_description": (
             str(scores["ais_description"].iloc[0]) if "ais_description" in scores else "AIS"

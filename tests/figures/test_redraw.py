@@ -407,7 +407,7 @@ def test_a_fig12_table_without_a_column_its_redraw_reads_is_refused(fig12_drawn,
 
 
 def test_claims_rejudge_keeps_a_fig12_written_before_its_settings_were_carried(
-    fig12_drawn, tmp_path
+    fig12_drawn, tmp_path, capsys
 ):
     """``claims --rejudge``: a Fig. 12 CSV with all its columns is judged again by the current
     code (a turned verdict is turned back); one without them keeps its rows as written."""
@@ -426,4 +426,6 @@ def test_claims_rejudge_keeps_a_fig12_written_before_its_settings_were_carried(
         return rows[rows["claim"] == "rise_together.train"]["held"].iloc[0]
 
     assert verdict("full") == "not held"
+    assert "kept as written" not in capsys.readouterr().err
     assert verdict("older") == "held"
+    assert "fig12: claim rows kept as written, not judged again" in capsys.readouterr().err

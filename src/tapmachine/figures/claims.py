@@ -115,7 +115,10 @@ def collect(figures_dir: str | os.PathLike, rejudge: bool = False):
 
 def _redrawn(figure_table, name: str):
     """Table ``name`` as ``figures.redraw`` draws it again from its CSV (``figure_table``), or the
-    CSV as it is when its drawn rows lack what the redraw reads (``MissingColumns``)."""
+    CSV as it is, said on stderr, when its drawn rows lack what the redraw reads
+    (``MissingColumns``)."""
+    import sys
+
     import matplotlib.pyplot as plt
 
     from tapmachine.figures import redraw
@@ -123,7 +126,8 @@ def _redrawn(figure_table, name: str):
 
     try:
         result = redraw.redraw(figure_table, name)
-    except MissingColumns:
+    except MissingColumns as missing:
+        print(f"{name}: claim rows kept as written, not judged again ({missing})", file=sys.stderr)
         return figure_table
     plt.close(result.figure)
     return result.table

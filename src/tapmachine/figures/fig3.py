@@ -1,3 +1,4 @@
+# Over 500 lines, one concept: Fig. 3 drawn, read back from its CSV and judged, curve by curve.
 """Fig. 3: normalised TAP log-likelihood (eq. 39 / (Nv + Nh)) per epoch, one panel per dataset.
 
 Drawn from each model's ``metrics.csv`` (``tap_ll`` and its standard error ``tap_ll_stderr``

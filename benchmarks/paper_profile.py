@@ -269,16 +269,11 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         else:
             evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
     total = settings.epochs * (n_batches * step + evaluation)
-    pretrain, pretrain_counted = 0.0, []
-    for layer, rbm_step in enumerate(price.get("pretrain", []), start=1):
-        own = counts.get("pretrain", {}).get(layer)
-        step_rbm = (
-            _step_seconds(rbm_step, own["train"], own)
-            if own
-            else _step_seconds(rbm_step, iterations)
-        )
-        if own:
-            pretrain_counted.append(layer)
+    pretrain, own_counts = 0.0, counts.get("pretrain", {})
+    layers = range(1, len(price.get("pretrain", [])) + 1)
+    for layer, rbm_step in zip(layers, price.get("pretrain", []), strict=True):
+        own = own_counts.get(layer)
+        step_rbm = _step_seconds(rbm_step, *((own["train"], own) if own else (iterations,)))
         pretrain += spec["pretrain"]["epochs"] * (n_batches * step_rbm + evaluation)
     return {
         "seconds": total + pretrain,
@@ -295,7 +290,7 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         "seconds_per_step": step,
         "eval_seconds_per_epoch": evaluation,
         "pretrain_seconds": pretrain,
-        "pretrain_counted_on_own": pretrain_counted,
+        "pretrain_counted_on_own": [layer for layer in layers if layer in own_counts],
         "counted_on": counts["source"],
         "priced_on": price.get("priced_on"),
         "data": price["data"],

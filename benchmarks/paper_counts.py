@@ -84,23 +84,39 @@ COUNT_KEYS = (
 
 
 def checkpoint_sets(
-    cfg: dict, directory: Path, quick: bool, run_models: Path | None = None
+    cfg: dict,
+    directory: Path,
+    quick: bool,
+    run_models: Path | None = None,
+    models=None,
 ) -> dict[str, list[Path]]:
     """Checkpoints by model: the binary-MNIST ones (``solve_checkpoints``) and those of the
     other datasets' models (``other_checkpoints``), trained where missing; with ``run_models``
     (a run's ``results/{run}/models``), each model that run has checkpoints of counts on its
-    own instead (``run_checkpoint_sets``), and a set of benchmark checkpoints the run covers
-    whole (every binary-MNIST size, or every other dataset's model) is not trained at all."""
+    own instead (``run_checkpoint_sets``). Benchmark checkpoints are trained only where one of
+    ``models`` (default: every model of ``cfg``) is counted on them: a model the run does not
+    cover, or one borrowing the counts of a binary-MNIST size the run does not cover
+    (``count_source``)."""
     run = run_checkpoint_sets(run_models, cfg["models"]) if run_models is not None else {}
+    wanted = list(cfg["models"] if models is None else models)
     sets: dict[str, list[Path]] = {}
-    if not all(name in run for name in SOLVE_MODELS):
+    if any(_counted_on_binary_benchmark(name, cfg["models"][name], run) for name in wanted):
         for name, _, path in solve_checkpoints(directory, quick):
             sets.setdefault(name, []).append(path)
-    others = [name for name in OTHER_MODELS if name in cfg["models"]]
-    if not all(name in run for name in others):
-        sets.update(other_checkpoints(directory, cfg["models"], quick))
+    missing = {n: cfg["models"][n] for n in wanted if n in OTHER_MODELS and n not in run}
+    if missing:
+        sets.update(other_checkpoints(directory, missing, quick))
     sets.update(run)
     return sets
+
+
+def _counted_on_binary_benchmark(name: str, spec: dict, run: dict) -> bool:
+    """Whether ``name`` is counted on a benchmark checkpoint of binary MNIST: the run does not
+    cover it, it is none of ``OTHER_MODELS``, and the binary-MNIST size it is counted on (its
+    own, or the nearest one's) is not covered by the run either."""
+    if name in run or name in OTHER_MODELS:
+        return False
+    return (name if name in SOLVE_MODELS else count_source(name, spec, {})) not in run
 
 
 def run_checkpoint_sets(
@@ -310,19 +326,22 @@ def _pretrain_counts(name: str, spec: dict, settings, sets: dict, x: torch.Tenso
     return out
 
 
-def harvest_costs(cfg: dict, sets: dict, quick: bool) -> dict:
-    """Per ``harvest`` entry: the harvest itself on its model's count checkpoints, with its
-    settings and dtype from the first ``harvest_rows`` training images, one thread. Returns
-    ``{source, inits, rows, iterations, seconds_per_init}``: the initialisations of one of its
-    jobs (``n_init``, at most the dataset's training images), the rows timed, the mean
-    iterations per initialisation (both passes and the polishing of converged rows) and the CPU
-    seconds per initialisation, each the mean over the checkpoints. Timed, not priced per
-    sweep: an iteration of the polishing (Anderson, with the truncated priors' moments solved
-    inside it) costs several of Alg. 1's damped sweeps."""
+def harvest_costs(cfg: dict, sets: dict, quick: bool, models=None) -> dict:
+    """Per ``harvest`` entry (of ``models`` only, where given): the harvest itself on its
+    model's count checkpoints, with its settings and dtype from the first ``harvest_rows``
+    training images, one thread. Returns ``{source, inits, rows, iterations,
+    seconds_per_init}``: the initialisations of one of its jobs (``n_init``, at most the
+    dataset's training images), the rows timed, the mean iterations per initialisation (both
+    passes and the polishing of converged rows) and the CPU seconds per initialisation, each
+    the mean over the checkpoints. Timed, not priced per sweep: an iteration of the polishing
+    (Anderson, with the truncated priors' moments solved inside it) costs several of Alg. 1's
+    damped sweeps."""
     from tapmachine.tap_paper import harvest as harvest_module
 
     out = {}
     for name, entry in cfg["harvest"].items():
+        if models is not None and name not in models:
+            continue
         spec = cfg["models"][name]
         source = count_source(name, spec, sets)
         settings = harvest_module.HarvestSettings(

@@ -24,16 +24,23 @@ from benchmarks.paper_jobs import (
     schedule_hours,
 )
 from tapmachine.train import TrainSettings, load_model
+from tapmachine.train.evaluation import evaluation_due
 
 __all__ = [
     "BUDGET_HOURS",
     "LEFT_OUT",
+    "PROFILE_TARGETS",
     "bench_paper_profile",
     "choose_fig10_epochs",
     "choose_fig11_size",
+    "profile_jobs",
     "project",
 ]
 
+#: What the profile prices by default: the first paper's targets and ``harvest`` (every harvest
+#: entry's epochs, where Figs. 5-7 read only their columns'). A run of some of them (one
+#: dataset's Figs. 3-7, say) is priced with those alone (``--targets``).
+PROFILE_TARGETS = (*PAPER_TARGETS, "harvest")
 #: The goal: the whole first paper within this many hours on 2 cores, projected.
 BUDGET_HOURS = 12.0
 #: The model whose jobs the goal leaves out (adaTAP-100, about 8 h an epoch on a CPU).
@@ -54,6 +61,13 @@ FIG11_JOINT = (20, 3000)
 FIG11_PRETRAIN = 50
 #: The smallest Fig. 11 (units, joint epochs, pretraining epochs) tried, and taken when none fits.
 FIG11_SMALLEST = (FIG11_UNITS[-1], FIG11_JOINT[0], FIG11_PRETRAIN)
+
+
+def profile_jobs(cfg: dict, targets=PROFILE_TARGETS) -> list:
+    """The jobs ``targets`` (names of ``PROFILE_TARGETS``) make under ``cfg``
+    (``paper_jobs``; ``harvest`` adds every harvest entry's epochs)."""
+    figures = [t for t in targets if t != "harvest"]
+    return paper_jobs(cfg, figures, all_harvests="harvest" in targets)
 
 
 def _paper_config(overlays=()) -> dict:
@@ -81,11 +95,11 @@ def _score_settings(cfg: dict, job):
     return settings, likelihood.evaluation_differs(trained, settings)
 
 
-def _scores_solving_tap(cfg: dict) -> dict[str, dict]:
-    """Per model, ``{part: ScoreSettings}`` of its score jobs that solve TAP's ln Z themselves
-    (``_score_settings``)."""
+def _scores_solving_tap(cfg: dict, jobs=None) -> dict[str, dict]:
+    """Per model, ``{part: ScoreSettings}`` of those of ``jobs`` (default: the whole paper's,
+    ``profile_jobs``) that score it and solve TAP's ln Z themselves (``_score_settings``)."""
     out: dict[str, dict] = {}
-    for job in paper_jobs(cfg):
+    for job in profile_jobs(cfg) if jobs is None else jobs:
         if job.kind in SCORE_PARTS:
             settings, solves = _score_settings(cfg, job)
             if solves:
@@ -94,13 +108,24 @@ def _scores_solving_tap(cfg: dict) -> dict[str, dict]:
 
 
 class Measurements:
-    """Everything the projection multiplies, measured on demand and kept: each model's
-    training prices (``paper_prices.training_price``, by its spec: a resized Fig. 11 machine
-    is priced again), the counts (``paper_counts``), and the other jobs' prices."""
+    """Everything the projection of ``targets``' jobs multiplies, measured on demand and kept:
+    each model's training prices (``paper_prices.training_price``, by its spec: a resized
+    Fig. 11 machine is priced again), the counts (``paper_counts``), and the other jobs'
+    prices; a kind of job the targets do not run is not measured (None)."""
 
-    def __init__(self, cfg: dict, checkpoints: Path, quick: bool, counts_from: Path | None = None):
+    def __init__(
+        self,
+        cfg: dict,
+        checkpoints: Path,
+        quick: bool,
+        counts_from: Path | None = None,
+        targets=PROFILE_TARGETS,
+    ):
         self.cfg, self.quick = cfg, quick
-        self.sets = counting.checkpoint_sets(cfg, checkpoints, quick, counts_from)
+        jobs = profile_jobs(cfg, targets)
+        kinds = {job.kind for job in jobs}
+        models = sorted({job.model for job in jobs if job.model})
+        self.sets = counting.checkpoint_sets(cfg, checkpoints, quick, counts_from, models)
         self._training: dict[str, dict] = {}
         self._priced_on: dict[tuple, Path | None] = {}
         self._curve: dict[str, dict] = {}
@@ -109,14 +134,22 @@ class Measurements:
         self._ais: dict[tuple, float] = {}
         deep = cfg["deep"]
         fig11 = deep["fig11"]["models"] if deep.get("fig11") else []
-        models = sorted({j.model for j in paper_jobs(cfg) if j.kind == "train"})
-        scored = _scores_solving_tap(cfg)
-        self.counts = counting.measured_iterations(cfg, models, self.sets, fig11, scored)
-        self.harvest = counting.harvest_costs(cfg, self.sets, quick)
-        self.denoise = counting.denoise_seconds(cfg, self.sets, quick)
-        self.exact_epoch = pricing.exact_price(25, quick)
-        self.baselines = pricing.denoise_baselines_price(cfg["denoise"]["fig8"], quick)
-        self.timing = pricing.timing_price(deep["fig10"]["timing"], quick)
+        trained = [job.model for job in jobs if job.kind == "train"]
+        scored = _scores_solving_tap(cfg, jobs)
+        self.counts = counting.measured_iterations(cfg, trained, self.sets, fig11, scored)
+        self.harvest = counting.harvest_costs(cfg, self.sets, quick, models)
+        self.denoise = (
+            counting.denoise_seconds(cfg, self.sets, quick) if "denoise_bsc" in kinds else {}
+        )
+        self.exact_epoch = pricing.exact_price(25, quick) if "exact_curve" in kinds else None
+        self.baselines = (
+            pricing.denoise_baselines_price(cfg["denoise"]["fig8"], quick)
+            if "denoise_baselines" in kinds
+            else None
+        )
+        self.timing = (
+            pricing.timing_price(deep["fig10"]["timing"], quick) if "deep_timing" in kinds else None
+        )
         self.start = pricing.job_start_price()
 
     @staticmethod
@@ -248,7 +281,8 @@ def _solver_label(settings: TrainSettings) -> str:
 
 
 def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
-    """Seconds of a training job: epochs x (minibatches x step + evaluation), plus greedy
+    """Seconds of a training job: epochs x minibatches x step, plus the evaluation of each
+    epoch it is due (``eval.every``: ``evaluation_due``), plus greedy
     pretraining (each RBM's step at its own counts where a run's checkpoints of it were counted,
     ``pretrain_counted_on_own``, else at the deep machine's; each epoch's evaluation priced as
     the deep machine's: an upper bound). The evaluation is its rows times its CPU seconds
@@ -268,7 +302,9 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
             evaluation = price["eval_rows"] * per_row
         else:
             evaluation = _solve_seconds(price["eval"], price["eval_rows"], counts["eval"])
-    total = settings.epochs * (n_batches * step + evaluation)
+    epochs = range(1, settings.epochs + 1)
+    evaluated = sum(evaluation_due(e, settings.eval_every, settings.epochs) for e in epochs)
+    total = settings.epochs * n_batches * step + evaluated * evaluation
     pretrain, own_counts = 0.0, counts.get("pretrain", {})
     layers = range(1, len(price.get("pretrain", [])) + 1)
     for layer, rbm_step in zip(layers, price.get("pretrain", []), strict=True):
@@ -289,6 +325,7 @@ def train_seconds(meas: Measurements, name: str, spec: dict) -> dict:
         "eval_iterations": counts["eval"],
         "seconds_per_step": step,
         "eval_seconds_per_epoch": evaluation,
+        "evaluated_epochs": evaluated,
         "pretrain_seconds": pretrain,
         "pretrain_counted_on_own": [layer for layer in layers if layer in own_counts],
         "counted_on": counts["source"],
@@ -361,11 +398,11 @@ def _work_seconds(meas: Measurements, cfg: dict, job) -> tuple[float, dict]:
     raise ValueError(f"no price for job kind {job.kind!r}")
 
 
-def project(meas: Measurements, cfg: dict) -> dict:
-    """Per job its projected hours (``jobs_hours``; names: ``paper_jobs``), their sum, the
-    longest chain and the wall hours on 2 cores (``schedule_hours``), all with and without
-    ``LEFT_OUT``'s jobs (training and curve)."""
-    jobs = paper_jobs(cfg)
+def project(meas: Measurements, cfg: dict, targets=PROFILE_TARGETS) -> dict:
+    """Per job of ``targets`` its projected hours (``jobs_hours``; names: ``paper_jobs``), their
+    sum, the longest chain and the wall hours on 2 cores (``schedule_hours``), all with and
+    without ``LEFT_OUT``'s jobs (training and curve)."""
+    jobs = profile_jobs(cfg, targets)
     hours, detail = {}, {}
     for job in jobs:
         seconds, detail[job.name] = job_seconds(meas, cfg, job)
@@ -483,11 +520,13 @@ def bench_paper_profile(
     checkpoints: Path | None = None,
     counts_from: Path | None = None,
     overlays=(),
+    targets=PROFILE_TARGETS,
 ) -> dict:
-    """Projected hours of every job of ``PAPER_TARGETS`` under workflow/config/paper.yaml (with
-    ``overlays`` laid over it: a run's further config files, such as paper_cpu.yaml), and
-    the Fig. 10 epochs and Fig. 11 size the budget allows (``BUDGET_HOURS`` on 2 cores without
-    ``LEFT_OUT``).
+    """Projected hours of every job of ``targets`` (default: ``PROFILE_TARGETS``, the whole
+    first paper) under workflow/config/paper.yaml (with ``overlays`` laid over it: a run's
+    further config files, such as paper_cpu.yaml), and, for the whole paper, the Fig. 10 epochs
+    and Fig. 11 size the budget allows (``BUDGET_HOURS`` on 2 cores without ``LEFT_OUT``;
+    ``chosen`` and ``at_chosen`` are None for a part of it: the budget is the whole paper's).
 
     Each job is priced with the settings its config entry gives (solver, tolerances, caps, data,
     unit priors, rows, epochs): training (minibatch steps, per-epoch evaluation, pretraining),
@@ -503,31 +542,43 @@ def bench_paper_profile(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU time of one thread = idle-core wall time (see cpu_seconds)
     try:
-        return _paper_profile(quick, Path(checkpoints or CHECKPOINTS), counts_from, overlays)
+        return _paper_profile(
+            quick, Path(checkpoints or CHECKPOINTS), counts_from, overlays, tuple(targets)
+        )
     finally:
         torch.set_num_threads(threads)
 
 
 def _paper_profile(
-    quick: bool, checkpoints: Path, counts_from: Path | None = None, overlays=()
+    quick: bool,
+    checkpoints: Path,
+    counts_from: Path | None = None,
+    overlays=(),
+    targets=PROFILE_TARGETS,
 ) -> dict:
+    unknown = sorted(set(targets) - set(PROFILE_TARGETS))
+    if unknown:
+        raise ValueError(f"no such target(s) {unknown}; choose from {list(PROFILE_TARGETS)}")
     cfg = _paper_config(overlays)
-    meas = Measurements(cfg, checkpoints, quick, counts_from)
-    as_configured = project(meas, cfg)
-    fig10 = choose_fig10_epochs(meas, cfg)
-    chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"])
-    fig11 = choose_fig11_size(meas, chosen_cfg)
-    chosen_cfg = _with_fig11_size(chosen_cfg, tuple(fig11["size"]))
+    meas = Measurements(cfg, checkpoints, quick, counts_from, targets)
+    as_configured = project(meas, cfg, targets)
+    chosen, at_chosen = None, None
+    if set(targets) == set(PROFILE_TARGETS):
+        fig10 = choose_fig10_epochs(meas, cfg)
+        chosen_cfg = _with_fig10_epochs(cfg, fig10["epochs"])
+        fig11 = choose_fig11_size(meas, chosen_cfg)
+        chosen_cfg = _with_fig11_size(chosen_cfg, tuple(fig11["size"]))
+        chosen, at_chosen = {"fig10": fig10, "fig11": fig11}, project(meas, chosen_cfg)
     faces = cfg["data"]["faces"]["cbcl_archive"]
     return {
         "name": "paper_profile",
         "seconds": as_configured["serial_hours"] * 3600,
         "gflops": None,
         "ratio_to_matmul": None,
-        "targets": list(PAPER_TARGETS),
+        "targets": list(targets),
         **as_configured,
-        "chosen": {"fig10": fig10, "fig11": fig11},
-        "at_chosen": project(meas, chosen_cfg),
+        "chosen": chosen,
+        "at_chosen": at_chosen,
         "counts": {"models": meas.counts, "harvest": meas.harvest},
         "faces": "CBCL" if faces else "the substitute (data.faces.cbcl_archive is null)",
         "goal_hours": BUDGET_HOURS,

@@ -41,7 +41,7 @@ from benchmarks.compiled_step import bench_tap_epoch_compiled  # noqa: E402
 from benchmarks.converged_epoch import bench_tap_converged_epoch  # noqa: E402
 from benchmarks.denoise import bench_denoise  # noqa: E402
 from benchmarks.harvest import bench_harvest  # noqa: E402
-from benchmarks.paper_profile import bench_paper_profile  # noqa: E402
+from benchmarks.paper_profile import PROFILE_TARGETS, bench_paper_profile  # noqa: E402
 from benchmarks.priors import bench_priors  # noqa: E402
 from benchmarks.relaxation import bench_tap_relaxation  # noqa: E402
 from benchmarks.rounding_drift import bench_tap_rounding_drift  # noqa: E402
@@ -122,7 +122,18 @@ def main(argv=None) -> int:
         help="paper_profile: config files laid over workflow/config/paper.yaml, as a run gives "
         "them to snakemake after it (e.g. workflow/config/paper_cpu.yaml)",
     )
+    p.add_argument(
+        "--targets",
+        nargs="+",
+        default=list(PROFILE_TARGETS),
+        help="paper_profile: the targets whose jobs are priced, as a run gives them to snakemake "
+        f"(default: all of {', '.join(PROFILE_TARGETS)}); the Fig. 10 and Fig. 11 choices "
+        "are made for all of them only",
+    )
     args = p.parse_args(argv)
+    unknown_targets = sorted(set(args.targets) - set(PROFILE_TARGETS))
+    if unknown_targets:
+        p.error(f"--targets: no such target {unknown_targets}; choose from {list(PROFILE_TARGETS)}")
     if args.counts_from and not args.counts_from.is_dir():
         p.error(f"--counts-from {args.counts_from}: no such directory")
     missing = [str(f) for f in args.overlays if not f.is_file()]
@@ -165,7 +176,14 @@ def main(argv=None) -> int:
             continue
         fn = BENCHMARKS[name]
         if name == "paper_profile":
-            results = fn(args.device, args.quick, args.checkpoints, args.counts_from, args.overlays)
+            results = fn(
+                args.device,
+                args.quick,
+                args.checkpoints,
+                args.counts_from,
+                args.overlays,
+                args.targets,
+            )
         elif name in USES_CHECKPOINTS:
             results = fn(args.device, args.quick, checkpoints=args.checkpoints)
         else:

@@ -912,3 +912,61 @@ def test_a_runs_greedy_rbms_count_the_pretraining_of_its_deep_machine(tmp_path, 
     own = [layer_seconds(counts["pretrain"][k]["train"]) for k in (1, 2)]
     assert both["pretrain_seconds"] == pytest.approx(sum(own))
     assert only_first["pretrain_seconds"] == pytest.approx(own[0] + layer_seconds(counts["train"]))
+
+
+def test_the_evaluation_is_priced_only_at_the_epochs_it_is_due(paper_cfg):
+    """``eval.every`` N evaluates every N-th epoch and the last (``evaluation_due``): 100 epochs
+    at every 30 pay 4 evaluations (30, 60, 90, 100), not 100; the steps stay every epoch's."""
+    import copy
+
+    spec = copy.deepcopy(paper_cfg["models"]["bmnist_h25"])
+    stub = _Stub({"models": {"m": spec}, "harvest": {}})
+    every_epoch = paper_profile.train_seconds(stub, "m", {**spec, "epochs": 100})
+    spec["eval"] = {**spec.get("eval", {}), "every": 30}
+    sparse = paper_profile.train_seconds(stub, "m", {**spec, "epochs": 100})
+    assert every_epoch["evaluated_epochs"] == 100 and sparse["evaluated_epochs"] == 4
+    per_eval = sparse["eval_seconds_per_epoch"]
+    assert per_eval > 0
+    assert every_epoch["seconds"] - sparse["seconds"] == pytest.approx(96 * per_eval)
+
+
+def test_a_run_of_some_targets_is_priced_with_their_jobs_alone(tmp_path, capsys, monkeypatch):
+    """``--targets`` prices the jobs those targets make: the faces' Figs. 3-7 are the faces'
+    training and the harvests their figures read, and no benchmark checkpoint of another
+    model is trained for them when the run covers the faces; ``harvest`` adds every harvest
+    entry's epochs; a name that is no target is refused."""
+    from benchmarks import paper_counts, run
+    from benchmarks.paper_jobs import _figure_epochs
+
+    names = ("sm_cd25_anchor", "paper_cpu", "faces_substitute", "paper_faces")
+    cfg = paper_profile._paper_config([ROOT / "workflow" / "config" / f"{f}.yaml" for f in names])
+    figures = ("fig3", "fig4", "fig5", "fig6", "fig7")
+    result = paper_profile.project(_Stub(cfg), cfg, figures)
+    epochs = {e for fig in ("fig5", "fig6", "fig7") for e in _figure_epochs(cfg, fig)["faces_h256"]}
+    assert set(result["jobs_hours"]) == {
+        "train/faces_h256",
+        *(f"harvest/faces_h256/epoch_{e}" for e in epochs),
+    }
+    with_harvest = paper_profile.project(_Stub(cfg), cfg, (*figures, "harvest"))
+    assert "harvest/bmnist_h100/epoch_1" in with_harvest["jobs_hours"]
+
+    trained = []
+    monkeypatch.setattr(paper_counts, "solve_checkpoints", lambda d, q: trained.append("s") or [])
+    monkeypatch.setattr(
+        paper_counts, "other_checkpoints", lambda d, specs, q: trained.append(sorted(specs)) or {}
+    )
+    models = tmp_path / "models"
+    path = models / "faces_h256" / "checkpoints" / "epoch_30.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    sets = paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, models, ["faces_h256"])
+    assert trained == [] and set(sets) == {"faces_h256"}
+    paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, None, ["faces_h256"])
+    assert trained == [["faces_h256"]]  # the faces' own benchmark checkpoints, nothing else
+    trained.clear()
+    paper_counts.checkpoint_sets(cfg, tmp_path / "bench", False, models, ["bmnist_h500_cd1"])
+    assert trained == ["s"]  # borrows bmnist_h500's counts, which the run does not have
+
+    with pytest.raises(SystemExit):
+        run.main(["paper_profile", "--no-tracking", "--targets", "fig3", "fig13"])
+    assert "fig13" in capsys.readouterr().err

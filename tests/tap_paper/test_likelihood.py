@@ -522,6 +522,64 @@ def test_exact_curve_resumes_from_the_epochs_a_stopped_job_finished(
     assert len(computed) == 4
 
 
+def test_exact_curve_while_training_keeps_the_written_epochs_for_the_job(
+    trained, tiny_dataset, tmp_path, monkeypatch, capsys
+):
+    """``--while-training`` on a model with no model.pt yet computes the chosen epochs whose
+    checkpoints exist, keeps them for the job and writes no curve; the job, once training has
+    finished, computes only the rest and writes the curve a single start writes. Rows kept for
+    another number of training rows (a wrong ``--n-train``) are computed again."""
+    import importlib
+    import json
+    import shutil
+
+    from tapmachine.pipeline.cli import main
+
+    module = importlib.import_module("tapmachine.tap_paper.likelihood.exact_curve")
+    ais = {"n_runs": 20, "schedule": "linear", "n_betas": 200}
+    whole = module.exact_curve(trained, tiny_dataset, tmp_path / "whole.csv", [1, 3], ais=ais)
+    under_way = tmp_path / "models" / "tiny"
+    shutil.copytree(trained, under_way)
+    (under_way / "model.pt").unlink()
+    (under_way / "checkpoints" / "epoch_3.pt").unlink()  # training has written epochs 1, 2
+    out = tmp_path / "exact.csv"
+    args = ["exact-curve", "--model-dir", str(under_way), "--data", str(tiny_dataset),
+            "--epochs", "1,3", "--out", str(out), "--ais", json.dumps(ais)]  # fmt: skip
+    capsys.readouterr()
+    assert main([*args, "--while-training"]) == 0
+    assert "kept epochs 1 in" in capsys.readouterr().out
+    assert not out.exists() and pd.read_csv(module.partial_path(out))["epoch"].tolist() == [1]
+
+    computed = []
+    real = module.exact_log_likelihood_per_unit
+    monkeypatch.setattr(
+        module, "exact_log_likelihood_per_unit", lambda m, x: computed.append(1) or real(m, x)
+    )
+    shutil.copy(trained / "model.pt", under_way / "model.pt")  # training has finished
+    shutil.copy(trained / "checkpoints" / "epoch_3.pt", under_way / "checkpoints")
+    rows = module.exact_curve(under_way, tiny_dataset, out, [1, 3], ais=ais)
+    assert len(computed) == 1 and not module.partial_path(out).exists()
+    for col in ("epoch", "exact_ll", "log_z_exact", "log_z_ais", "ais_z", "rows_trained"):
+        assert [r[col] for r in rows] == pytest.approx([r[col] for r in whole])
+    assert rows[0]["rows_trained"] == 300
+
+    computed.clear()
+    (under_way / "model.pt").unlink()
+    out.unlink()
+    assert main([*args, "--while-training", "--n-train", "100"]) == 0  # the model took 300
+    shutil.copy(trained / "model.pt", under_way / "model.pt")
+    module.exact_curve(under_way, tiny_dataset, out, [1, 3], ais=ais)
+    assert len(computed) == 4  # epochs 1 and 3 while training, both again in the job
+
+    capsys.readouterr()
+    assert main([*args, "--n-train", "100"]) == 2
+    assert "--n-train is for --while-training" in capsys.readouterr().err
+    empty = tmp_path / "models" / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    assert main([*args[:2], str(empty), *args[3:], "--while-training"]) == 2
+    assert "no model.pt and no checkpoint" in capsys.readouterr().err
+
+
 def test_exact_curve_scores_ais_against_the_enumeration(trained, tiny_dataset, tmp_path):
     """With ``ais``, each epoch also carries AIS's ln Z, its standard error and their
     difference from the enumerated ln Z in standard errors; on the tiny RBM AIS lands within a

@@ -89,6 +89,12 @@ def exact_curve(args) -> None:
 
     set_threads(args.threads)
     epochs = args.epochs if args.epochs in ("all", "last") else args.epochs.split(",")
+    ais = parse_json(args.ais, "--ais") if args.ais else None
+    if args.while_training:
+        _exact_curve_while_training(args, epochs, ais)
+        return
+    if args.n_train is not None:
+        raise UsageError("--n-train is for --while-training (a finished model records its rows)")
     record = _record(model_path(args.model_dir), "exact", args.out)
     try:
         with recording(args.tracking, record, args.out) as run:
@@ -108,12 +114,38 @@ def exact_curve(args) -> None:
                 epochs,
                 args.device,
                 on_row=on_row,
-                ais=parse_json(args.ais, "--ais") if args.ais else None,
+                ais=ais,
                 seed=args.seed,
             )
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(f"exact curve of {args.model_dir}: {err}") from err
     print(f"wrote {args.out}")
+
+
+def _exact_curve_while_training(args, epochs, ais) -> None:
+    """``exact-curve --while-training``: the epochs training has written so far, kept for the
+    job (``likelihood.partial_path``); nothing logged, no curve written."""
+    from tapmachine.tap_paper import likelihood
+
+    try:
+        rows = likelihood.exact_curve(
+            args.model_dir,
+            args.data,
+            args.out,
+            epochs,
+            args.device,
+            ais=ais,
+            seed=args.seed,
+            while_training=True,
+            n_train=args.n_train,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(f"exact curve of {args.model_dir}: {err}") from err
+    done = ", ".join(str(row["epoch"]) for row in rows) or "none"
+    print(
+        f"kept epochs {done} in {likelihood.partial_path(args.out)}; the exact-curve job "
+        f"computes the rest and writes {args.out} once training has finished"
+    )
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -226,6 +258,19 @@ def register(subparsers) -> None:
         "enumeration (figures.fig3.exact.ais)",
     )
     e.add_argument("--seed", type=int, default=0, help="the config's seed (AIS's generator)")
+    e.add_argument(
+        "--while-training",
+        action="store_true",
+        help="the model is still training: compute the chosen epochs whose checkpoints exist "
+        "and keep them beside --out for the job, which then computes only the rest",
+    )
+    e.add_argument(
+        "--n-train",
+        type=int,
+        default=None,
+        help="with --while-training: the rows the model trains on (its config's n_train; "
+        "default all)",
+    )
     e.add_argument("--device", default="cpu")
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--tracking", default=None)

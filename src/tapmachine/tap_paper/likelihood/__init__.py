@@ -25,7 +25,7 @@ Modules: ``settings``, ``tap_partition`` (TAP's ln Z), ``score`` (one parameter 
 """
 
 from tapmachine.io.modelfile import checkpoint_path
-from tapmachine.tap_paper.likelihood.exact_curve import exact_curve
+from tapmachine.tap_paper.likelihood.exact_curve import exact_curve, partial_path
 from tapmachine.tap_paper.likelihood.files import (
     ais_check_model,
     resolve_epochs,
@@ -59,6 +59,7 @@ __all__ = [
     "checkpoint_path",
     "evaluation_differs",
     "exact_curve",
+    "partial_path",
     "recorded_final_tap_partition",
     "recorded_tap_partition",
     "resolve_epochs",

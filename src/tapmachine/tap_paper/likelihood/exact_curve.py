@@ -96,6 +96,8 @@ def exact_curve(
     on_row=None,
     ais: dict | None = None,
     seed: int = 0,
+    while_training: bool = False,
+    n_train: int | None = None,
 ) -> list[dict]:
     """One row per chosen epoch: the exact log-likelihood per unit of the training rows that
     training's evaluation scored (the first ``eval_samples`` of the rows it trained on), beside
@@ -113,19 +115,31 @@ def exact_curve(
     it (``cpu_seconds`` and ``ais_cpu_seconds`` its CPU time), and the log names each epoch kept
     whole from an earlier start (``runlog.kept_message``), so that the job's time counts every
     start.
+
+    ``while_training``: the model is still training (no ``model.pt`` yet; ``n_train``, its
+    training rows, None for all): the chosen epochs whose checkpoints exist are computed and
+    kept in the partial file only, for the job to use once training ends, and ``out_csv`` is not
+    written. A kept row is used again only for a model trained on as many rows
+    (``rows_trained``), so a wrong ``n_train`` here costs a recomputation, not a wrong curve.
     """
     from tapmachine.io.data import load_dataset
 
     model_dir = Path(model_dir)
-    blob = ModelFile.load(model_path(model_dir))
-    chosen = resolve_epochs(epochs, blob.n_epochs)
+    if while_training and not model_path(model_dir).exists():
+        name, n_epochs = _training_under_way(model_dir)
+    else:
+        blob = ModelFile.load(model_path(model_dir))
+        name, n_epochs, n_train = blob.name, blob.n_epochs, blob.spec.get("n_train")
+    chosen = resolve_epochs(epochs, n_epochs)
     missing = [p for e in chosen if not (p := checkpoint_path(model_dir, e)).exists()]
-    if missing:
+    if while_training:
+        chosen = [e for e in chosen if checkpoint_path(model_dir, e).exists()]
+    elif missing:
         raise FileNotFoundError(f"checkpoints missing: {', '.join(map(str, missing))}")
     ds = load_dataset(data_path)
-    rows_trained = ds.x_train[: blob.spec["n_train"]] if blob.spec.get("n_train") else ds.x_train
+    rows_trained = ds.x_train[:n_train] if n_train else ds.x_train
     partial = partial_path(out_csv)
-    kept = _kept_rows(partial)
+    kept = _kept_rows(partial, len(rows_trained))
     rows, kept_now = [], []
     for epoch in chosen:
         t0, w0 = time.process_time(), time.perf_counter()
@@ -133,14 +147,14 @@ def exact_curve(
         row = kept.get((epoch, ckpt.fingerprint))
         whole = row is not None and (ais is None or "log_z_ais" in row)
         if whole:
-            print(kept_message(blob.name, epoch), file=sys.stderr, flush=True)
+            print(kept_message(name, epoch), file=sys.stderr, flush=True)
         if row is None:
-            row = _exact_row(blob.name, epoch, ckpt, rows_trained, device, t0)
+            row = _exact_row(name, epoch, ckpt, rows_trained, device, t0)
         if ais is not None and "log_z_ais" not in row:
             t1 = time.process_time()
             machine = ckpt.machine(device=device, dtype=torch.float32)
             base = torch.as_tensor(rows_trained, dtype=torch.float32, device=machine.device)
-            g = seeded_generator(seed, blob.name, f"epoch_{epoch}", "exact_ais")
+            g = seeded_generator(seed, name, f"epoch_{epoch}", "exact_ais")
             row.update(ais_against_exact(machine, row["log_z_exact"], base, ais, g))
             row["ais_cpu_seconds"] = time.process_time() - t1
         if not whole:
@@ -150,9 +164,21 @@ def exact_curve(
         write_csv(kept_now, partial)
         if on_row is not None:
             on_row(epoch, row)
+    if while_training:
+        return rows
     write_csv(rows, out_csv)
     partial.unlink(missing_ok=True)
     return rows
+
+
+def _training_under_way(model_dir: Path) -> tuple[str, int]:
+    """(name, epochs to train) of a model still training, from its latest checkpoint."""
+    from tapmachine.io.modelfile import checkpoint_dir, latest_checkpoint
+
+    latest = latest_checkpoint(checkpoint_dir(model_dir))
+    if latest is None:
+        raise FileNotFoundError(f"{model_dir} has no model.pt and no checkpoint yet")
+    return model_dir.name, int(Checkpoint.load(latest).settings["epochs"])
 
 
 def _exact_row(name: str, epoch: int, ckpt: Checkpoint, rows_trained, device, t0: float) -> dict:
@@ -164,6 +190,7 @@ def _exact_row(name: str, epoch: int, ckpt: Checkpoint, rows_trained, device, t0
     row = {
         "model": name,
         "epoch": epoch,
+        "rows_trained": len(rows_trained),
         "exact_ll": mean,
         "exact_ll_stderr": se,
         "log_z_exact": log_z,
@@ -187,9 +214,10 @@ def partial_path(out_csv: str | os.PathLike) -> Path:
     return out_csv.with_name(out_csv.name + ".partial.csv")
 
 
-def _kept_rows(partial: Path) -> dict:
+def _kept_rows(partial: Path, rows_trained: int) -> dict:
     """The rows of a partial file by (epoch, checkpoint fingerprint), as ``exact_curve`` makes
-    them; none when there is no such file."""
+    them, of a model trained on ``rows_trained`` rows (a row that does not record them is
+    taken); none when there is no such file."""
     if not partial.exists():
         return {}
     import pandas as pd
@@ -200,5 +228,10 @@ def _kept_rows(partial: Path) -> dict:
         # an epoch kept without AIS has NaN there (its columns came from other epochs' rows)
         record = {k: v for k, v in record.items() if not (k in AIS_COLUMNS and math.isnan(v))}
         record["epoch"], record["rows"] = int(record["epoch"]), int(record["rows"])
+        trained_on = record.get("rows_trained", math.nan)
+        if not (isinstance(trained_on, float) and math.isnan(trained_on)):
+            if int(trained_on) != rows_trained:
+                continue
+            record["rows_trained"] = int(trained_on)
         kept[(record["epoch"], fingerprint)] = record
     return kept

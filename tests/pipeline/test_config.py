@@ -666,3 +666,17 @@ def test_one_dataset_overlays_draw_figs_3_to_7_of_that_dataset_only(overlay, dat
         assert one["figures"][fig]["models"] == kept, fig
     exact = (one["figures"]["fig3"].get("exact") or {}).get("models", [])
     assert all(one["models"][m]["dataset"] == dataset for m in exact)
+
+
+def test_the_bmnist_h25_overlay_draws_fig3_of_that_model_with_its_exact_curve():
+    """paper_bmnist_h25.yaml, after the paper-size run's files, keeps bmnist_h25 alone in Fig. 3
+    with paper.yaml's exact curve and its AIS, and changes no model."""
+    run = ["workflow/config/paper.yaml", "workflow/config/sm_cd25_anchor.yaml",
+           "workflow/config/paper_cpu.yaml"]  # fmt: skip
+    whole = validate(load(*run), SCHEMA)
+    one = validate(load(*run, "workflow/config/paper_bmnist_h25.yaml"), SCHEMA)
+    assert one["models"] == whole["models"]
+    assert one["figures"]["fig3"]["models"] == ["bmnist_h25"]
+    exact = one["figures"]["fig3"]["exact"]
+    assert exact == whole["figures"]["fig3"]["exact"] and exact["models"] == ["bmnist_h25"]
+    assert exact["ais"]["n_runs"] == 100
